@@ -1,0 +1,96 @@
+# Developer entry points of the rkeops package.
+#
+#   make deps     check (and, as root, install with apt) R, testthat, roxygen2,
+#                 knitr, rmarkdown, pandoc; check that cargo is there
+#   make install  build and install the package into ./lib
+#   make demo     run inst/demo/demo.R against ./lib
+#   make test     cargo tests of the engine, then the testthat suite
+#   make check    R CMD build + R CMD check --no-manual
+#   make doc      regenerate NAMESPACE and man/ with roxygen2
+#   make clean    remove R build products (keeps the cargo target directory)
+#   make distclean  also remove src/rust/target and src/rust/.cargo
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+# cargo is often installed by rustup in ~/.cargo/bin, which may not be on PATH.
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+# The same private cargo home as src/Makevars: cargo fingerprints registry
+# crates by their unpacked path, so building with two cargo homes in one
+# target directory recompiles every dependency at each switch.
+export CARGO_HOME := $(CURDIR)/src/rust/.cargo
+
+LIB_DIR := $(CURDIR)/lib
+APT_PKGS := r-base-dev r-cran-testthat r-cran-roxygen2 r-cran-knitr r-cran-rmarkdown pandoc
+R_PKGS := testthat roxygen2 knitr rmarkdown
+CARGO_MANIFEST := src/rust/Cargo.toml
+
+.PHONY: all deps install demo test check doc clean distclean
+
+all: install
+
+# Prints what is missing (nothing when all is there).
+define missing_deps
+	missing=""; \
+	command -v R >/dev/null 2>&1 && command -v Rscript >/dev/null 2>&1 || missing="$$missing R"; \
+	command -v cc >/dev/null 2>&1 || missing="$$missing C-compiler"; \
+	if command -v Rscript >/dev/null 2>&1; then \
+		for p in $$(Rscript -e 'p <- commandArgs(TRUE); cat(p[!vapply(p, requireNamespace, TRUE, quietly = TRUE)])' $(R_PKGS) 2>/dev/null); do \
+			missing="$$missing $$p"; \
+		done; \
+	else \
+		missing="$$missing $(R_PKGS)"; \
+	fi; \
+	command -v pandoc >/dev/null 2>&1 || missing="$$missing pandoc"; \
+	echo "$$missing"
+endef
+
+deps:
+	@missing=$$($(missing_deps)); \
+	if [ -n "$$missing" ]; then \
+		echo "deps: missing:$$missing"; \
+		if [ "$$(id -u)" = "0" ]; then \
+			echo "deps: installing with apt-get: $(APT_PKGS)"; \
+			apt-get update; \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(APT_PKGS); \
+			missing=$$($(missing_deps)); \
+			if [ -n "$$missing" ]; then echo "deps: still missing after apt-get:$$missing" >&2; exit 1; fi; \
+		else \
+			echo "deps: not root; please install these Debian/Ubuntu packages:" >&2; \
+			echo "  sudo apt-get install -y --no-install-recommends $(APT_PKGS)" >&2; \
+			exit 1; \
+		fi; \
+	fi
+	@if ! command -v cargo >/dev/null 2>&1; then \
+		echo "deps: cargo (Rust) was not found. Install Rust with rustup:" >&2; \
+		echo "  curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh" >&2; \
+		exit 1; \
+	fi
+	@echo "deps: $$(Rscript --version 2>&1 | head -n 1); $$(cargo --version)"
+
+install: deps
+	mkdir -p $(LIB_DIR)
+	R CMD INSTALL --no-test-load -l $(LIB_DIR) .
+	R_LIBS=$(LIB_DIR) Rscript -e 'library(rkeops)'
+
+demo: install
+	R_LIBS=$(LIB_DIR) Rscript inst/demo/demo.R
+
+test: install
+	cargo test --release --manifest-path $(CARGO_MANIFEST) -p rkeops-engine
+	R_LIBS=$(LIB_DIR) Rscript tools/run-tests.R tests/testthat
+
+check: deps
+	rm -f rkeops_*.tar.gz
+	R CMD build .
+	R CMD check --no-manual rkeops_*.tar.gz
+
+doc: deps
+	Rscript -e 'roxygen2::roxygenise(load_code = roxygen2::load_source)'
+
+clean:
+	rm -rf $(LIB_DIR) rkeops.Rcheck rkeops_*.tar.gz
+	rm -f src/*.o src/*.so src/*.dll src/rust/target/release/librkeops.a
+
+distclean: clean
+	rm -rf src/rust/target src/rust/.cargo

@@ -1,0 +1,132 @@
+//! Views of the values a node takes over a tile, in structure-of-arrays layout: component `c` of a
+//! node is either one value shared by the whole tile (it does not depend on the reduced index) or a
+//! contiguous run of `len` values, one per reduced index of the tile.
+
+use crate::real::Real;
+
+/// One component over a tile.
+#[derive(Clone, Copy)]
+pub enum Lane<'a, T> {
+    Scalar(T),
+    Vector(&'a [T]),
+}
+
+/// All components of a node over a tile.
+#[derive(Clone, Copy)]
+pub struct Arg<'a, T> {
+    pub data: &'a [T],
+    pub dim: usize,
+    /// Distance between two components in `data`.
+    pub stride: usize,
+    /// Whether the node varies along the reduced index.
+    pub vector: bool,
+}
+
+impl<'a, T: Real> Arg<'a, T> {
+    pub const EMPTY: Arg<'static, T> = Arg { data: &[], dim: 0, stride: 0, vector: false };
+
+    /// Component `c`; a dimension-1 argument is broadcast to every component.
+    #[inline(always)]
+    pub fn lane(&self, c: usize, len: usize) -> Lane<'a, T> {
+        let c = if self.dim == 1 { 0 } else { c };
+        let start = c * self.stride;
+        if self.vector {
+            Lane::Vector(&self.data[start..start + len])
+        } else {
+            Lane::Scalar(self.data[start])
+        }
+    }
+}
+
+#[inline(always)]
+pub fn map1<T: Real>(out: &mut [T], len: usize, a: Lane<T>, f: impl Fn(T) -> T) {
+    match a {
+        Lane::Vector(x) => {
+            for (o, &x) in out[..len].iter_mut().zip(x) {
+                *o = f(x);
+            }
+        }
+        Lane::Scalar(x) => out[..len].fill(f(x)),
+    }
+}
+
+#[inline(always)]
+pub fn map2<T: Real>(out: &mut [T], len: usize, a: Lane<T>, b: Lane<T>, f: impl Fn(T, T) -> T) {
+    let out = &mut out[..len];
+    match (a, b) {
+        (Lane::Vector(x), Lane::Vector(y)) => {
+            for ((o, &x), &y) in out.iter_mut().zip(x).zip(y) {
+                *o = f(x, y);
+            }
+        }
+        (Lane::Scalar(x), Lane::Vector(y)) => {
+            for (o, &y) in out.iter_mut().zip(y) {
+                *o = f(x, y);
+            }
+        }
+        (Lane::Vector(x), Lane::Scalar(y)) => {
+            for (o, &x) in out.iter_mut().zip(x) {
+                *o = f(x, y);
+            }
+        }
+        (Lane::Scalar(x), Lane::Scalar(y)) => out.fill(f(x, y)),
+    }
+}
+
+/// `out = f(out, a)`, for running reductions over components.
+#[inline(always)]
+pub fn fold1<T: Real>(out: &mut [T], len: usize, a: Lane<T>, f: impl Fn(T, T) -> T) {
+    match a {
+        Lane::Vector(x) => {
+            for (o, &x) in out[..len].iter_mut().zip(x) {
+                *o = f(*o, x);
+            }
+        }
+        Lane::Scalar(x) => {
+            for o in out[..len].iter_mut() {
+                *o = f(*o, x);
+            }
+        }
+    }
+}
+
+/// `out += a * b`.
+#[inline(always)]
+pub fn mul_add<T: Real>(out: &mut [T], len: usize, a: Lane<T>, b: Lane<T>) {
+    let out = &mut out[..len];
+    match (a, b) {
+        (Lane::Vector(x), Lane::Vector(y)) => {
+            for ((o, &x), &y) in out.iter_mut().zip(x).zip(y) {
+                *o = *o + x * y;
+            }
+        }
+        (Lane::Scalar(s), Lane::Vector(v)) | (Lane::Vector(v), Lane::Scalar(s)) => {
+            for (o, &v) in out.iter_mut().zip(v) {
+                *o = *o + s * v;
+            }
+        }
+        (Lane::Scalar(x), Lane::Scalar(y)) => {
+            let p = x * y;
+            for o in out.iter_mut() {
+                *o = *o + p;
+            }
+        }
+    }
+}
+
+#[inline(always)]
+pub fn copy<T: Real>(out: &mut [T], len: usize, a: Lane<T>) {
+    match a {
+        Lane::Vector(x) => out[..len].copy_from_slice(x),
+        Lane::Scalar(x) => out[..len].fill(x),
+    }
+}
+
+/// Value `t` of a lane (slow path for the rare three-argument operations).
+#[inline(always)]
+pub fn at<T: Real>(a: Lane<T>, t: usize) -> T {
+    match a {
+        Lane::Vector(x) => x[t],
+        Lane::Scalar(x) => x,
+    }
+}

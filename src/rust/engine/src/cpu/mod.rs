@@ -1,0 +1,196 @@
+//! The CPU evaluator: tiles of (one output row) x (TILE reduced indices), every operation one tight
+//! loop over the tile in structure-of-arrays layout, threads over blocks of output rows. Memory is
+//! O(inputs + outputs + threads x tile), never N x M.
+
+mod lanes;
+mod ops;
+mod plan;
+mod reducers;
+
+use std::sync::Mutex;
+
+use crate::formula::{Category, Formula, Op};
+use crate::real::Real;
+use crate::reduction::SumScheme;
+use lanes::Arg;
+use plan::{Plan, Role};
+use reducers::Accumulator;
+
+/// Reduced indices per tile: the tile's buffers (a few per node) stay in L1/L2.
+pub const TILE: usize = 256;
+
+/// What the evaluator returns: `width` values and indices per output row, rows one after the other.
+pub struct RowMajor {
+    pub values: Vec<f64>,
+    pub indices: Vec<i32>,
+    pub width: usize,
+}
+
+/// The inputs of one call, in the working precision, with the sizes of the two indices.
+pub struct Inputs<'a, T> {
+    pub data: Vec<&'a [T]>,
+    pub n_i: usize,
+    pub n_j: usize,
+}
+
+/// Evaluates the reduction of `formula` on `threads` threads.
+pub fn evaluate<T: Real>(formula: &Formula, inputs: &Inputs<T>, scheme: SumScheme, threads: usize) -> RowMajor {
+    let red = &formula.reduction;
+    let acc = Accumulator {
+        kind: red.kind,
+        scheme,
+        k: red.k,
+        dim: formula.graph.dim(red.f),
+        gdim: red.g.map_or(0, |g| formula.graph.dim(g)),
+    };
+    let (n_out, n_red) = if red.axis == 0 { (inputs.n_i, inputs.n_j) } else { (inputs.n_j, inputs.n_i) };
+    let plan = Plan::new(formula);
+    let width = acc.width();
+    let mut values = vec![0.0; n_out * width];
+    let mut indices = vec![0; n_out * width];
+
+    // Enough blocks of rows to keep every thread busy to the end, few enough to amortise a tile.
+    let threads = threads.clamp(1, n_out.max(1));
+    let rows_per_block = n_out.div_ceil(threads * 8).clamp(1, 64);
+    let blocks = Mutex::new(
+        values.chunks_mut(rows_per_block * width).zip(indices.chunks_mut(rows_per_block * width)).enumerate(),
+    );
+    let ctx = Context { formula, plan: &plan, acc: &acc, inputs, n_out, n_red, rows_per_block };
+    let work = || {
+        let mut ws = Workspace::new(&ctx);
+        loop {
+            let next = blocks.lock().map(|mut it| it.next()).unwrap_or(None);
+            let Some((b, (vals, idx))) = next else { break };
+            ws.reduce_rows(&ctx, b * rows_per_block, vals, idx);
+        }
+    };
+    if threads == 1 {
+        work();
+    } else {
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(work);
+            }
+        });
+    }
+    RowMajor { values, indices, width }
+}
+
+struct Context<'a, T> {
+    formula: &'a Formula,
+    plan: &'a Plan,
+    acc: &'a Accumulator,
+    inputs: &'a Inputs<'a, T>,
+    n_out: usize,
+    n_red: usize,
+    rows_per_block: usize,
+}
+
+/// One thread's buffers: a tile of values for every computed node, the reduction states of a block
+/// of rows, and scratch space. Allocated once per thread and call.
+struct Workspace<T> {
+    buffers: Vec<Vec<T>>,
+    states: Vec<f64>,
+    scratch: Vec<T>,
+}
+
+impl<T: Real> Workspace<T> {
+    fn new(ctx: &Context<T>) -> Self {
+        let graph = &ctx.formula.graph;
+        let buffers = (0..graph.nodes.len())
+            .map(|id| match ctx.plan.roles[id] {
+                Some(role) if !matches!(graph.nodes[id].op, Op::Input(_)) => {
+                    vec![T::ZERO; graph.dim(id) * if role.varies_in_tile() { TILE } else { 1 }]
+                }
+                _ => Vec::new(),
+            })
+            .collect();
+        let mut ws = Workspace {
+            buffers,
+            states: vec![0.0; ctx.rows_per_block * ctx.acc.state_len()],
+            scratch: vec![T::ZERO; 2 * TILE],
+        };
+        let frame = Frame { row: 0, j0: 0, len: 1 };
+        for &id in &ctx.plan.constant {
+            ws.compute(ctx, id, &frame);
+        }
+        ws
+    }
+
+    /// Reduces the rows `first ..` (as many as `values` holds) over the whole reduced range.
+    fn reduce_rows(&mut self, ctx: &Context<T>, first: usize, values: &mut [f64], indices: &mut [i32]) {
+        let (acc, plan, red) = (ctx.acc, ctx.plan, &ctx.formula.reduction);
+        let width = acc.width();
+        let rows = values.len() / width.max(1);
+        let state_len = acc.state_len();
+        for r in 0..rows {
+            acc.init(&mut self.states[r * state_len..(r + 1) * state_len]);
+        }
+        for j0 in (0..ctx.n_red).step_by(TILE) {
+            let len = TILE.min(ctx.n_red - j0);
+            let tile = Frame { row: first, j0, len };
+            for &id in &plan.inner {
+                self.compute(ctx, id, &tile);
+            }
+            for r in 0..rows {
+                let frame = Frame { row: first + r, j0, len };
+                for &id in &plan.outer {
+                    self.compute(ctx, id, &Frame { len: 1, ..frame });
+                }
+                for &id in &plan.pair {
+                    self.compute(ctx, id, &frame);
+                }
+                let f = view(ctx, &self.buffers, red.f, &frame);
+                let g = red.g.map_or(Arg::EMPTY, |g| view(ctx, &self.buffers, g, &frame));
+                let state = &mut self.states[r * state_len..(r + 1) * state_len];
+                acc.accumulate(state, &f, &g, len, j0, &mut self.scratch);
+            }
+        }
+        for r in 0..rows {
+            let state = &self.states[r * state_len..(r + 1) * state_len];
+            acc.finalize::<T>(state, &mut values[r * width..(r + 1) * width], &mut indices[r * width..(r + 1) * width]);
+        }
+        debug_assert!(first + rows <= ctx.n_out);
+    }
+
+    fn compute(&mut self, ctx: &Context<T>, id: usize, frame: &Frame) {
+        let node = &ctx.formula.graph.nodes[id];
+        let mut out = std::mem::take(&mut self.buffers[id]);
+        let mut args = [Arg::EMPTY; 3];
+        for (slot, &a) in args.iter_mut().zip(&node.args) {
+            *slot = view(ctx, &self.buffers, a, frame);
+        }
+        let len = if ctx.plan.roles[id].is_some_and(Role::varies_in_tile) { frame.len } else { 1 };
+        ops::eval(node.op, &args, &mut out, node.dim, len, &mut self.scratch);
+        self.buffers[id] = out;
+    }
+}
+
+/// The values of node `id` over the current tile: inputs in place, other nodes from their buffer.
+fn view<'a, T: Real>(ctx: &'a Context<T>, buffers: &'a [Vec<T>], id: usize, frame: &Frame) -> Arg<'a, T> {
+    let node = &ctx.formula.graph.nodes[id];
+    let role = ctx.plan.roles[id].expect("only needed nodes are viewed");
+    match node.op {
+        Op::Input(p) => {
+            let data = ctx.inputs.data[p];
+            match (ctx.formula.variables[p].category, role) {
+                (Category::Param, _) => Arg { data, dim: node.dim, stride: 1, vector: false },
+                (_, Role::Outer) => Arg { data: &data[frame.row..], dim: node.dim, stride: ctx.n_out, vector: false },
+                _ => Arg { data: &data[frame.j0..], dim: node.dim, stride: ctx.n_red, vector: true },
+            }
+        }
+        _ => {
+            let vector = role.varies_in_tile();
+            let stride = if vector { frame.len } else { 1 };
+            Arg { data: &buffers[id], dim: node.dim, stride, vector }
+        }
+    }
+}
+
+/// Where the evaluator is: the output row, the first reduced index of the tile and the tile length.
+#[derive(Clone, Copy)]
+struct Frame {
+    row: usize,
+    j0: usize,
+    len: usize,
+}

@@ -1,0 +1,230 @@
+//! One tight loop per operation of the graph, over the lanes of a tile.
+
+use super::lanes::{at, copy, fold1, map1, map2, mul_add, Arg};
+use crate::formula::Op;
+use crate::real::Real;
+
+fn bool_to<T: Real>(b: bool) -> T {
+    if b {
+        T::ONE
+    } else {
+        T::ZERO
+    }
+}
+
+/// Evaluates `op` on `args` into `out` (`dim` components of `len` values each, component-major).
+/// `scratch` holds at least `len` values, for the operations that need a running value.
+pub fn eval<T: Real>(op: Op, args: &[Arg<T>; 3], out: &mut [T], dim: usize, len: usize, scratch: &mut [T]) {
+    let [a, b, c] = args;
+    macro_rules! unary {
+        ($f:expr) => {
+            for k in 0..dim {
+                map1(&mut out[k * len..], len, a.lane(k, len), $f)
+            }
+        };
+    }
+    macro_rules! binary {
+        ($f:expr) => {
+            for k in 0..dim {
+                map2(&mut out[k * len..], len, a.lane(k, len), b.lane(k, len), $f)
+            }
+        };
+    }
+    match op {
+        Op::Input(_) => unreachable!("inputs are viewed, not evaluated"),
+        Op::Constant(bits) => out[..len].fill(T::from_f64(f64::from_bits(bits))),
+        Op::Neg => unary!(|x: T| -x),
+        Op::Abs => unary!(|x: T| x.abs()),
+        Op::Acos => unary!(|x: T| x.acos()),
+        Op::Asin => unary!(|x: T| x.asin()),
+        Op::Atan => unary!(|x: T| x.atan()),
+        Op::Cos => unary!(|x: T| x.cos()),
+        Op::Sin => unary!(|x: T| x.sin()),
+        Op::Exp => unary!(|x: T| x.exp()),
+        Op::Log => unary!(|x: T| x.ln()),
+        Op::Floor => unary!(|x: T| x.floor()),
+        Op::Inv => unary!(|x: T| T::ONE / x),
+        Op::ReLU => unary!(|x: T| if x < T::ZERO { T::ZERO } else { x }),
+        // KeOps' convention: Rsqrt(0) = 0, which makes Normalize(0) = 0.
+        Op::Rsqrt => unary!(|x: T| if x == T::ZERO { T::ZERO } else { T::ONE / x.sqrt() }),
+        Op::Sign => unary!(|x: T| if x > T::ZERO {
+            T::ONE
+        } else if x < T::ZERO {
+            -T::ONE
+        } else {
+            x
+        }),
+        Op::SinXDivX => unary!(|x: T| if x == T::ZERO { T::ONE } else { x.sin() / x }),
+        Op::Sqrt => unary!(|x: T| x.sqrt()),
+        Op::Square => unary!(|x: T| x * x),
+        Op::Step => unary!(|x: T| if x >= T::ZERO {
+            T::ONE
+        } else if x < T::ZERO {
+            T::ZERO
+        } else {
+            x
+        }),
+        Op::XLogX => unary!(|x: T| if x == T::ZERO { T::ZERO } else { x * x.ln() }),
+        Op::Round(0) => unary!(|x: T| x.round()),
+        Op::Round(d) => {
+            let p = T::from_f64(10f64.powi(d));
+            unary!(|x: T| (x * p).round() / p)
+        }
+        Op::Pow(n) => unary!(|x: T| x.powi(n)),
+        Op::ClampInt(lo, hi) => {
+            let (lo, hi) = (T::from_f64(lo as f64), T::from_f64(hi as f64));
+            unary!(|x: T| if x < lo { lo } else if x > hi { hi } else { x })
+        }
+        Op::Add => binary!(|x: T, y: T| x + y),
+        Op::Sub => binary!(|x: T, y: T| x - y),
+        Op::Mul => binary!(|x: T, y: T| x * y),
+        Op::Div => binary!(|x: T, y: T| x / y),
+        Op::Atan2 => binary!(|x: T, y: T| x.atan2(y)),
+        Op::Powf => binary!(|x: T, y: T| x.powf(y)),
+        Op::Equal => binary!(|x: T, y: T| bool_to(x == y)),
+        Op::NotEqual => binary!(|x: T, y: T| bool_to(x != y)),
+        Op::LessThan => binary!(|x: T, y: T| bool_to(x < y)),
+        Op::LessOrEqual => binary!(|x: T, y: T| bool_to(x <= y)),
+        Op::Clamp | Op::IfElse | Op::Mod => {
+            for k in 0..dim {
+                let (x, y, z) = (a.lane(k, len), b.lane(k, len), c.lane(k, len));
+                for t in 0..len {
+                    let (x, y, z) = (at(x, t), at(y, t), at(z, t));
+                    out[k * len + t] = match op {
+                        Op::Clamp => {
+                            if x < y {
+                                y
+                            } else if x > z {
+                                z
+                            } else {
+                                x
+                            }
+                        }
+                        Op::IfElse => {
+                            if x >= T::ZERO {
+                                y
+                            } else {
+                                z
+                            }
+                        }
+                        _ => x - y * ((x - z) / y).floor(),
+                    };
+                }
+            }
+        }
+        Op::Sum => {
+            copy(out, len, a.lane(0, len));
+            for k in 1..a.dim {
+                fold1(out, len, a.lane(k, len), |s, x| s + x);
+            }
+        }
+        Op::SqNorm2 => {
+            out[..len].fill(T::ZERO);
+            for k in 0..a.dim {
+                let l = a.lane(k, len);
+                mul_add(out, len, l, l);
+            }
+        }
+        Op::Dot => {
+            out[..len].fill(T::ZERO);
+            for k in 0..a.dim.max(b.dim) {
+                mul_add(out, len, a.lane(k, len), b.lane(k, len));
+            }
+        }
+        Op::Max | Op::Min => {
+            copy(out, len, a.lane(0, len));
+            for k in 1..a.dim {
+                if op == Op::Max {
+                    fold1(out, len, a.lane(k, len), |m, x| m.max(x));
+                } else {
+                    fold1(out, len, a.lane(k, len), |m, x| m.min(x));
+                }
+            }
+        }
+        Op::ArgMax | Op::ArgMin => {
+            // Position (0-based, as KeOps) of the first extreme component; NaN counts as extreme.
+            let best = &mut scratch[..len];
+            copy(best, len, a.lane(0, len));
+            out[..len].fill(T::ZERO);
+            for k in 1..a.dim {
+                let l = a.lane(k, len);
+                let pos = T::from_f64(k as f64);
+                for t in 0..len {
+                    let x = at(l, t);
+                    let better = if op == Op::ArgMax { x > best[t] } else { x < best[t] };
+                    if better || (x.is_nan() && !best[t].is_nan()) {
+                        best[t] = x;
+                        out[t] = pos;
+                    }
+                }
+            }
+        }
+        Op::Elem(m) => copy(out, len, a.lane(m, len)),
+        Op::ElemT(_, m) => {
+            out[..dim * len].fill(T::ZERO);
+            copy(&mut out[m * len..], len, a.lane(0, len));
+        }
+        Op::Extract(start, _) => {
+            for k in 0..dim {
+                copy(&mut out[k * len..], len, a.lane(start + k, len));
+            }
+        }
+        Op::ExtractT(start, _) => {
+            out[..dim * len].fill(T::ZERO);
+            for k in 0..a.dim {
+                copy(&mut out[(start + k) * len..], len, a.lane(k, len));
+            }
+        }
+        Op::Concat => {
+            for k in 0..a.dim {
+                copy(&mut out[k * len..], len, a.lane(k, len));
+            }
+            for k in 0..b.dim {
+                copy(&mut out[(a.dim + k) * len..], len, b.lane(k, len));
+            }
+        }
+        Op::OneHot(_) => {
+            let x = a.lane(0, len);
+            for k in 0..dim {
+                let pos = T::from_f64(k as f64);
+                map1(&mut out[k * len..], len, x, |v| bool_to(v.round() == pos));
+            }
+        }
+        Op::SumT(_) => {
+            for k in 0..dim {
+                copy(&mut out[k * len..], len, a.lane(0, len));
+            }
+        }
+        Op::MatVecMult => {
+            // A (n x p, column-major) times x (p): out_k = sum_l A[k + n l] x_l.
+            let (n, p) = (dim, b.dim);
+            for k in 0..n {
+                let o = &mut out[k * len..];
+                o[..len].fill(T::ZERO);
+                for l in 0..p {
+                    mul_add(o, len, a.lane(k + n * l, len), b.lane(l, len));
+                }
+            }
+        }
+        Op::VecMatMult => {
+            // x (n) times A (n x p, column-major): out_l = sum_k x_k A[k + n l].
+            let (n, p) = (a.dim, dim);
+            for l in 0..p {
+                let o = &mut out[l * len..];
+                o[..len].fill(T::ZERO);
+                for k in 0..n {
+                    mul_add(o, len, a.lane(k, len), b.lane(k + n * l, len));
+                }
+            }
+        }
+        Op::TensorProd => {
+            // as.vector(outer(a, b)): out[k + n l] = a_k b_l.
+            let n = a.dim;
+            for l in 0..b.dim {
+                for k in 0..n {
+                    map2(&mut out[(k + n * l) * len..], len, a.lane(k, len), b.lane(l, len), |x, y| x * y);
+                }
+            }
+        }
+    }
+}

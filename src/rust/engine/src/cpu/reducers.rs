@@ -1,0 +1,255 @@
+//! Accumulators of the reductions: the running state of one output row, updated tile by tile, and
+//! turned into the row's values and indices at the end. States are kept in f64: every f32 value is
+//! exactly representable there, and sums across tiles gain precision for free.
+
+use super::lanes::{Arg, Lane};
+use crate::real::Real;
+use crate::reduction::{ReductionKind, SumScheme};
+
+pub struct Accumulator {
+    pub kind: ReductionKind,
+    pub scheme: SumScheme,
+    pub k: usize,
+    /// Dimension of the values f.
+    pub dim: usize,
+    /// Dimension of the weights g (0 without weights).
+    pub gdim: usize,
+}
+
+/// The values of a lane as a slice, materialising a lane that is constant over the tile.
+fn as_slice<'a, T: Real>(lane: Lane<'a, T>, len: usize, scratch: &'a mut [T]) -> &'a [T] {
+    match lane {
+        Lane::Vector(x) => x,
+        Lane::Scalar(x) => {
+            scratch[..len].fill(x);
+            &scratch[..len]
+        }
+    }
+}
+
+/// Sum of a tile in the working precision, with eight independent partial sums (vectorisable,
+/// and more accurate than one running sum).
+#[inline(always)]
+pub fn tile_sum<T: Real>(x: &[T]) -> T {
+    let mut acc = [T::ZERO; 8];
+    let chunks = x.chunks_exact(8);
+    let rest = chunks.remainder();
+    for ch in chunks {
+        for k in 0..8 {
+            acc[k] = acc[k] + ch[k];
+        }
+    }
+    let mut s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for &r in rest {
+        s = s + r;
+    }
+    s
+}
+
+#[inline(always)]
+fn tile_dot<T: Real>(x: &[T], y: &[T]) -> T {
+    let mut acc = [T::ZERO; 8];
+    let (cx, cy) = (x.chunks_exact(8), y.chunks_exact(8));
+    let (rx, ry) = (cx.remainder(), cy.remainder());
+    for (a, b) in cx.zip(cy) {
+        for k in 0..8 {
+            acc[k] = acc[k] + a[k] * b[k];
+        }
+    }
+    let mut s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (&a, &b) in rx.iter().zip(ry) {
+        s = s + a * b;
+    }
+    s
+}
+
+/// Whether `x` should replace `best` in a min (`max = false`) or max selection. NaN wins, so that
+/// it propagates to the result.
+#[inline(always)]
+fn better<T: Real>(x: T, best: T, max: bool) -> bool {
+    (if max { x > best } else { x < best }) || (x.is_nan() && !best.is_nan())
+}
+
+impl Accumulator {
+    /// Number of f64 values in the state of one output row.
+    pub fn state_len(&self) -> usize {
+        use ReductionKind::*;
+        match self.kind {
+            Sum if self.scheme == SumScheme::KahanScheme => 2 * self.dim,
+            Sum => self.dim,
+            Min | Max | ArgMin | ArgMax | MinArgMin | MaxArgMax => 2 * self.dim,
+            KMin | ArgKMin | KMinArgKMin => 2 * self.k * self.dim,
+            LogSumExp => 2,
+            LogSumExpWeight => 1 + self.gdim,
+            SumSoftMaxWeight => 2 + self.gdim,
+        }
+    }
+
+    /// Number of values (and of indices) per output row.
+    pub fn width(&self) -> usize {
+        self.k * if self.gdim > 0 { self.gdim } else { self.dim }
+    }
+
+    pub fn init(&self, state: &mut [f64]) {
+        use ReductionKind::*;
+        match self.kind {
+            Sum => state.fill(0.0),
+            Min | ArgMin | MinArgMin | KMin | ArgKMin | KMinArgKMin => {
+                let (v, i) = state.split_at_mut(state.len() / 2);
+                v.fill(f64::INFINITY);
+                i.fill(-1.0);
+            }
+            Max | ArgMax | MaxArgMax => {
+                let (v, i) = state.split_at_mut(state.len() / 2);
+                v.fill(f64::NEG_INFINITY);
+                i.fill(-1.0);
+            }
+            LogSumExp | LogSumExpWeight | SumSoftMaxWeight => {
+                state.fill(0.0);
+                state[0] = f64::NEG_INFINITY;
+            }
+        }
+    }
+
+    /// Adds the terms `j0 .. j0 + len` of one output row to its state.
+    pub fn accumulate<T: Real>(&self, state: &mut [f64], f: &Arg<T>, g: &Arg<T>, len: usize, j0: usize, scratch: &mut [T]) {
+        use ReductionKind::*;
+        match self.kind {
+            Sum => self.accumulate_sum(state, f, len),
+            Min | ArgMin | MinArgMin => self.accumulate_select(state, f, len, j0, 1, false, scratch),
+            Max | ArgMax | MaxArgMax => self.accumulate_select(state, f, len, j0, 1, true, scratch),
+            KMin | ArgKMin | KMinArgKMin => self.accumulate_select(state, f, len, j0, self.k, false, scratch),
+            LogSumExp | LogSumExpWeight | SumSoftMaxWeight => self.accumulate_exp(state, f, g, len, scratch),
+        }
+    }
+
+    fn accumulate_sum<T: Real>(&self, state: &mut [f64], f: &Arg<T>, len: usize) {
+        for c in 0..self.dim {
+            let lane = f.lane(c, len);
+            match (self.scheme, lane) {
+                (SumScheme::Auto | SumScheme::BlockSum, Lane::Vector(x)) => state[c] += tile_sum(x).to_f64(),
+                (SumScheme::Auto | SumScheme::BlockSum, Lane::Scalar(x)) => state[c] += x.to_f64() * len as f64,
+                (SumScheme::DirectSum, lane) => {
+                    let mut s = T::from_f64(state[c]);
+                    for t in 0..len {
+                        s = s + super::lanes::at(lane, t);
+                    }
+                    state[c] = s.to_f64();
+                }
+                (SumScheme::KahanScheme, lane) => {
+                    let (mut s, mut comp) = (T::from_f64(state[c]), T::from_f64(state[self.dim + c]));
+                    for t in 0..len {
+                        let y = super::lanes::at(lane, t) - comp;
+                        let next = s + y;
+                        comp = (next - s) - y;
+                        s = next;
+                    }
+                    state[c] = s.to_f64();
+                    state[self.dim + c] = comp.to_f64();
+                }
+            }
+        }
+    }
+
+    /// The `k` smallest (or largest) values of each component with their indices, kept sorted;
+    /// equal values keep the order of their indices.
+    #[allow(clippy::too_many_arguments)]
+    fn accumulate_select<T: Real>(&self, state: &mut [f64], f: &Arg<T>, len: usize, j0: usize, k: usize, max: bool, scratch: &mut [T]) {
+        let half = state.len() / 2;
+        let (vals, idx) = state.split_at_mut(half);
+        for c in 0..self.dim {
+            let x = as_slice(f.lane(c, len), len, scratch);
+            let (v, ix) = (&mut vals[c * k..(c + 1) * k], &mut idx[c * k..(c + 1) * k]);
+            let mut worst = T::from_f64(v[k - 1]);
+            for (t, &xt) in x.iter().enumerate() {
+                if ix[k - 1] >= 0.0 && !better(xt, worst, max) {
+                    continue;
+                }
+                let mut p = k - 1;
+                while p > 0 && (ix[p - 1] < 0.0 || better(xt, T::from_f64(v[p - 1]), max)) {
+                    v[p] = v[p - 1];
+                    ix[p] = ix[p - 1];
+                    p -= 1;
+                }
+                v[p] = xt.to_f64();
+                ix[p] = (j0 + t) as f64;
+                worst = T::from_f64(v[k - 1]);
+            }
+        }
+    }
+
+    /// Online log-sum-exp: the state keeps a running maximum m and sums of exp(f - m) (times the
+    /// weights), rescaled whenever m grows, so nothing overflows.
+    fn accumulate_exp<T: Real>(&self, state: &mut [f64], f: &Arg<T>, g: &Arg<T>, len: usize, scratch: &mut [T]) {
+        let (e, rest) = scratch.split_at_mut(len);
+        let fx = as_slice(f.lane(0, len), len, rest);
+        let tile_max = fx.iter().fold(T::NEG_INFINITY, |m, &x| m.max(x));
+        if tile_max.is_nan() {
+            state.fill(f64::NAN);
+            return;
+        }
+        if tile_max == T::NEG_INFINITY {
+            return;
+        }
+        if tile_max == T::INFINITY {
+            for (e, &x) in e.iter_mut().zip(fx) {
+                *e = if x == T::INFINITY { T::ONE } else { T::ZERO };
+            }
+        } else {
+            for (e, &x) in e.iter_mut().zip(fx) {
+                *e = (x - tile_max).exp();
+            }
+        }
+        let (m_old, m_tile) = (state[0], tile_max.to_f64());
+        let m_new = m_old.max(m_tile);
+        let scale = |m: f64| if m == m_new { 1.0 } else { (m - m_new).exp() };
+        let (old_scale, tile_scale) = (scale(m_old), scale(m_tile));
+        state[0] = m_new;
+        let sums = &mut state[1..];
+        let mut slot = 0;
+        if self.kind != ReductionKind::LogSumExpWeight {
+            // The plain sum: the result of LogSumExp, the denominator of SumSoftMaxWeight.
+            sums[0] = sums[0] * old_scale + tile_sum(e).to_f64() * tile_scale;
+            slot = 1;
+        }
+        for c in 0..self.gdim {
+            let s = match g.lane(c, len) {
+                Lane::Vector(w) => tile_dot(e, w),
+                Lane::Scalar(w) => tile_sum(e) * w,
+            };
+            sums[slot + c] = sums[slot + c] * old_scale + s.to_f64() * tile_scale;
+        }
+    }
+
+    /// Writes the results of one row: `width()` values and indices, ordered `k + K c` (so that the
+    /// R array has dimensions n x K x dim).
+    pub fn finalize<T: Real>(&self, state: &[f64], values: &mut [f64], indices: &mut [i32]) {
+        use ReductionKind::*;
+        let round = |x: f64| T::from_f64(x).to_f64();
+        match self.kind {
+            Sum => {
+                for c in 0..self.dim {
+                    values[c] = round(state[c]);
+                }
+            }
+            Min | Max | ArgMin | ArgMax | MinArgMin | MaxArgMax | KMin | ArgKMin | KMinArgKMin => {
+                let half = state.len() / 2;
+                for p in 0..half {
+                    values[p] = state[p];
+                    indices[p] = state[half + p] as i32 + 1;
+                }
+            }
+            LogSumExp => values[0] = round(state[0] + state[1].ln()),
+            LogSumExpWeight => {
+                for c in 0..self.gdim {
+                    values[c] = round(state[0] + state[1 + c].ln());
+                }
+            }
+            SumSoftMaxWeight => {
+                for c in 0..self.gdim {
+                    values[c] = round(state[2 + c] / state[1]);
+                }
+            }
+        }
+    }
+}

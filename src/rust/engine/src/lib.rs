@@ -1,0 +1,15 @@
+//! rkeops engine: reductions of symbolic matrices `M[i,j] = F(x_i, y_j)` without storing them.
+//!
+//! Pure Rust, no R types: the formula language (`formula`), the reductions (`reduction`), the CPU
+//! evaluator (`cpu`) and the public entry point (`operator`).
+
+pub mod cpu;
+pub mod error;
+pub mod formula;
+pub mod operator;
+pub mod real;
+pub mod reduction;
+
+pub use error::{Error, Result};
+pub use operator::{Input, Operator, Output, Precision, RunOptions};
+pub use reduction::{ReductionKind, SumScheme};

@@ -1,0 +1,172 @@
+//! The public entry point: an `Operator` is a parsed formula; `run` checks the inputs against the
+//! declared variables, evaluates the reduction and returns column-major results, as R stores them.
+
+use crate::cpu::{self, Inputs, RowMajor};
+use crate::error::{Error, Result};
+use crate::formula::{Category, Formula};
+use crate::real::Real;
+use crate::reduction::{ReductionKind, SumScheme};
+
+/// One input as R holds it: a column-major `nrow x ncol` matrix of doubles (a vector is `n x 1`).
+#[derive(Debug, Clone, Copy)]
+pub struct Input<'a> {
+    pub data: &'a [f64],
+    pub nrow: usize,
+    pub ncol: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    #[default]
+    F32,
+    F64,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunOptions {
+    pub precision: Precision,
+    pub sum_scheme: SumScheme,
+    /// 0 means every available core.
+    pub threads: usize,
+}
+
+/// Results in column-major order: `nrow x k x dim` (k = 1 except for the K-selections).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Output {
+    pub values: Option<Vec<f64>>,
+    /// 1-based indices into the reduced range.
+    pub indices: Option<Vec<i32>>,
+    pub nrow: usize,
+    pub k: usize,
+    pub dim: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct Operator {
+    pub formula: Formula,
+}
+
+impl Operator {
+    pub fn new(formula: &str, args: &[String]) -> Result<Operator> {
+        Ok(Operator { formula: Formula::parse(formula, args)? })
+    }
+
+    pub fn reduction_kind(&self) -> ReductionKind {
+        self.formula.reduction.kind
+    }
+
+    pub fn run(&self, inputs: &[Input], options: &RunOptions) -> Result<Output> {
+        let (n_i, n_j) = self.check_inputs(inputs)?;
+        let threads = match options.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let rows = match options.precision {
+            Precision::F32 => run_typed::<f32>(&self.formula, inputs, n_i, n_j, options.sum_scheme, threads),
+            Precision::F64 => run_typed::<f64>(&self.formula, inputs, n_i, n_j, options.sum_scheme, threads),
+        };
+        let red = &self.formula.reduction;
+        let nrow = if red.axis == 0 { n_i } else { n_j };
+        let (values, indices) = to_column_major(&rows, nrow);
+        Ok(Output {
+            values: red.kind.returns_values().then_some(values),
+            indices: red.kind.returns_indices().then_some(indices),
+            nrow,
+            k: red.k,
+            dim: self.formula.output_dim(),
+        })
+    }
+
+    /// Checks the number and shapes of the inputs; returns the sizes of the i and j ranges.
+    fn check_inputs(&self, inputs: &[Input]) -> Result<(usize, usize)> {
+        let vars = &self.formula.variables;
+        if inputs.len() != vars.len() {
+            let names: Vec<&str> = vars.iter().map(|v| v.name.as_str()).collect();
+            return Err(Error::Invalid(format!(
+                "expected {} inputs ({}), got {}",
+                vars.len(),
+                names.join(", "),
+                inputs.len()
+            )));
+        }
+        let mut rows: [Option<(usize, &str)>; 2] = [None, None];
+        for (var, input) in vars.iter().zip(inputs) {
+            let bad = |what: String| Error::Input { name: var.name.clone(), what };
+            if input.data.len() != input.nrow * input.ncol {
+                return Err(bad(format!("holds {} values, not {} x {}", input.data.len(), input.nrow, input.ncol)));
+            }
+            let slot = match var.category {
+                Category::Param => {
+                    if input.data.len() != var.dim {
+                        return Err(bad(format!(
+                            "expected a parameter of length {} (Pm({})), got {} values",
+                            var.dim,
+                            var.dim,
+                            input.data.len()
+                        )));
+                    }
+                    continue;
+                }
+                Category::I => 0,
+                Category::J => 1,
+            };
+            let keyword = var.category.keyword();
+            if input.ncol != var.dim {
+                return Err(bad(format!(
+                    "expected a matrix with {} column{} ({}({})), got {} column{}",
+                    var.dim,
+                    if var.dim == 1 { "" } else { "s" },
+                    keyword,
+                    var.dim,
+                    input.ncol,
+                    if input.ncol == 1 { "" } else { "s" }
+                )));
+            }
+            if input.nrow == 0 {
+                return Err(bad("has no rows".into()));
+            }
+            match rows[slot] {
+                Some((n, other)) if n != input.nrow => {
+                    let index = if slot == 0 { "i" } else { "j" };
+                    return Err(bad(format!(
+                        "has {} rows, but '{other}' has {n}: all {index}-variables ({keyword}) must have the same number of rows",
+                        input.nrow
+                    )));
+                }
+                Some(_) => {}
+                None => rows[slot] = Some((input.nrow, &var.name)),
+            }
+        }
+        // Without any i- (or j-) variable, that index has a single value.
+        let (n_i, n_j) = (rows[0].map_or(1, |r| r.0), rows[1].map_or(1, |r| r.0));
+        let red = &self.formula.reduction;
+        let range = if red.axis == 0 { n_j } else { n_i };
+        if red.kind.is_k_selection() && red.k > range {
+            let index = if red.axis == 0 { "j" } else { "i" };
+            return Err(Error::Invalid(format!(
+                "K = {} is larger than the number of {index}-rows reduced over ({range})",
+                red.k
+            )));
+        }
+        Ok((n_i, n_j))
+    }
+}
+
+fn run_typed<T: Real>(formula: &Formula, inputs: &[Input], n_i: usize, n_j: usize, scheme: SumScheme, threads: usize) -> RowMajor {
+    let converted: Vec<_> = inputs.iter().map(|x| T::from_f64_slice(x.data)).collect();
+    let inputs = Inputs { data: converted.iter().map(|c| c.as_ref()).collect(), n_i, n_j };
+    cpu::evaluate(formula, &inputs, scheme, threads)
+}
+
+fn to_column_major(rows: &RowMajor, nrow: usize) -> (Vec<f64>, Vec<i32>) {
+    let w = rows.width;
+    let mut values = vec![0.0; rows.values.len()];
+    let mut indices = vec![0; rows.indices.len()];
+    for r in 0..nrow {
+        for c in 0..w {
+            values[r + nrow * c] = rows.values[r * w + c];
+            indices[r + nrow * c] = rows.indices[r * w + c];
+        }
+    }
+    (values, indices)
+}

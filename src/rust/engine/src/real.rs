@@ -1,0 +1,101 @@
+//! The floating-point types the evaluator is generic over (f32 and f64), with the few operations
+//! the formula language needs. Written here rather than pulled from a crate: it is small and fixed.
+
+use std::borrow::Cow;
+use std::fmt::Debug;
+use std::ops::{Add, Div, Mul, Neg, Sub};
+
+pub trait Real:
+    Copy
+    + Send
+    + Sync
+    + Debug
+    + PartialOrd
+    + Default
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+    + Neg<Output = Self>
+    + 'static
+{
+    const ZERO: Self;
+    const ONE: Self;
+    const INFINITY: Self;
+    const NEG_INFINITY: Self;
+    fn from_f64(x: f64) -> Self;
+    fn to_f64(self) -> f64;
+    fn exp(self) -> Self;
+    fn ln(self) -> Self;
+    fn sin(self) -> Self;
+    fn cos(self) -> Self;
+    fn asin(self) -> Self;
+    fn acos(self) -> Self;
+    fn atan(self) -> Self;
+    fn atan2(self, x: Self) -> Self;
+    fn sqrt(self) -> Self;
+    fn abs(self) -> Self;
+    fn floor(self) -> Self;
+    fn round(self) -> Self;
+    fn powi(self, n: i32) -> Self;
+    fn powf(self, y: Self) -> Self;
+    fn is_nan(self) -> bool;
+    fn max(self, other: Self) -> Self;
+    fn min(self, other: Self) -> Self;
+    /// R hands over doubles: borrowed as they are for f64, converted for f32.
+    fn from_f64_slice(x: &[f64]) -> Cow<'_, [Self]>;
+}
+
+macro_rules! impl_real {
+    ($t:ty, $convert:expr) => {
+        impl Real for $t {
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            const INFINITY: Self = <$t>::INFINITY;
+            const NEG_INFINITY: Self = <$t>::NEG_INFINITY;
+            #[inline(always)]
+            fn from_f64(x: f64) -> Self { x as $t }
+            #[inline(always)]
+            fn to_f64(self) -> f64 { self as f64 }
+            #[inline(always)]
+            fn exp(self) -> Self { <$t>::exp(self) }
+            #[inline(always)]
+            fn ln(self) -> Self { <$t>::ln(self) }
+            #[inline(always)]
+            fn sin(self) -> Self { <$t>::sin(self) }
+            #[inline(always)]
+            fn cos(self) -> Self { <$t>::cos(self) }
+            #[inline(always)]
+            fn asin(self) -> Self { <$t>::asin(self) }
+            #[inline(always)]
+            fn acos(self) -> Self { <$t>::acos(self) }
+            #[inline(always)]
+            fn atan(self) -> Self { <$t>::atan(self) }
+            #[inline(always)]
+            fn atan2(self, x: Self) -> Self { <$t>::atan2(self, x) }
+            #[inline(always)]
+            fn sqrt(self) -> Self { <$t>::sqrt(self) }
+            #[inline(always)]
+            fn abs(self) -> Self { <$t>::abs(self) }
+            #[inline(always)]
+            fn floor(self) -> Self { <$t>::floor(self) }
+            #[inline(always)]
+            fn round(self) -> Self { <$t>::round(self) }
+            #[inline(always)]
+            fn powi(self, n: i32) -> Self { <$t>::powi(self, n) }
+            #[inline(always)]
+            fn powf(self, y: Self) -> Self { <$t>::powf(self, y) }
+            #[inline(always)]
+            fn is_nan(self) -> bool { <$t>::is_nan(self) }
+            /// NaN-propagating, unlike `f64::max`.
+            #[inline(always)]
+            fn max(self, other: Self) -> Self { if self > other || self.is_nan() { self } else { other } }
+            /// NaN-propagating, unlike `f64::min`.
+            #[inline(always)]
+            fn min(self, other: Self) -> Self { if self < other || self.is_nan() { self } else { other } }
+            fn from_f64_slice(x: &[f64]) -> Cow<'_, [Self]> { $convert(x) }
+        }
+    };
+}
+impl_real!(f32, |x: &[f64]| Cow::Owned(x.iter().map(|&v| v as f32).collect()));
+impl_real!(f64, Cow::Borrowed);

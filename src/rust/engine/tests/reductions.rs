@@ -1,0 +1,265 @@
+//! Every reduction against a direct double loop, on sizes that are not multiples of the tile, on both
+//! axes, in float64 and float32.
+
+use engine::{Input, Operator, Output, Precision, RunOptions, SumScheme};
+
+/// Deterministic pseudo-random numbers in [0, 1) (xorshift), so the tests need no dependency.
+fn random(n: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 11) as f64 / (1u64 << 53) as f64
+        })
+        .collect()
+}
+
+struct Data {
+    x: Vec<f64>,
+    y: Vec<f64>,
+    b: Vec<f64>,
+    n: usize,
+    m: usize,
+    d: usize,
+}
+
+impl Data {
+    fn new(n: usize, m: usize, d: usize) -> Data {
+        Data { x: random(n * d, 1), y: random(m * d, 2), b: random(m * 2, 3).iter().map(|v| v - 0.5).collect(), n, m, d }
+    }
+    fn sqdist(&self, i: usize, j: usize) -> f64 {
+        (0..self.d).map(|k| (self.x[i + self.n * k] - self.y[j + self.m * k]).powi(2)).sum()
+    }
+}
+
+fn run(formula: &str, args: &[&str], inputs: &[Input], precision: Precision, threads: usize) -> Output {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let op = Operator::new(formula, &args).unwrap();
+    op.run(inputs, &RunOptions { precision, sum_scheme: SumScheme::Auto, threads }).unwrap()
+}
+
+fn close(got: f64, want: f64, tol: f64) -> bool {
+    (got - want).abs() <= tol * (1.0 + want.abs())
+}
+
+fn assert_close(got: &[f64], want: &[f64], tol: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (k, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(close(*g, *w, tol), "{what}: element {k}: got {g}, want {w}");
+    }
+}
+
+fn tolerance(p: Precision) -> f64 {
+    if p == Precision::F64 {
+        1e-12
+    } else {
+        2e-5
+    }
+}
+
+#[test]
+fn gaussian_sum_both_axes() {
+    let data = Data::new(301, 517, 3);
+    let args = ["x = Vi(3)", "y = Vj(3)", "b = Vj(2)", "s = Pm(1)"];
+    let s = [0.7];
+    let inputs = [
+        Input { data: &data.x, nrow: data.n, ncol: 3 },
+        Input { data: &data.y, nrow: data.m, ncol: 3 },
+        Input { data: &data.b, nrow: data.m, ncol: 2 },
+        Input { data: &s, nrow: 1, ncol: 1 },
+    ];
+    let mut want = vec![0.0; data.n * 2];
+    for i in 0..data.n {
+        for j in 0..data.m {
+            let k = (-0.7 * data.sqdist(i, j)).exp();
+            want[i] += k * data.b[j];
+            want[i + data.n] += k * data.b[j + data.m];
+        }
+    }
+    for p in [Precision::F64, Precision::F32] {
+        for threads in [1, 3] {
+            let out = run("Sum_Reduction(Exp(-s*SqDist(x,y))*b, 0)", &args, &inputs, p, threads);
+            assert_eq!((out.nrow, out.dim, out.k), (data.n, 2, 1));
+            assert_close(out.values.as_ref().unwrap(), &want, tolerance(p), "gaussian axis 0");
+        }
+    }
+    // Axis 1: sum over i of exp(-s |x_i - y_j|^2) for each j.
+    let out = run("Sum_Reduction(Exp(-s*SqDist(x,y)), 1)", &args, &inputs, Precision::F64, 2);
+    let want: Vec<f64> = (0..data.m).map(|j| (0..data.n).map(|i| (-0.7 * data.sqdist(i, j)).exp()).sum()).collect();
+    assert_close(out.values.as_ref().unwrap(), &want, 1e-12, "gaussian axis 1");
+}
+
+fn select(data: &Data, axis: usize, k: usize, max: bool) -> (Vec<f64>, Vec<i32>) {
+    let (n_out, n_red) = if axis == 0 { (data.n, data.m) } else { (data.m, data.n) };
+    let mut values = vec![0.0; n_out * k];
+    let mut indices = vec![0; n_out * k];
+    for r in 0..n_out {
+        let mut terms: Vec<(f64, usize)> = (0..n_red)
+            .map(|t| (if axis == 0 { data.sqdist(r, t) } else { data.sqdist(t, r) }, t))
+            .collect();
+        terms.sort_by(|a, b| if max { b.0.total_cmp(&a.0) } else { a.0.total_cmp(&b.0) }.then(a.1.cmp(&b.1)));
+        for p in 0..k {
+            values[r + n_out * p] = terms[p].0;
+            indices[r + n_out * p] = terms[p].1 as i32 + 1;
+        }
+    }
+    (values, indices)
+}
+
+#[test]
+fn selections_both_axes() {
+    let data = Data::new(263, 389, 2);
+    let args = ["x = Vi(2)", "y = Vj(2)"];
+    let inputs = [Input { data: &data.x, nrow: data.n, ncol: 2 }, Input { data: &data.y, nrow: data.m, ncol: 2 }];
+    for axis in [0, 1] {
+        for p in [Precision::F64, Precision::F32] {
+            let tol = tolerance(p);
+            let (v1, i1) = select(&data, axis, 1, false);
+            let out = run(&format!("Min_ArgMin_Reduction(SqDist(x,y), {axis})"), &args, &inputs, p, 2);
+            assert_close(out.values.as_ref().unwrap(), &v1, tol, "min");
+            assert_eq!(out.indices.as_ref().unwrap(), &i1, "argmin axis {axis}");
+            let out = run(&format!("ArgMin_Reduction(SqDist(x,y), {axis})"), &args, &inputs, p, 2);
+            assert!(out.values.is_none());
+            assert_eq!(out.indices.as_ref().unwrap(), &i1);
+            let (vmax, imax) = select(&data, axis, 1, true);
+            let out = run(&format!("Max_ArgMax_Reduction(SqDist(x,y), {axis})"), &args, &inputs, p, 2);
+            assert_close(out.values.as_ref().unwrap(), &vmax, tol, "max");
+            assert_eq!(out.indices.as_ref().unwrap(), &imax);
+            let out = run(&format!("Max_Reduction(SqDist(x,y), {axis})"), &args, &inputs, p, 1);
+            assert_close(out.values.as_ref().unwrap(), &vmax, tol, "max");
+            let (vk, ik) = select(&data, axis, 7, false);
+            let out = run(&format!("KMin_ArgKMin_Reduction(SqDist(x,y), 7, {axis})"), &args, &inputs, p, 2);
+            assert_eq!(out.k, 7);
+            assert_close(out.values.as_ref().unwrap(), &vk, tol, "kmin");
+            assert_eq!(out.indices.as_ref().unwrap(), &ik, "argkmin axis {axis}");
+        }
+    }
+}
+
+#[test]
+fn vector_valued_selection_is_per_component() {
+    // Min over j of (x_i - y_j) per component: two components, two independent answers.
+    let data = Data::new(37, 300, 2);
+    let args = ["x = Vi(2)", "y = Vj(2)"];
+    let inputs = [Input { data: &data.x, nrow: data.n, ncol: 2 }, Input { data: &data.y, nrow: data.m, ncol: 2 }];
+    let out = run("KMin_ArgKMin_Reduction(x-y, 3, 0)", &args, &inputs, Precision::F64, 2);
+    let values = out.values.unwrap();
+    let indices = out.indices.unwrap();
+    for i in 0..data.n {
+        for c in 0..2 {
+            let mut t: Vec<(f64, usize)> = (0..data.m).map(|j| (data.x[i + data.n * c] - data.y[j + data.m * c], j)).collect();
+            t.sort_by(|a, b| a.0.total_cmp(&b.0));
+            for p in 0..3 {
+                let at = i + data.n * (p + 3 * c);
+                assert!(close(values[at], t[p].0, 1e-14));
+                assert_eq!(indices[at], t[p].1 as i32 + 1);
+            }
+        }
+    }
+}
+
+#[test]
+fn log_sum_exp_and_soft_max() {
+    let data = Data::new(129, 1000, 3);
+    let args = ["x = Vi(3)", "y = Vj(3)", "b = Vj(2)"];
+    let inputs = [
+        Input { data: &data.x, nrow: data.n, ncol: 3 },
+        Input { data: &data.y, nrow: data.m, ncol: 3 },
+        Input { data: &data.b, nrow: data.m, ncol: 2 },
+    ];
+    // Values around 1000: exp overflows unless shifted.
+    let f = |i: usize, j: usize| 1000.0 - 3.0 * data.sqdist(i, j);
+    let mut lse = vec![0.0; data.n];
+    let mut soft = vec![0.0; data.n * 2];
+    let mut weighted = vec![0.0; data.n * 2];
+    for i in 0..data.n {
+        let m = (0..data.m).map(|j| f(i, j)).fold(f64::NEG_INFINITY, f64::max);
+        let s: f64 = (0..data.m).map(|j| (f(i, j) - m).exp()).sum();
+        lse[i] = m + s.ln();
+        for c in 0..2 {
+            let num: f64 = (0..data.m).map(|j| (f(i, j) - m).exp() * data.b[j + data.m * c]).sum();
+            soft[i + data.n * c] = num / s;
+            // Positive weights for the log: 1 + b.
+            let w: f64 = (0..data.m).map(|j| (f(i, j) - m).exp() * (1.0 + data.b[j + data.m * c])).sum();
+            weighted[i + data.n * c] = m + w.ln();
+        }
+    }
+    for p in [Precision::F64, Precision::F32] {
+        let tol = tolerance(p);
+        let out = run("LogSumExp_Reduction(1000 - 3*SqDist(x,y), 0)", &args, &inputs, p, 2);
+        assert_close(out.values.as_ref().unwrap(), &lse, tol, "logsumexp");
+        let out = run("SumSoftMaxWeight_Reduction(1000 - 3*SqDist(x,y), b, 0)", &args, &inputs, p, 2);
+        assert_close(out.values.as_ref().unwrap(), &soft, tol * 10.0, "softmax");
+        let out = run("LogSumExpWeight_Reduction(1000 - 3*SqDist(x,y), 1 + b, 0)", &args, &inputs, p, 2);
+        assert_close(out.values.as_ref().unwrap(), &weighted, tol, "logsumexp weight");
+        let out = run("LogSumExp_Reduction(1000 - 3*SqDist(x,y), 0, 1 + b)", &args, &inputs, p, 2);
+        assert_close(out.values.as_ref().unwrap(), &weighted, tol, "logsumexp, KeOps' weighted form");
+    }
+}
+
+#[test]
+fn sum_schemes_and_float32_accuracy() {
+    // 10^6 terms k / 1024, exactly representable in float32, so the float64 sum is the reference.
+    let m = 1_000_000;
+    let b: Vec<f64> = (0..m).map(|k| ((k * 7919) % 1000 + 1) as f64 / 1024.0).collect();
+    let want: f64 = b.iter().sum();
+    let x = [0.0, 1.0];
+    let inputs = [Input { data: &x, nrow: 2, ncol: 1 }, Input { data: &b, nrow: m, ncol: 1 }];
+    let args: Vec<String> = ["x = Vi(1)", "b = Vj(1)"].iter().map(|s| s.to_string()).collect();
+    let op = Operator::new("Sum_Reduction(b + 0*x, 0)", &args).unwrap();
+    let rel = |scheme| {
+        let out = op.run(&inputs, &RunOptions { precision: Precision::F32, sum_scheme: scheme, threads: 2 }).unwrap();
+        (out.values.unwrap()[0] - want).abs() / want
+    };
+    assert!(rel(SumScheme::Auto) < 1e-6);
+    assert!(rel(SumScheme::BlockSum) < 1e-6);
+    assert!(rel(SumScheme::KahanScheme) < 1e-6);
+    // A single running float32 sum is what the other schemes improve on.
+    assert!(rel(SumScheme::DirectSum) < 1e-2);
+}
+
+#[test]
+fn nan_propagates() {
+    let x = [0.0, f64::NAN, 2.0];
+    let y = [1.0, 2.0, 3.0, 4.0];
+    let inputs = [Input { data: &x, nrow: 3, ncol: 1 }, Input { data: &y[..4], nrow: 4, ncol: 1 }];
+    let args = ["x = Vi(1)", "y = Vj(1)"];
+    let out = run("Sum_Reduction(x*y, 0)", &args, &inputs, Precision::F64, 1);
+    let v = out.values.unwrap();
+    assert_eq!(v[0], 0.0);
+    assert!(v[1].is_nan());
+    assert_eq!(v[2], 20.0);
+    for red in ["Min_Reduction", "Max_Reduction", "LogSumExp_Reduction"] {
+        let out = run(&format!("{red}(x-y, 0)"), &args, &inputs, Precision::F32, 1);
+        let v = out.values.unwrap();
+        assert!(v[1].is_nan() && !v[0].is_nan(), "{red}: {v:?}");
+    }
+}
+
+#[test]
+fn input_errors_name_the_variable() {
+    let args: Vec<String> = ["x = Vi(3)", "y = Vj(3)", "s = Pm(2)"].iter().map(|s| s.to_string()).collect();
+    let op = Operator::new("Sum_Reduction(SqDist(x,y)*s, 0)", &args).unwrap();
+    let (x, y, s) = (vec![0.0; 30], vec![0.0; 12], vec![1.0, 2.0]);
+    let opts = RunOptions::default();
+    let ok = [Input { data: &x, nrow: 10, ncol: 3 }, Input { data: &y, nrow: 4, ncol: 3 }, Input { data: &s, nrow: 2, ncol: 1 }];
+    assert!(op.run(&ok, &opts).is_ok());
+    let e = op.run(&ok[..2], &opts).unwrap_err().to_string();
+    assert!(e.contains("expected 3 inputs (x, y, s), got 2"), "{e}");
+    let bad = [ok[0], Input { data: &x, nrow: 15, ncol: 2 }, ok[2]];
+    let e = op.run(&bad, &opts).unwrap_err().to_string();
+    assert!(e.contains("'y'") && e.contains("3 columns") && e.contains("got 2"), "{e}");
+    let bad = [ok[0], ok[1], Input { data: &x[..3], nrow: 3, ncol: 1 }];
+    let e = op.run(&bad, &opts).unwrap_err().to_string();
+    assert!(e.contains("'s'") && e.contains("length 2"), "{e}");
+    let args: Vec<String> = ["x = Vi(1)", "z = Vi(1)", "y = Vj(1)"].iter().map(|s| s.to_string()).collect();
+    let op = Operator::new("KMin_Reduction(x+z-y, 5, 0)", &args).unwrap();
+    let bad = [Input { data: &x[..5], nrow: 5, ncol: 1 }, Input { data: &x[..6], nrow: 6, ncol: 1 }, Input { data: &y[..4], nrow: 4, ncol: 1 }];
+    let e = op.run(&bad, &opts).unwrap_err().to_string();
+    assert!(e.contains("'z': has 6 rows, but 'x' has 5"), "{e}");
+    let bad = [Input { data: &x[..5], nrow: 5, ncol: 1 }, Input { data: &x[..5], nrow: 5, ncol: 1 }, Input { data: &y[..4], nrow: 4, ncol: 1 }];
+    let e = op.run(&bad, &opts).unwrap_err().to_string();
+    assert!(e.contains("K = 5 is larger"), "{e}");
+}
