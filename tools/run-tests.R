@@ -12,7 +12,7 @@ res <- tryCatch(
     test_path,
     package = "rkeops",
     load_package = "installed",
-    reporter = testthat::ProgressReporter$new(show_praise = FALSE),
+    reporter = testthat::SummaryReporter$new(show_praise = FALSE),
     stop_on_failure = FALSE
   ),
   error = function(e) {

@@ -6,6 +6,7 @@
 pub mod cpu;
 pub mod error;
 pub mod formula;
+pub mod math;
 pub mod operator;
 pub mod real;
 pub mod reduction;

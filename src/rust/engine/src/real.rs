@@ -47,7 +47,7 @@ pub trait Real:
 }
 
 macro_rules! impl_real {
-    ($t:ty, $convert:expr) => {
+    ($t:ty, $exp:path, $convert:expr) => {
         impl Real for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -58,7 +58,7 @@ macro_rules! impl_real {
             #[inline(always)]
             fn to_f64(self) -> f64 { self as f64 }
             #[inline(always)]
-            fn exp(self) -> Self { <$t>::exp(self) }
+            fn exp(self) -> Self { $exp(self) }
             #[inline(always)]
             fn ln(self) -> Self { <$t>::ln(self) }
             #[inline(always)]
@@ -97,5 +97,5 @@ macro_rules! impl_real {
         }
     };
 }
-impl_real!(f32, |x: &[f64]| Cow::Owned(x.iter().map(|&v| v as f32).collect()));
-impl_real!(f64, Cow::Borrowed);
+impl_real!(f32, crate::math::exp_f32, |x: &[f64]| Cow::Owned(x.iter().map(|&v| v as f32).collect()));
+impl_real!(f64, crate::math::exp_f64, Cow::Borrowed);

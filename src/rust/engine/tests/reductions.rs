@@ -129,10 +129,19 @@ fn selections_both_axes() {
             assert_eq!(out.indices.as_ref().unwrap(), &imax);
             let out = run(&format!("Max_Reduction(SqDist(x,y), {axis})"), &args, &inputs, p, 1);
             assert_close(out.values.as_ref().unwrap(), &vmax, tol, "max");
+            assert!(out.indices.is_none());
+            let out = run(&format!("ArgMax_Reduction(SqDist(x,y), {axis})"), &args, &inputs, p, 1);
+            assert_eq!(out.indices.as_ref().unwrap(), &imax);
+            let out = run(&format!("Min_Reduction(SqDist(x,y), {axis})"), &args, &inputs, p, 1);
+            assert_close(out.values.as_ref().unwrap(), &v1, tol, "min");
             let (vk, ik) = select(&data, axis, 7, false);
             let out = run(&format!("KMin_ArgKMin_Reduction(SqDist(x,y), 7, {axis})"), &args, &inputs, p, 2);
             assert_eq!(out.k, 7);
             assert_close(out.values.as_ref().unwrap(), &vk, tol, "kmin");
+            assert_eq!(out.indices.as_ref().unwrap(), &ik, "argkmin axis {axis}");
+            let out = run(&format!("KMin_Reduction(SqDist(x,y), 7, {axis})"), &args, &inputs, p, 2);
+            assert_close(out.values.as_ref().unwrap(), &vk, tol, "kmin");
+            let out = run(&format!("ArgKMin_Reduction(SqDist(x,y), 7, {axis})"), &args, &inputs, p, 2);
             assert_eq!(out.indices.as_ref().unwrap(), &ik, "argkmin axis {axis}");
         }
     }

@@ -1,0 +1,56 @@
+//! CPU timings of the engine alone (no R): `cargo bench -p rkeops-engine --bench cpu [-- N]`.
+//! Prints medians of several runs after a warm-up, in seconds and pairs per second.
+
+use engine::{Input, Operator, Precision, RunOptions, SumScheme};
+use std::time::Instant;
+
+fn random(n: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 11) as f64 / (1u64 << 53) as f64
+        })
+        .collect()
+}
+
+fn median_time(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut t: Vec<f64> = (0..reps)
+        .map(|_| {
+            let s = Instant::now();
+            f();
+            s.elapsed().as_secs_f64()
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[reps / 2]
+}
+
+fn main() {
+    let n: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(20_000);
+    let cases: [(&str, &str, &[&str], usize); 4] = [
+        ("gauss D=3", "Sum_Reduction(Exp(-SqDist(x,y))*b, 0)", &["x = Vi(3)", "y = Vj(3)", "b = Vj(1)"], 3),
+        ("gauss D=64", "Sum_Reduction(Exp(-SqDist(x,y))*b, 0)", &["x = Vi(64)", "y = Vj(64)", "b = Vj(1)"], 64),
+        ("argkmin K=10 D=3", "ArgKMin_Reduction(SqDist(x,y), 10, 0)", &["x = Vi(3)", "y = Vj(3)"], 3),
+        ("logsumexp D=3", "LogSumExp_Reduction(-SqDist(x,y) + b, 0)", &["x = Vi(3)", "y = Vj(3)", "b = Vj(1)"], 3),
+    ];
+    for (name, formula, args, d) in cases {
+        let (x, y, b) = (random(n * d, 1), random(n * d, 2), random(n, 3));
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let op = Operator::new(formula, &args).unwrap();
+        let mut inputs = vec![Input { data: &x, nrow: n, ncol: d }, Input { data: &y, nrow: n, ncol: d }];
+        if args.len() == 3 {
+            inputs.push(Input { data: &b, nrow: n, ncol: 1 });
+        }
+        for precision in [Precision::F32, Precision::F64] {
+            let opts = RunOptions { precision, sum_scheme: SumScheme::Auto, threads: 0 };
+            let t = median_time(3, || {
+                op.run(&inputs, &opts).unwrap();
+            });
+            println!("{name:<18} {precision:?} N = M = {n}: {t:.3} s, {:.2} Gpairs/s", (n * n) as f64 / t / 1e9);
+        }
+    }
+}
