@@ -55,8 +55,10 @@ keops_kernel <- function(formula, args, sum_scheme = "auto") {
   force(sum_scheme)
   function(input = list()) {
     inputs <- prepare_inputs(input, info)
-    res <- rust_result(.Call(wrap__keops_run, formula, args, inputs,
-                             get_rkeops_options("precision"), rkeops_ncore(), sum_scheme))
+    opts <- get_rkeops_options()
+    res <- rust_result(.Call(wrap__keops_run, formula, args, inputs, opts$precision,
+                             rkeops_ncore(), sum_scheme, opts$backend, opts$device,
+                             rkeops_cache_dir()))
     shape_result(res, info)
   }
 }

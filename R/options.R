@@ -167,16 +167,18 @@ rkeops_use_cpu <- function(ncore = NULL) {
 
 #' Compute on the GPU
 #'
-#' Requests the GPU backend on a given device. **No GPU backend is available
-#' in this version of rkeops** (the CUDA backend is not implemented yet): the
-#' function records `device`, keeps the backend on the CPU, says so with a
-#' message and returns `FALSE`.
+#' Selects the GPU backend on a given device when it can be used: an NVIDIA
+#' driver (`libcuda.so.1`), the CUDA runtime compiler NVRTC (`libnvrtc.so.13`
+#' or `.so.12`) and the device must be present. Otherwise it says why, with a
+#' message, and computations stay on the CPU. Each formula is compiled for the
+#' device on its first use (see [clean_rkeops()] for the cache of compiled
+#' kernels).
 #'
 #' @param device A non-negative integer, the index of the GPU (0 for the first
 #'   one).
 #'
-#' @return `TRUE` if the GPU backend was selected, `FALSE` otherwise
-#'   (always `FALSE` in this version), invisibly.
+#' @return `TRUE` if the GPU backend was selected, `FALSE` otherwise,
+#'   invisibly.
 #' @seealso [rkeops_use_cpu()], [set_rkeops_options()]
 #' @export
 #' @examples
@@ -185,10 +187,17 @@ rkeops_use_cpu <- function(ncore = NULL) {
 #' get_rkeops_options("backend")
 #' do.call(set_rkeops_options, old)
 rkeops_use_gpu <- function(device = 0) {
-  set_rkeops_options(device = device, backend = "CPU")
-  message("rkeops: no GPU backend is available in this build (the CUDA ",
-          "backend is not implemented yet); computations stay on the CPU.")
-  invisible(FALSE)
+  set_rkeops_options(device = device)
+  status <- gpu_status(get_rkeops_options("device"))
+  if (status$available) {
+    set_rkeops_options(backend = "GPU")
+    message("rkeops: computations run on ", status$message)
+  } else {
+    set_rkeops_options(backend = "CPU")
+    message("rkeops: the GPU cannot be used (", status$message,
+            "); computations stay on the CPU.")
+  }
+  invisible(status$available)
 }
 
 #' Choose the floating point precision

@@ -1,7 +1,7 @@
 //! CPU timings of the engine alone (no R): `cargo bench -p rkeops-engine --bench cpu [-- N]`.
 //! Prints medians of several runs after a warm-up, in seconds and pairs per second.
 
-use engine::{Input, Operator, Precision, RunOptions, SumScheme};
+use engine::{Backend, Input, Operator, Precision, RunOptions};
 use std::time::Instant;
 
 fn random(n: usize, seed: u64) -> Vec<f64> {
@@ -46,7 +46,7 @@ fn main() {
             inputs.push(Input { data: &b, nrow: n, ncol: 1 });
         }
         for precision in [Precision::F32, Precision::F64] {
-            let opts = RunOptions { precision, sum_scheme: SumScheme::Auto, threads: 0 };
+            let opts = RunOptions { precision, backend: Backend::Cpu, ..Default::default() };
             let t = median_time(3, || {
                 op.run(&inputs, &opts).unwrap();
             });

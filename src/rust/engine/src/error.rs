@@ -21,6 +21,10 @@ pub enum Error {
     #[error("input '{name}': {what}")]
     Input { name: String, what: String },
 
+    /// The GPU cannot be used, or failed: what and why, with the device when there is one.
+    #[error("GPU: {0}")]
+    Gpu(String),
+
     /// Anything else the caller asked for that cannot be done (bad option, bad K, ...).
     #[error("{0}")]
     Invalid(String),

@@ -3,14 +3,17 @@
 //! Pure Rust, no R types: the formula language (`formula`), the reductions (`reduction`), the CPU
 //! evaluator (`cpu`) and the public entry point (`operator`).
 
+pub mod cache;
 pub mod cpu;
+pub mod cuda;
 pub mod error;
 pub mod formula;
 pub mod math;
 pub mod operator;
+pub mod plan;
 pub mod real;
 pub mod reduction;
 
 pub use error::{Error, Result};
-pub use operator::{Input, Operator, Output, Precision, RunOptions};
+pub use operator::{Backend, Input, Operator, Output, Precision, RunOptions};
 pub use reduction::{ReductionKind, SumScheme};

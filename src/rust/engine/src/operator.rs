@@ -1,7 +1,11 @@
 //! The public entry point: an `Operator` is a parsed formula; `run` checks the inputs against the
 //! declared variables, evaluates the reduction and returns column-major results, as R stores them.
 
+use cudarc::driver::{DeviceRepr, ValidAsZeroBits};
+
+use crate::cache::DiskCache;
 use crate::cpu::{self, Inputs, RowMajor};
+use crate::cuda::{self, Device};
 use crate::error::{Error, Result};
 use crate::formula::{Category, Formula};
 use crate::real::Real;
@@ -22,12 +26,28 @@ pub enum Precision {
     F64,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+/// Where to compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backend {
+    Cpu,
+    /// This GPU, or an error saying why it cannot be used.
+    Gpu(usize),
+    /// This GPU when one can be used, the CPU otherwise.
+    #[default]
+    Auto,
+}
+
+#[derive(Debug, Clone, Default)]
 pub struct RunOptions {
     pub precision: Precision,
     pub sum_scheme: SumScheme,
     /// 0 means every available core.
     pub threads: usize,
+    pub backend: Backend,
+    /// GPU device used by `Backend::Auto`.
+    pub device: usize,
+    /// Where compiled GPU kernels are kept between sessions (none: compiled once per process).
+    pub cache_dir: Option<std::path::PathBuf>,
 }
 
 /// Results in column-major order: `nrow x k x dim` (k = 1 except for the K-selections).
@@ -39,6 +59,8 @@ pub struct Output {
     pub nrow: usize,
     pub k: usize,
     pub dim: usize,
+    /// What computed it: "CPU" or the GPU's description.
+    pub backend: String,
 }
 
 #[derive(Debug, Clone)]
@@ -57,13 +79,31 @@ impl Operator {
 
     pub fn run(&self, inputs: &[Input], options: &RunOptions) -> Result<Output> {
         let (n_i, n_j) = self.check_inputs(inputs)?;
-        let threads = match options.threads {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            n => n,
+        let gpu = match options.backend {
+            Backend::Cpu => None,
+            Backend::Gpu(d) => Some(cuda::device::device(d)?),
+            Backend::Auto => cuda::device::device(options.device).ok(),
         };
-        let rows = match options.precision {
-            Precision::F32 => run_typed::<f32>(&self.formula, inputs, n_i, n_j, options.sum_scheme, threads),
-            Precision::F64 => run_typed::<f64>(&self.formula, inputs, n_i, n_j, options.sum_scheme, threads),
+        let (rows, backend) = match gpu {
+            Some(device) => {
+                let cache = options.cache_dir.as_ref().map(DiskCache::new);
+                let rows = match options.precision {
+                    Precision::F32 => run_gpu::<f32>(&device, &self.formula, inputs, n_i, n_j, options.sum_scheme, cache.as_ref())?,
+                    Precision::F64 => run_gpu::<f64>(&device, &self.formula, inputs, n_i, n_j, options.sum_scheme, cache.as_ref())?,
+                };
+                (rows, format!("GPU {} ({})", device.ordinal, device.name))
+            }
+            None => {
+                let threads = match options.threads {
+                    0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+                    n => n,
+                };
+                let rows = match options.precision {
+                    Precision::F32 => run_cpu::<f32>(&self.formula, inputs, n_i, n_j, options.sum_scheme, threads),
+                    Precision::F64 => run_cpu::<f64>(&self.formula, inputs, n_i, n_j, options.sum_scheme, threads),
+                };
+                (rows, "CPU".to_string())
+            }
         };
         let red = &self.formula.reduction;
         let nrow = if red.axis == 0 { n_i } else { n_j };
@@ -74,6 +114,7 @@ impl Operator {
             nrow,
             k: red.k,
             dim: self.formula.output_dim(),
+            backend,
         })
     }
 
@@ -152,10 +193,24 @@ impl Operator {
     }
 }
 
-fn run_typed<T: Real>(formula: &Formula, inputs: &[Input], n_i: usize, n_j: usize, scheme: SumScheme, threads: usize) -> RowMajor {
+fn run_cpu<T: Real>(formula: &Formula, inputs: &[Input], n_i: usize, n_j: usize, scheme: SumScheme, threads: usize) -> RowMajor {
     let converted: Vec<_> = inputs.iter().map(|x| T::from_f64_slice(x.data)).collect();
     let inputs = Inputs { data: converted.iter().map(|c| c.as_ref()).collect(), n_i, n_j };
     cpu::evaluate(formula, &inputs, scheme, threads)
+}
+
+fn run_gpu<T: Real + DeviceRepr + ValidAsZeroBits>(
+    device: &Device,
+    formula: &Formula,
+    inputs: &[Input],
+    n_i: usize,
+    n_j: usize,
+    scheme: SumScheme,
+    cache: Option<&DiskCache>,
+) -> Result<RowMajor> {
+    let converted: Vec<_> = inputs.iter().map(|x| T::from_f64_slice(x.data)).collect();
+    let inputs = Inputs { data: converted.iter().map(|c| c.as_ref()).collect(), n_i, n_j };
+    cuda::launch::evaluate(device, formula, &inputs, scheme, cache)
 }
 
 fn to_column_major(rows: &RowMajor, nrow: usize) -> (Vec<f64>, Vec<i32>) {

@@ -1,20 +1,10 @@
 //! Every reduction against a direct double loop, on sizes that are not multiples of the tile, on both
 //! axes, in float64 and float32.
 
-use engine::{Input, Operator, Output, Precision, RunOptions, SumScheme};
+use engine::{Backend, Input, Operator, Output, Precision, RunOptions, SumScheme};
 
-/// Deterministic pseudo-random numbers in [0, 1) (xorshift), so the tests need no dependency.
-fn random(n: usize, seed: u64) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 11) as f64 / (1u64 << 53) as f64
-        })
-        .collect()
-}
+mod common;
+use common::random;
 
 struct Data {
     x: Vec<f64>,
@@ -37,7 +27,7 @@ impl Data {
 fn run(formula: &str, args: &[&str], inputs: &[Input], precision: Precision, threads: usize) -> Output {
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     let op = Operator::new(formula, &args).unwrap();
-    op.run(inputs, &RunOptions { precision, sum_scheme: SumScheme::Auto, threads }).unwrap()
+    op.run(inputs, &RunOptions { precision, threads, backend: Backend::Cpu, ..Default::default() }).unwrap()
 }
 
 fn close(got: f64, want: f64, tol: f64) -> bool {
@@ -219,7 +209,8 @@ fn sum_schemes_and_float32_accuracy() {
     let args: Vec<String> = ["x = Vi(1)", "b = Vj(1)"].iter().map(|s| s.to_string()).collect();
     let op = Operator::new("Sum_Reduction(b + 0*x, 0)", &args).unwrap();
     let rel = |scheme| {
-        let out = op.run(&inputs, &RunOptions { precision: Precision::F32, sum_scheme: scheme, threads: 2 }).unwrap();
+        let options = RunOptions { precision: Precision::F32, sum_scheme: scheme, threads: 2, backend: Backend::Cpu, ..Default::default() };
+        let out = op.run(&inputs, &options).unwrap();
         (out.values.unwrap()[0] - want).abs() / want
     };
     assert!(rel(SumScheme::Auto) < 1e-6);
@@ -252,7 +243,7 @@ fn input_errors_name_the_variable() {
     let args: Vec<String> = ["x = Vi(3)", "y = Vj(3)", "s = Pm(2)"].iter().map(|s| s.to_string()).collect();
     let op = Operator::new("Sum_Reduction(SqDist(x,y)*s, 0)", &args).unwrap();
     let (x, y, s) = (vec![0.0; 30], vec![0.0; 12], vec![1.0, 2.0]);
-    let opts = RunOptions::default();
+    let opts = RunOptions { backend: Backend::Cpu, ..Default::default() };
     let ok = [Input { data: &x, nrow: 10, ncol: 3 }, Input { data: &y, nrow: 4, ncol: 3 }, Input { data: &s, nrow: 2, ncol: 1 }];
     assert!(op.run(&ok, &opts).is_ok());
     let e = op.run(&ok[..2], &opts).unwrap_err().to_string();

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use engine::{Input, Operator, Precision, RunOptions, SumScheme};
+use engine::{Backend, Input, Operator, Precision, RunOptions, SumScheme};
 use extendr_api::prelude::*;
 
 /// Parsed operators by (formula, args), so that calling the same operator again, or rebuilding the
@@ -84,7 +84,18 @@ fn keops_parse(formula: &str, args: Robj) -> Robj {
 /// Evaluates a formula on a list of numeric inputs (double vectors or matrices; the R side has
 /// checked their types). Returns `list(values, indices, nrow, k, dim)` or `list(error)`.
 #[extendr]
-fn keops_run(formula: &str, args: Robj, inputs: Robj, precision: &str, threads: i32, sum_scheme: &str) -> Robj {
+#[allow(clippy::too_many_arguments)]
+fn keops_run(
+    formula: &str,
+    args: Robj,
+    inputs: Robj,
+    precision: &str,
+    threads: i32,
+    sum_scheme: &str,
+    backend: &str,
+    device: i32,
+    cache_dir: &str,
+) -> Robj {
     guarded(|| {
         let args = strings(&args, "args")?;
         let op = operator(formula, &args).map_err(|e| e.to_string())?;
@@ -115,16 +126,59 @@ fn keops_run(formula: &str, args: Robj, inputs: Robj, precision: &str, threads: 
                 format!("sum_scheme must be one of \"auto\", \"direct_sum\", \"block_sum\", \"kahan_scheme\", not \"{sum_scheme}\"")
             })?,
             threads: threads.max(0) as usize,
+            backend: match backend {
+                "CPU" => Backend::Cpu,
+                "GPU" => Backend::Gpu(device.max(0) as usize),
+                "auto" => Backend::Auto,
+                _ => return Err(format!("backend must be \"auto\", \"CPU\" or \"GPU\", not \"{backend}\"")),
+            },
+            device: device.max(0) as usize,
+            cache_dir: (!cache_dir.is_empty()).then(|| cache_dir.into()),
         };
         let out = op.run(&inputs, &options).map_err(|e| e.to_string())?;
         let values = out.values.map_or(Robj::from(()), Robj::from);
         let indices = out.indices.map_or(Robj::from(()), Robj::from);
         List::from_names_and_values(
-            ["values", "indices", "nrow", "k", "dim"],
-            [values, indices, Robj::from(out.nrow as i32), Robj::from(out.k as i32), Robj::from(out.dim as i32)],
+            ["values", "indices", "nrow", "k", "dim", "backend"],
+            [
+                values,
+                indices,
+                Robj::from(out.nrow as i32),
+                Robj::from(out.k as i32),
+                Robj::from(out.dim as i32),
+                Robj::from(out.backend),
+            ],
         )
         .map(Robj::from)
         .map_err(|e| e.to_string())
+    })
+}
+
+/// Whether GPU `device` can be used: `list(available, message)`, the message describing the
+/// device or saying why it cannot be used (no driver, no NVRTC, no such device).
+#[extendr]
+fn gpu_status(device: i32) -> Robj {
+    guarded(|| {
+        let (available, message) = match engine::cuda::availability(device.max(0) as usize) {
+            Ok(description) => (true, description),
+            Err(engine::Error::Gpu(why)) => (false, why),
+            Err(e) => (false, e.to_string()),
+        };
+        List::from_names_and_values(["available", "message"], [Robj::from(available), Robj::from(message)])
+            .map(Robj::from)
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// Empties the kernel cache in `dir`; returns the number of files removed.
+#[extendr]
+fn clean_cache(dir: &str) -> Robj {
+    guarded(|| {
+        engine::cache::DiskCache::new(dir)
+            .clear()
+            .map_err(|e| format!("could not empty the cache directory {dir}: {e}"))
+            .and_then(|n| List::from_names_and_values(["removed"], [Robj::from(n as i32)]).map_err(|e| e.to_string()))
+            .map(Robj::from)
     })
 }
 
@@ -132,4 +186,6 @@ extendr_module! {
     mod rkeops;
     fn keops_parse;
     fn keops_run;
+    fn gpu_status;
+    fn clean_cache;
 }

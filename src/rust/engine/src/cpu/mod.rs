@@ -4,8 +4,8 @@
 
 mod lanes;
 mod ops;
-mod plan;
-mod reducers;
+
+pub mod reducers;
 
 use std::sync::Mutex;
 
@@ -13,7 +13,7 @@ use crate::formula::{Category, Formula, Op};
 use crate::real::Real;
 use crate::reduction::SumScheme;
 use lanes::Arg;
-use plan::{Plan, Role};
+use crate::plan::{Plan, Role};
 use reducers::Accumulator;
 
 /// Reduced indices per tile: the tile's buffers (a few per node) stay in L1/L2.

@@ -221,6 +221,62 @@ impl Accumulator {
         }
     }
 
+    /// Merges `other`, the state of the same row over a later part of the reduced range, into
+    /// `state` (the GPU's 2D scheme reduces chunks of the range separately).
+    pub fn merge(&self, state: &mut [f64], other: &[f64]) {
+        use ReductionKind::*;
+        match self.kind {
+            Sum => {
+                for (s, o) in state.iter_mut().zip(other) {
+                    *s += o;
+                }
+            }
+            Min | Max | ArgMin | ArgMax | MinArgMin | MaxArgMax | KMin | ArgKMin | KMinArgKMin => {
+                let max = matches!(self.kind, Max | ArgMax | MaxArgMax);
+                let empty = if max { f64::NEG_INFINITY } else { f64::INFINITY };
+                let (k, half) = (self.k, state.len() / 2);
+                let mut merged = vec![(empty, -1.0); k];
+                for c in 0..self.dim {
+                    let range = c * k..(c + 1) * k;
+                    let (va, ia) = (&state[range.clone()], &state[half + c * k..half + (c + 1) * k]);
+                    let (vb, ib) = (&other[range.clone()], &other[half + c * k..half + (c + 1) * k]);
+                    let (mut a, mut b) = (0, 0);
+                    for slot in merged.iter_mut() {
+                        let a_ok = a < k && ia[a] >= 0.0;
+                        let b_ok = b < k && ib[b] >= 0.0;
+                        // On ties `state` wins: it covers the earlier part of the range.
+                        *slot = if b_ok && (!a_ok || better(vb[b], va[a], max)) {
+                            b += 1;
+                            (vb[b - 1], ib[b - 1])
+                        } else if a_ok {
+                            a += 1;
+                            (va[a - 1], ia[a - 1])
+                        } else {
+                            (empty, -1.0)
+                        };
+                    }
+                    for (p, &(v, i)) in merged.iter().enumerate() {
+                        state[c * k + p] = v;
+                        state[half + c * k + p] = i;
+                    }
+                }
+            }
+            LogSumExp | LogSumExpWeight | SumSoftMaxWeight => {
+                let (ma, mb) = (state[0], other[0]);
+                if mb == f64::NEG_INFINITY {
+                    return;
+                }
+                let m = ma.max(mb);
+                let scale = |x: f64| if x == m { 1.0 } else { (x - m).exp() };
+                let (sa, sb) = (scale(ma), scale(mb));
+                state[0] = m;
+                for (s, o) in state[1..].iter_mut().zip(&other[1..]) {
+                    *s = *s * sa + o * sb;
+                }
+            }
+        }
+    }
+
     /// Writes the results of one row: `width()` values and indices, ordered `k + K c` (so that the
     /// R array has dimensions n x K x dim).
     pub fn finalize<T: Real>(&self, state: &[f64], values: &mut [f64], indices: &mut [i32]) {

@@ -1,4 +1,4 @@
-//! Which nodes of the graph vary along which index, for one reduction axis. The evaluator computes
+//! Which nodes of the graph vary along which index, for one reduction axis. Both backends compute
 //! each node as rarely as its dependencies allow: constants once, nodes of the output index once per
 //! output row, nodes of the reduced index once per tile, and only the rest for every pair.
 

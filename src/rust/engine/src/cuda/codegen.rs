@@ -1,0 +1,512 @@
+//! CUDA source for one reduction of one formula (1D and 2D schemes share one kernel).
+//!
+//! Each thread owns one output row: its variables of the output index and its reduction state live
+//! in registers; tiles of the reduced index's variables go through shared memory, loaded once per
+//! block and read by every thread. Block `(bx, by)` reduces rows `bx*TILE ..` over the chunk
+//! `by*chunk ..` of the reduced range (gridDim.y = 1 is the 1D scheme) and writes its states, in
+//! the layout of the CPU accumulator, for the host to merge and finalise.
+
+use std::fmt::Write;
+
+use crate::cpu::reducers::Accumulator;
+use crate::formula::{Category, Formula, NodeId, Op};
+use crate::plan::{Plan, Role};
+use crate::reduction::{ReductionKind, SumScheme};
+
+/// Static shared memory available to a block without opting in to more.
+const SHARED_BYTES: usize = 48 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dtype {
+    F32,
+    F64,
+}
+
+impl Dtype {
+    pub fn size(self) -> usize {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::F64 => 8,
+        }
+    }
+    fn c_type(self) -> &'static str {
+        match self {
+            Dtype::F32 => "float",
+            Dtype::F64 => "double",
+        }
+    }
+    /// Name of a C math function for this type: `expf` for float, `exp` for double.
+    fn math(self, name: &str) -> String {
+        match self {
+            Dtype::F32 => format!("{name}f"),
+            Dtype::F64 => name.to_string(),
+        }
+    }
+}
+
+/// A generated kernel and the launch geometry it was written for.
+pub struct Kernel {
+    pub source: String,
+    pub name: &'static str,
+    /// Threads per block = output rows per block = reduced indices per shared-memory tile.
+    pub tile: usize,
+    /// Number of f64 per output row in the states written by the kernel.
+    pub state_len: usize,
+}
+
+pub const KERNEL_NAME: &str = "rkeops_reduce";
+
+pub fn generate(formula: &Formula, dtype: Dtype, scheme: SumScheme) -> Kernel {
+    let red = &formula.reduction;
+    let plan = Plan::new(formula);
+    let acc = Accumulator {
+        kind: red.kind,
+        scheme,
+        k: red.k,
+        dim: formula.graph.dim(red.f),
+        gdim: red.g.map_or(0, |g| formula.graph.dim(g)),
+    };
+    let inner_vars: Vec<usize> = formula
+        .graph
+        .nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(id, n)| match n.op {
+            Op::Input(p) if plan.roles[id] == Some(Role::Inner) => Some(p),
+            _ => None,
+        })
+        .collect();
+    let inner_width: usize = inner_vars.iter().map(|&p| formula.variables[p].dim).sum();
+    // The largest tile whose shared memory fits; wide variables read global memory directly.
+    let fits = |t: usize| t * inner_width * dtype.size() <= SHARED_BYTES;
+    let tile = [256, 128, 64].into_iter().find(|&t| fits(t)).unwrap_or(64);
+    let shared = fits(tile) && inner_width > 0;
+    let mut g = Gen { formula, dtype, plan: &plan, src: String::new(), shared_offsets: vec![None; formula.variables.len()] };
+    g.prelude(tile);
+    g.signature();
+    g.line("  const int row = blockIdx.x * TILE + threadIdx.x;");
+    g.line("  const bool active = row < n_out;");
+    g.line("  const int r = active ? row : 0;");
+    g.line("  const int j_begin = blockIdx.y * chunk;");
+    g.line("  const int j_end = min(n_red, j_begin + chunk);");
+    if shared {
+        g.line("  __shared__ T tile[TILE * INNER_WIDTH];");
+        let mut offset = 0;
+        for &p in &inner_vars {
+            g.shared_offsets[p] = Some(offset);
+            offset += formula.variables[p].dim;
+        }
+        g.src = g.src.replace("INNER_WIDTH", &inner_width.to_string());
+    }
+    for (id, node) in formula.graph.nodes.iter().enumerate() {
+        if let (Op::Input(p), Some(Role::Constant | Role::Outer)) = (node.op, plan.roles[id]) {
+            g.input_registers(id, p);
+        }
+    }
+    for &id in plan.constant.iter().chain(&plan.outer) {
+        g.node(id);
+    }
+    let reducer = Reducer { acc: &acc, dtype, f: red.f, g: red.g, fdim: acc.dim };
+    reducer.init(&mut g);
+    g.line("  for (int j0 = j_begin; j0 < j_end; j0 += TILE) {");
+    if shared {
+        g.line("    {");
+        g.line("      const int j = j0 + threadIdx.x;");
+        g.line("      if (j < j_end) {");
+        for &p in &inner_vars {
+            let off = g.shared_offsets[p].unwrap_or(0);
+            let d = formula.variables[p].dim;
+            g.line(&format!("        for (int k = 0; k < {d}; k++) tile[({off} + k) * TILE + threadIdx.x] = in{p}[j + (long long)n_red * k];"));
+        }
+        g.line("      }");
+        g.line("    }");
+        g.line("    __syncthreads();");
+    }
+    g.line("    if (active) {");
+    g.line("      const int len = min(TILE, j_end - j0);");
+    reducer.tile_begin(&mut g);
+    g.line("      for (int jj = 0; jj < len; jj++) {");
+    g.line("        const int j = j0 + jj;");
+    for (id, node) in formula.graph.nodes.iter().enumerate() {
+        if let (Op::Input(p), Some(Role::Inner)) = (node.op, plan.roles[id]) {
+            let d = node.dim;
+            match g.shared_offsets[p] {
+                Some(off) => g.line(&format!("        T v{id}[{d}]; for (int k = 0; k < {d}; k++) v{id}[k] = tile[({off} + k) * TILE + jj];")),
+                None => g.line(&format!("        T v{id}[{d}]; for (int k = 0; k < {d}; k++) v{id}[k] = in{p}[j + (long long)n_red * k];")),
+            }
+        }
+    }
+    for &id in plan.inner.iter().chain(&plan.pair) {
+        g.node(id);
+    }
+    reducer.accumulate(&mut g);
+    g.line("      }");
+    reducer.tile_end(&mut g);
+    g.line("    }");
+    if shared {
+        g.line("    __syncthreads();");
+    }
+    g.line("  }");
+    g.line("  if (active) {");
+    g.line(&format!("    double* out = states + ((long long)blockIdx.y * n_out + row) * {};", acc.state_len()));
+    reducer.store(&mut g);
+    g.line("  }");
+    g.line("}");
+    Kernel { source: g.src, name: KERNEL_NAME, tile, state_len: acc.state_len() }
+}
+
+struct Gen<'a> {
+    formula: &'a Formula,
+    dtype: Dtype,
+    plan: &'a Plan,
+    src: String,
+    shared_offsets: Vec<Option<usize>>,
+}
+
+impl Gen<'_> {
+    fn line(&mut self, s: &str) {
+        self.src.push_str(s);
+        self.src.push('\n');
+    }
+
+    fn prelude(&mut self, tile: usize) {
+        let t = self.dtype.c_type();
+        let inf = match self.dtype {
+            Dtype::F32 => "__int_as_float(0x7f800000)",
+            Dtype::F64 => "__longlong_as_double(0x7ff0000000000000LL)",
+        };
+        let _ = write!(
+            self.src,
+            "// Generated by rkeops for: {}\n\
+             typedef {t} T;\n\
+             #define TILE {tile}\n\
+             #define RK_INF {inf}\n\
+             // Integer power by repeated squaring, as the CPU evaluator computes it.\n\
+             __device__ __forceinline__ T rk_powi(T x, int n) {{\n\
+             \x20 bool inv = n < 0; unsigned int e = inv ? -(unsigned int)n : n; T r = 1;\n\
+             \x20 while (true) {{ if (e & 1) r *= x; e >>= 1; if (e == 0) break; x *= x; }}\n\
+             \x20 return inv ? (T)1 / r : r;\n\
+             }}\n\
+             __device__ __forceinline__ bool rk_isnan(T x) {{ return x != x; }}\n",
+            self.formula.text.replace('\n', " ")
+        );
+    }
+
+    fn signature(&mut self) {
+        let mut params = vec!["const int n_out".to_string(), "const int n_red".into(), "const int chunk".into()];
+        for v in &self.formula.variables {
+            params.push(format!("const T* __restrict__ in{}", v.position));
+        }
+        params.push("double* __restrict__ states".into());
+        let _ = writeln!(self.src, "extern \"C\" __global__ void __launch_bounds__(TILE) {KERNEL_NAME}({}) {{", params.join(", "));
+    }
+
+    /// Registers of an input that does not vary with the reduced index (parameter or output row).
+    fn input_registers(&mut self, id: NodeId, p: usize) {
+        let d = self.formula.graph.dim(id);
+        let index = match self.formula.variables[p].category {
+            Category::Param => "k".to_string(),
+            _ => "r + (long long)n_out * k".to_string(),
+        };
+        self.line(&format!("  T v{id}[{d}]; for (int k = 0; k < {d}; k++) v{id}[k] = in{p}[{index}];"));
+    }
+
+    fn math(&self, name: &str) -> String {
+        self.dtype.math(name)
+    }
+
+    fn constant(&self, bits: u64) -> String {
+        let x = f64::from_bits(bits);
+        if x.is_nan() {
+            "(RK_INF - RK_INF)".into()
+        } else if x.is_infinite() {
+            if x > 0.0 { "RK_INF".into() } else { "(-RK_INF)".into() }
+        } else {
+            format!("((T){x:?})")
+        }
+    }
+
+    /// Emits `T v{id}[dim]` computed from its arguments.
+    fn node(&mut self, id: NodeId) {
+        let node = &self.formula.graph.nodes[id];
+        let d = node.dim;
+        let a: Vec<(String, usize)> = node.args.iter().map(|&x| (format!("v{x}"), self.formula.graph.dim(x))).collect();
+        // Component k of argument i, broadcasting dimension 1.
+        let at = |i: usize, k: &str| -> String {
+            let (name, dim) = &a[i];
+            if *dim == 1 { format!("{name}[0]") } else { format!("{name}[{k}]") }
+        };
+        let m = |f: &str| self.math(f);
+        let elementwise = |expr: String| format!("for (int k = 0; k < {d}; k++) v{id}[k] = {expr};");
+        let body = match node.op {
+            Op::Input(_) => return,
+            Op::Constant(bits) => format!("v{id}[0] = {};", self.constant(bits)),
+            Op::Neg => elementwise(format!("-{}", at(0, "k"))),
+            Op::Abs => elementwise(format!("{}({})", m("fabs"), at(0, "k"))),
+            Op::Acos => elementwise(format!("{}({})", m("acos"), at(0, "k"))),
+            Op::Asin => elementwise(format!("{}({})", m("asin"), at(0, "k"))),
+            Op::Atan => elementwise(format!("{}({})", m("atan"), at(0, "k"))),
+            Op::Cos => elementwise(format!("{}({})", m("cos"), at(0, "k"))),
+            Op::Sin => elementwise(format!("{}({})", m("sin"), at(0, "k"))),
+            Op::Exp => elementwise(format!("{}({})", m("exp"), at(0, "k"))),
+            Op::Log => elementwise(format!("{}({})", m("log"), at(0, "k"))),
+            Op::Floor => elementwise(format!("{}({})", m("floor"), at(0, "k"))),
+            Op::Sqrt => elementwise(format!("{}({})", m("sqrt"), at(0, "k"))),
+            Op::Inv => elementwise(format!("(T)1 / {}", at(0, "k"))),
+            Op::Square => elementwise(format!("{0} * {0}", at(0, "k"))),
+            Op::ReLU => elementwise(format!("({0} < (T)0) ? (T)0 : {0}", at(0, "k"))),
+            Op::Rsqrt => elementwise(format!("({0} == (T)0) ? (T)0 : (T)1 / {1}({0})", at(0, "k"), m("sqrt"))),
+            Op::Sign => elementwise(format!("({0} > (T)0) ? (T)1 : (({0} < (T)0) ? (T)-1 : {0})", at(0, "k"))),
+            Op::Step => elementwise(format!("({0} >= (T)0) ? (T)1 : (({0} < (T)0) ? (T)0 : {0})", at(0, "k"))),
+            Op::SinXDivX => elementwise(format!("({0} == (T)0) ? (T)1 : {1}({0}) / {0}", at(0, "k"), m("sin"))),
+            Op::XLogX => elementwise(format!("({0} == (T)0) ? (T)0 : {0} * {1}({0})", at(0, "k"), m("log"))),
+            Op::Round(0) => elementwise(format!("{}({})", m("round"), at(0, "k"))),
+            Op::Round(digits) => {
+                let p = format!("((T){:?})", 10f64.powi(digits));
+                elementwise(format!("{}({} * {p}) / {p}", m("round"), at(0, "k")))
+            }
+            Op::Pow(n) => elementwise(format!("rk_powi({}, {n})", at(0, "k"))),
+            Op::ClampInt(lo, hi) => elementwise(format!(
+                "({0} < (T){lo}) ? (T){lo} : (({0} > (T){hi}) ? (T){hi} : {0})",
+                at(0, "k")
+            )),
+            Op::Add => elementwise(format!("{} + {}", at(0, "k"), at(1, "k"))),
+            Op::Sub => elementwise(format!("{} - {}", at(0, "k"), at(1, "k"))),
+            Op::Mul => elementwise(format!("{} * {}", at(0, "k"), at(1, "k"))),
+            Op::Div => elementwise(format!("{} / {}", at(0, "k"), at(1, "k"))),
+            Op::Atan2 => elementwise(format!("{}({}, {})", m("atan2"), at(0, "k"), at(1, "k"))),
+            Op::Powf => elementwise(format!("{}({}, {})", m("pow"), at(0, "k"), at(1, "k"))),
+            Op::Equal => elementwise(format!("({} == {}) ? (T)1 : (T)0", at(0, "k"), at(1, "k"))),
+            Op::NotEqual => elementwise(format!("({} != {}) ? (T)1 : (T)0", at(0, "k"), at(1, "k"))),
+            Op::LessThan => elementwise(format!("({} < {}) ? (T)1 : (T)0", at(0, "k"), at(1, "k"))),
+            Op::LessOrEqual => elementwise(format!("({} <= {}) ? (T)1 : (T)0", at(0, "k"), at(1, "k"))),
+            Op::Clamp => elementwise(format!(
+                "({0} < {1}) ? {1} : (({0} > {2}) ? {2} : {0})",
+                at(0, "k"),
+                at(1, "k"),
+                at(2, "k")
+            )),
+            Op::IfElse => elementwise(format!("({} >= (T)0) ? {} : {}", at(0, "k"), at(1, "k"), at(2, "k"))),
+            Op::Mod => elementwise(format!(
+                "{0} - {1} * {3}(({0} - {2}) / {1})",
+                at(0, "k"),
+                at(1, "k"),
+                at(2, "k"),
+                m("floor")
+            )),
+            Op::Sum => format!("v{id}[0] = {}; for (int k = 1; k < {}; k++) v{id}[0] += {};", at(0, "0"), a[0].1, at(0, "k")),
+            Op::SqNorm2 => format!("v{id}[0] = (T)0; for (int k = 0; k < {}; k++) v{id}[0] += {1} * {1};", a[0].1, at(0, "k")),
+            Op::Dot => format!(
+                "v{id}[0] = (T)0; for (int k = 0; k < {}; k++) v{id}[0] += {} * {};",
+                a[0].1.max(a[1].1),
+                at(0, "k"),
+                at(1, "k")
+            ),
+            Op::Max | Op::Min => {
+                let cmp = if node.op == Op::Max { ">" } else { "<" };
+                format!(
+                    "v{id}[0] = {0}; for (int k = 1; k < {1}; k++) {{ T x = {2}; if (x {cmp} v{id}[0] || rk_isnan(x)) v{id}[0] = x; }}",
+                    at(0, "0"),
+                    a[0].1,
+                    at(0, "k")
+                )
+            }
+            Op::ArgMax | Op::ArgMin => {
+                let cmp = if node.op == Op::ArgMax { ">" } else { "<" };
+                format!(
+                    "{{ T best = {0}; v{id}[0] = (T)0; for (int k = 1; k < {1}; k++) {{ T x = {2}; \
+                     if (x {cmp} best || (rk_isnan(x) && !rk_isnan(best))) {{ best = x; v{id}[0] = (T)k; }} }} }}",
+                    at(0, "0"),
+                    a[0].1,
+                    at(0, "k")
+                )
+            }
+            Op::Elem(p) => format!("v{id}[0] = {};", at(0, &p.to_string())),
+            Op::ElemT(_, p) => format!("for (int k = 0; k < {d}; k++) v{id}[k] = (T)0; v{id}[{p}] = {};", at(0, "0")),
+            Op::Extract(start, _) => format!("for (int k = 0; k < {d}; k++) v{id}[k] = {};", at(0, &format!("{start} + k"))),
+            Op::ExtractT(start, _) => format!(
+                "for (int k = 0; k < {d}; k++) v{id}[k] = (T)0; for (int k = 0; k < {}; k++) v{id}[{start} + k] = {};",
+                a[0].1,
+                at(0, "k")
+            ),
+            Op::Concat => format!(
+                "for (int k = 0; k < {0}; k++) v{id}[k] = {1}; for (int k = 0; k < {2}; k++) v{id}[{0} + k] = {3};",
+                a[0].1,
+                at(0, "k"),
+                a[1].1,
+                at(1, "k")
+            ),
+            Op::OneHot(_) => format!("for (int k = 0; k < {d}; k++) v{id}[k] = ({}({}) == (T)k) ? (T)1 : (T)0;", m("round"), at(0, "0")),
+            Op::SumT(_) => elementwise(at(0, "0")),
+            Op::MatVecMult => format!(
+                "for (int k = 0; k < {d}; k++) {{ v{id}[k] = (T)0; for (int l = 0; l < {}; l++) v{id}[k] += {} * {}; }}",
+                a[1].1,
+                at(0, &format!("k + {d} * l")),
+                at(1, "l")
+            ),
+            Op::VecMatMult => format!(
+                "for (int l = 0; l < {d}; l++) {{ v{id}[l] = (T)0; for (int k = 0; k < {0}; k++) v{id}[l] += {1} * {2}; }}",
+                a[0].1,
+                at(0, "k"),
+                at(1, &format!("k + {} * l", a[0].1))
+            ),
+            Op::TensorProd => format!(
+                "for (int l = 0; l < {}; l++) for (int k = 0; k < {1}; k++) v{id}[k + {1} * l] = {2} * {3};",
+                a[1].1,
+                a[0].1,
+                at(0, "k"),
+                at(1, "l")
+            ),
+        };
+        let indent = if matches!(self.plan.roles[id], Some(Role::Inner | Role::Pair)) { "        " } else { "  " };
+        self.line(&format!("{indent}// node {id}: {:?}\n{indent}T v{id}[{d}]; {body}", node.op));
+    }
+}
+
+/// Emits the reduction's registers, tile loop hooks and the final store of the state.
+struct Reducer<'a> {
+    acc: &'a Accumulator,
+    dtype: Dtype,
+    f: NodeId,
+    g: Option<NodeId>,
+    fdim: usize,
+}
+
+impl Reducer<'_> {
+    fn exp(&self) -> String {
+        self.dtype.math("exp")
+    }
+
+    fn init(&self, g: &mut Gen) {
+        use ReductionKind::*;
+        let (d, k) = (self.fdim, self.acc.k);
+        match self.acc.kind {
+            Sum => match self.acc.scheme {
+                SumScheme::KahanScheme => g.line(&format!("  T acc[{d}], comp[{d}]; for (int k = 0; k < {d}; k++) {{ acc[k] = (T)0; comp[k] = (T)0; }}")),
+                SumScheme::DirectSum => g.line(&format!("  T acc[{d}]; for (int k = 0; k < {d}; k++) acc[k] = (T)0;")),
+                SumScheme::Auto | SumScheme::BlockSum => g.line(&format!("  double acc[{d}]; for (int k = 0; k < {d}; k++) acc[k] = 0.0;")),
+            },
+            Min | ArgMin | MinArgMin | KMin | ArgKMin | KMinArgKMin | Max | ArgMax | MaxArgMax => {
+                let n = d * k;
+                let init = if matches!(self.acc.kind, Max | ArgMax | MaxArgMax) { "-RK_INF" } else { "RK_INF" };
+                g.line(&format!("  T best[{n}]; int best_j[{n}]; for (int k = 0; k < {n}; k++) {{ best[k] = {init}; best_j[k] = -1; }}"));
+            }
+            LogSumExp | LogSumExpWeight | SumSoftMaxWeight => {
+                let sums = self.acc.state_len() - 1;
+                g.line(&format!("  double m = -(double)RK_INF; double s[{sums}]; for (int k = 0; k < {sums}; k++) s[k] = 0.0;"));
+            }
+        }
+    }
+
+    fn tile_begin(&self, g: &mut Gen) {
+        use ReductionKind::*;
+        let d = self.fdim;
+        match self.acc.kind {
+            Sum if matches!(self.acc.scheme, SumScheme::Auto | SumScheme::BlockSum) => {
+                g.line(&format!("      T part[{d}]; for (int k = 0; k < {d}; k++) part[k] = (T)0;"));
+            }
+            LogSumExp | LogSumExpWeight | SumSoftMaxWeight => {
+                let sums = self.acc.state_len() - 1;
+                g.line(&format!("      T mt = -RK_INF; T ts[{sums}]; for (int k = 0; k < {sums}; k++) ts[k] = (T)0;"));
+            }
+            _ => {}
+        }
+    }
+
+    fn accumulate(&self, g: &mut Gen) {
+        use ReductionKind::*;
+        let (d, kk, f) = (self.fdim, self.acc.k, self.f);
+        match self.acc.kind {
+            Sum => match self.acc.scheme {
+                SumScheme::KahanScheme => g.line(&format!(
+                    "        for (int k = 0; k < {d}; k++) {{ T y = v{f}[k] - comp[k]; T t = acc[k] + y; comp[k] = (t - acc[k]) - y; acc[k] = t; }}"
+                )),
+                SumScheme::DirectSum => g.line(&format!("        for (int k = 0; k < {d}; k++) acc[k] += v{f}[k];")),
+                SumScheme::Auto | SumScheme::BlockSum => g.line(&format!("        for (int k = 0; k < {d}; k++) part[k] += v{f}[k];")),
+            },
+            Min | ArgMin | MinArgMin | KMin | ArgKMin | KMinArgKMin | Max | ArgMax | MaxArgMax => {
+                let cmp = if matches!(self.acc.kind, Max | ArgMax | MaxArgMax) { ">" } else { "<" };
+                // Sorted insertion, as the CPU accumulator: NaN wins, equal values keep index order.
+                g.line(&format!(
+                    "        for (int c = 0; c < {d}; c++) {{\n\
+                     \x20         T x = v{f}[c]; T* b = best + c * {kk}; int* bj = best_j + c * {kk};\n\
+                     \x20         if (bj[{last}] >= 0 && !(x {cmp} b[{last}] || (rk_isnan(x) && !rk_isnan(b[{last}])))) continue;\n\
+                     \x20         int p = {last};\n\
+                     \x20         while (p > 0 && (bj[p - 1] < 0 || x {cmp} b[p - 1] || (rk_isnan(x) && !rk_isnan(b[p - 1])))) {{ b[p] = b[p - 1]; bj[p] = bj[p - 1]; p--; }}\n\
+                     \x20         b[p] = x; bj[p] = j;\n\
+                     \x20       }}",
+                    last = kk - 1
+                ));
+            }
+            LogSumExp | LogSumExpWeight | SumSoftMaxWeight => {
+                // Online max within the tile: rescale the sums when a larger value arrives.
+                let e = self.exp();
+                let plain = self.acc.kind != LogSumExpWeight;
+                let gdim = self.acc.gdim;
+                let mut grow = String::new();
+                let mut add = String::new();
+                let mut slot = 0;
+                if plain {
+                    grow.push_str("ts[0] = ts[0] * sc + (T)1; ");
+                    add.push_str("ts[0] += e; ");
+                    slot = 1;
+                }
+                if let Some(gid) = self.g {
+                    let w = |c: usize| if gdim == 1 { format!("v{gid}[0]") } else { format!("v{gid}[{c}]") };
+                    for c in 0..gdim {
+                        let _ = write!(grow, "ts[{}] = ts[{}] * sc + {}; ", slot + c, slot + c, w(c));
+                        let _ = write!(add, "ts[{}] += e * {}; ", slot + c, w(c));
+                    }
+                }
+                g.line(&format!(
+                    "        {{ T x = v{f}[0];\n\
+                     \x20         if (x > mt) {{ T sc = (mt == -RK_INF) ? (T)0 : {e}(mt - x); {grow}mt = x; }}\n\
+                     \x20         else {{ T e = (x == mt) ? ((x == -RK_INF) ? (T)0 : (T)1) : {e}(x - mt); {add}}} }}"
+                ));
+            }
+        }
+    }
+
+    fn tile_end(&self, g: &mut Gen) {
+        use ReductionKind::*;
+        let d = self.fdim;
+        match self.acc.kind {
+            Sum if matches!(self.acc.scheme, SumScheme::Auto | SumScheme::BlockSum) => {
+                g.line(&format!("      for (int k = 0; k < {d}; k++) acc[k] += (double)part[k];"));
+            }
+            LogSumExp | LogSumExpWeight | SumSoftMaxWeight => {
+                let sums = self.acc.state_len() - 1;
+                g.line(&format!(
+                    "      if (mt != -RK_INF) {{\n\
+                     \x20       double mn = fmax(m, (double)mt);\n\
+                     \x20       double so = (m == mn) ? 1.0 : exp(m - mn), sn = ((double)mt == mn) ? 1.0 : exp((double)mt - mn);\n\
+                     \x20       for (int k = 0; k < {sums}; k++) s[k] = s[k] * so + (double)ts[k] * sn;\n\
+                     \x20       m = mn;\n\
+                     \x20     }}"
+                ));
+            }
+            _ => {}
+        }
+    }
+
+    fn store(&self, g: &mut Gen) {
+        use ReductionKind::*;
+        let d = self.fdim;
+        match self.acc.kind {
+            Sum => {
+                g.line(&format!("    for (int k = 0; k < {d}; k++) out[k] = (double)acc[k];"));
+                if self.acc.scheme == SumScheme::KahanScheme {
+                    g.line(&format!("    for (int k = 0; k < {d}; k++) out[{d} + k] = (double)comp[k];"));
+                }
+            }
+            Min | ArgMin | MinArgMin | KMin | ArgKMin | KMinArgKMin | Max | ArgMax | MaxArgMax => {
+                let n = d * self.acc.k;
+                g.line(&format!("    for (int k = 0; k < {n}; k++) {{ out[k] = (double)best[k]; out[{n} + k] = (double)best_j[k]; }}"));
+            }
+            LogSumExp | LogSumExpWeight | SumSoftMaxWeight => {
+                let sums = self.acc.state_len() - 1;
+                g.line(&format!("    out[0] = m; for (int k = 0; k < {sums}; k++) out[1 + k] = s[k];"));
+            }
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! GPU discovery, one context per device, and the kernels compiled for it: NVRTC to a CUBIN for the
+//! device's architecture, kept on disk between sessions and loaded once per process.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream};
+use cudarc::nvrtc::{result as nvrtc_result, sys as nvrtc_sys, Ptx};
+
+use super::codegen::Kernel;
+use crate::cache::{self, DiskCache};
+use crate::error::{Error, Result};
+
+pub struct Device {
+    pub ordinal: usize,
+    pub name: String,
+    /// Compute capability (major, minor).
+    pub arch: (i32, i32),
+    pub multiprocessors: usize,
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    nvrtc_version: (i32, i32),
+    /// Loaded kernels by cache key: a repeated call costs a launch, not a load.
+    functions: Mutex<HashMap<String, CudaFunction>>,
+}
+
+/// Runs `f`, turning a panic of the CUDA bindings (a missing library or symbol) into an error.
+pub(crate) fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let cause = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        Err(Error::Gpu(format!("{what} failed: {cause}")))
+    })
+}
+
+fn driver_error(what: &str, e: impl std::fmt::Debug) -> Error {
+    Error::Gpu(format!("{what}: {e:?}"))
+}
+
+/// Whether the libraries are there, checked without touching the driver (the bindings panic
+/// when a library is missing).
+fn libraries_present() -> Result<()> {
+    // SAFETY: this only tries to dlopen the candidate library names.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(Error::Gpu("no NVIDIA driver found (libcuda.so.1 could not be loaded)".into()));
+    }
+    nvrtc_present()
+}
+
+/// Whether NVRTC can be loaded (compiling needs no driver, nor a GPU).
+pub fn nvrtc_present() -> Result<()> {
+    // SAFETY: this only tries to dlopen the candidate library names.
+    if !unsafe { nvrtc_sys::is_culib_present() } {
+        return Err(Error::Gpu(
+            "the NVIDIA driver is present but NVRTC is not (libnvrtc.so.13 or .so.12 could not be loaded; \
+             install the CUDA runtime compiler, e.g. the cuda-nvrtc package, and make it visible to the \
+             dynamic loader)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The device `ordinal`, initialised once per process.
+pub fn device(ordinal: usize) -> Result<Arc<Device>> {
+    static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<Device>>>> = OnceLock::new();
+    let devices = DEVICES.get_or_init(Default::default);
+    if let Some(d) = devices.lock().ok().and_then(|m| m.get(&ordinal).cloned()) {
+        d.ctx.bind_to_thread().map_err(|e| driver_error("binding the CUDA context", e))?;
+        return Ok(d);
+    }
+    libraries_present()?;
+    let d = Arc::new(guarded("CUDA initialisation", || Device::open(ordinal))?);
+    if let Ok(mut m) = devices.lock() {
+        m.insert(ordinal, d.clone());
+    }
+    Ok(d)
+}
+
+/// A description of the device if it can be used, or why it cannot.
+pub fn availability(ordinal: usize) -> Result<String> {
+    let d = device(ordinal)?;
+    Ok(format!(
+        "GPU {}: {} (compute capability {}.{}, {} multiprocessors, NVRTC {}.{})",
+        d.ordinal, d.name, d.arch.0, d.arch.1, d.multiprocessors, d.nvrtc_version.0, d.nvrtc_version.1
+    ))
+}
+
+impl Device {
+    fn open(ordinal: usize) -> Result<Device> {
+        let count = CudaContext::device_count().map_err(|e| driver_error("counting CUDA devices", e))?;
+        if count <= 0 {
+            return Err(Error::Gpu("the NVIDIA driver reports no CUDA device".into()));
+        }
+        if ordinal >= count as usize {
+            return Err(Error::Gpu(format!(
+                "there is no device {ordinal}: this machine has {count} CUDA device{} (0 to {})",
+                if count == 1 { "" } else { "s" },
+                count - 1
+            )));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| driver_error(&format!("creating a context on device {ordinal}"), e))?;
+        let arch = ctx.compute_capability().map_err(|e| driver_error("querying the compute capability", e))?;
+        let multiprocessors = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(|e| driver_error("querying the device", e))? as usize;
+        let name = ctx.name().unwrap_or_else(|_| "unknown device".into());
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: plain out-parameters.
+        unsafe { nvrtc_sys::nvrtcVersion(&mut major, &mut minor) }
+            .result()
+            .map_err(|e| driver_error("querying the NVRTC version", e))?;
+        let stream = ctx.default_stream();
+        Ok(Device {
+            ordinal,
+            name,
+            arch,
+            multiprocessors,
+            ctx,
+            stream,
+            nvrtc_version: (major, minor),
+            functions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The compiled kernel: from memory, else from the disk cache, else compiled now (and cached).
+    pub fn function(&self, kernel: &Kernel, cache: Option<&DiskCache>) -> Result<CudaFunction> {
+        let arch = format!("sm_{}{}", self.arch.0, self.arch.1);
+        let versions = format!("engine {} nvrtc {}.{}", env!("CARGO_PKG_VERSION"), self.nvrtc_version.0, self.nvrtc_version.1);
+        let key = cache::key(&[kernel.source.as_bytes(), arch.as_bytes(), versions.as_bytes()]);
+        if let Some(f) = self.functions.lock().ok().and_then(|m| m.get(&key).cloned()) {
+            return Ok(f);
+        }
+        let cubin = match cache.and_then(|c| c.load(&key)) {
+            Some(bytes) => bytes,
+            None => {
+                let bytes = compile_cubin(&kernel.source, &arch)?;
+                if let Some(c) = cache {
+                    // A cache that cannot be written only costs a compilation next time.
+                    let _ = c.store(&key, &bytes);
+                }
+                bytes
+            }
+        };
+        let f = guarded("loading the compiled kernel", || {
+            let module = self
+                .ctx
+                .load_module(Ptx::from_binary(cubin))
+                .map_err(|e| driver_error(&format!("loading the kernel on device {}", self.ordinal), e))?;
+            module.load_function(kernel.name).map_err(|e| driver_error("finding the kernel", e))
+        })?;
+        if let Ok(mut m) = self.functions.lock() {
+            m.insert(key, f.clone());
+        }
+        Ok(f)
+    }
+}
+
+/// NVRTC: CUDA source to a CUBIN for `arch` (`sm_90`), with the compiler log in the error.
+pub fn compile_cubin(source: &str, arch: &str) -> Result<Vec<u8>> {
+    nvrtc_present()?;
+    guarded("NVRTC compilation", || {
+        let src = CString::new(source).map_err(|_| Error::Gpu("the kernel source contains a NUL byte".into()))?;
+        let program = nvrtc_result::create_program(&src, Some(c"rkeops.cu")).map_err(|e| driver_error("NVRTC", e))?;
+        let options = [format!("--gpu-architecture={arch}"), "-default-device".into(), "--std=c++17".into()];
+        let out = (|| unsafe {
+            // SAFETY: `program` is a valid NVRTC program until destroyed below.
+            if let Err(e) = nvrtc_result::compile_program(program, &options) {
+                let log = nvrtc_result::get_program_log(program)
+                    .map(|l| CStr::from_ptr(l.as_ptr()).to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                return Err(Error::Gpu(format!("NVRTC could not compile the kernel ({e:?}):\n{log}")));
+            }
+            let mut size = 0usize;
+            nvrtc_sys::nvrtcGetCUBINSize(program, &mut size).result().map_err(|e| driver_error("NVRTC", e))?;
+            if size == 0 {
+                return Err(Error::Gpu(format!("NVRTC produced no binary for {arch}")));
+            }
+            let mut buf = vec![0u8; size];
+            nvrtc_sys::nvrtcGetCUBIN(program, buf.as_mut_ptr().cast()).result().map_err(|e| driver_error("NVRTC", e))?;
+            Ok(buf)
+        })();
+        // SAFETY: destroyed once, after its last use.
+        let _ = unsafe { nvrtc_result::destroy_program(program) };
+        out
+    })
+}

@@ -1,0 +1,14 @@
+//! Helpers shared by the engine's integration tests.
+
+/// Deterministic pseudo-random numbers in [0, 1) (xorshift), so the tests need no dependency.
+pub fn random(n: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 11) as f64 / (1u64 << 53) as f64
+        })
+        .collect()
+}

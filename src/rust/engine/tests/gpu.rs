@@ -1,0 +1,207 @@
+//! The CUDA backend against the CPU evaluator: every operation and every reduction, both axes,
+//! float32 and float64, the 1D and 2D schemes. These tests need NVRTC (compilation) and a GPU
+//! (execution); where either is missing they say so, and check that the reason given is the
+//! right one, instead of comparing results.
+
+use engine::cuda::codegen::{self, Dtype};
+use engine::cuda::device;
+use engine::formula::Formula;
+use engine::{Backend, Input, Operator, Precision, RunOptions, SumScheme};
+
+mod common;
+use common::random;
+
+const ARGS: [&str; 9] = [
+    "x = Vi(3)", "y = Vj(3)", "b = Vj(2)", "u = Vi(1)", "w = Vj(1)", "p = Pm(2)", "A = Pm(6)", "S = Pm(9)", "s = Pm(1)",
+];
+
+/// Formula bodies that cover every operation of the language.
+const OPERATIONS: [&str; 66] = [
+    "x + y", "x - y", "x * y", "x / y", "-x + 2*y", "0.5*x - IntCst(3)*y", "(x|y)", "Abs(x - y)",
+    "Acos(x*y)", "Asin(x - y)", "Atan(x/y)", "Atan2(x, y - 0.5)", "Clamp(x - y, -0.2, 0.3)",
+    "Clamp(x, u, w + 0.5)", "ClampInt(10*(x-y), -2, 3)", "Concat(x, b)", "Cos(x*y)", "Elem(x, 2)*y",
+    "ElemT(u*w, 4, 1)", "Exp(-s*SqDist(x,y))*b", "Extract(Concat(x,y), 2, 3)", "ExtractT(b, 1, 4)",
+    "Floor(5*(x+y))", "IfElse(x - y, x, y)", "Inv(1 + x*y)", "Log(x + y)", "MatVecMult(A, b)",
+    "VecMatMult(b, A)", "Max(x - y)", "Min(x - y)", "ArgMax(x - y)", "ArgMin(x - y)",
+    "Mod(x*7, 0.5*w + 1, 0.25)", "Norm2(x - y)", "Normalize(x - y)", "OneHot(Floor(4*u), 4)*w",
+    "Pow(x - y, 3)", "Pow(x + y, -2)", "Powf(x + 1, y)", "ReLU(x - y)", "Round(x*y, 2)", "Rsqrt(x + y)",
+    "Sign(x - y)", "Sin(x + y)", "SinXDivX(x - y)", "Sqrt(x*y)", "Square(x - y)", "SqDist(x, y)",
+    "SqNorm2(x)*w", "SqNormDiag(y, x)", "SqNormIso(w, x - y)", "Step(x - y)", "Sum(x*y)", "SumT(u*w, 3)",
+    "SymSqNorm(S, x - y)", "TensorProd(x, b)", "WeightedSqDist(w, x, y)", "WeightedSqNorm(y, x)",
+    "XLogX(x*y)", "Equal(Floor(3*x), Floor(3*y))", "NotEqual(Floor(3*x), Floor(3*y))", "LessThan(x, y)",
+    "LessOrEqual(x, y)", "Var(0,3,0) * Var(1,3,1)", "p*u + Elem(p, 0)*w", "Exp(x) - Exp(y)",
+];
+
+/// Every reduction, with a formula that suits it.
+const REDUCTIONS: [&str; 14] = [
+    "Sum_Reduction(Exp(-s*SqDist(x,y))*b, AXIS)",
+    "Min_Reduction(SqDist(x,y), AXIS)",
+    "Max_Reduction(x - y, AXIS)",
+    "ArgMin_Reduction(SqDist(x,y), AXIS)",
+    "ArgMax_Reduction(x*y, AXIS)",
+    "Min_ArgMin_Reduction(x - y, AXIS)",
+    "Max_ArgMax_Reduction(SqDist(x,y), AXIS)",
+    "KMin_Reduction(SqDist(x,y), 7, AXIS)",
+    "ArgKMin_Reduction(SqDist(x,y), 7, AXIS)",
+    "KMin_ArgKMin_Reduction(x - y, 5, AXIS)",
+    "LogSumExp_Reduction(100 - 20*SqDist(x,y), AXIS)",
+    "LogSumExpWeight_Reduction(100 - 20*SqDist(x,y), 1.5 + b, AXIS)",
+    "SumSoftMaxWeight_Reduction(100 - 20*SqDist(x,y), b, AXIS)",
+    "LogSumExp_Reduction(-SqDist(x,y), AXIS, 1.5 + b)",
+];
+
+fn args() -> Vec<String> {
+    ARGS.iter().map(|s| s.to_string()).collect()
+}
+
+fn all_formulas() -> Vec<String> {
+    let mut v: Vec<String> = OPERATIONS.iter().map(|op| format!("Sum_Reduction({op}, AXIS)")).collect();
+    v.extend(REDUCTIONS.iter().map(|r| r.to_string()));
+    v
+}
+
+struct Data {
+    values: Vec<Vec<f64>>,
+    n: usize,
+    m: usize,
+}
+
+impl Data {
+    fn new(n: usize, m: usize) -> Data {
+        let mut values = vec![random(3 * n, 1), random(3 * m, 2), random(2 * m, 3).iter().map(|v| v - 0.5).collect()];
+        values.push(random(n, 4));
+        values.push(random(m, 5));
+        values.push(vec![0.3, 0.7]);
+        values.push(random(6, 6));
+        values.push(random(9, 7));
+        values.push(vec![2.5]);
+        Data { values, n, m }
+    }
+
+    fn inputs(&self) -> Vec<Input<'_>> {
+        let rows = [self.n, self.m, self.m, self.n, self.m, 1, 1, 1, 1];
+        self.values
+            .iter()
+            .zip(rows)
+            .map(|(v, nrow)| Input { data: v, nrow, ncol: v.len() / nrow })
+            .collect()
+    }
+}
+
+#[test]
+fn generated_kernels_compile_with_nvrtc() {
+    if let Err(why) = device::nvrtc_present() {
+        println!("NVRTC NOT FOUND: the generated CUDA sources are not compiled here ({why})");
+        assert!(why.to_string().contains("NVRTC"), "{why}");
+        return;
+    }
+    let mut compiled = 0;
+    for formula in all_formulas() {
+        for axis in ["0", "1"] {
+            let text = formula.replace("AXIS", axis);
+            let f = Formula::parse(&text, &args()).unwrap();
+            for dtype in [Dtype::F32, Dtype::F64] {
+                for scheme in [SumScheme::Auto, SumScheme::DirectSum, SumScheme::KahanScheme] {
+                    if scheme != SumScheme::Auto && !text.starts_with("Sum_") {
+                        continue;
+                    }
+                    let kernel = codegen::generate(&f, dtype, scheme);
+                    if let Err(e) = device::compile_cubin(&kernel.source, "sm_90") {
+                        panic!("{text} ({dtype:?}, {scheme:?}) does not compile:\n{e}\n{}", kernel.source);
+                    }
+                    compiled += 1;
+                }
+            }
+        }
+    }
+    println!("NVRTC compiled {compiled} generated kernels for sm_90");
+}
+
+fn run(op: &Operator, inputs: &[Input], precision: Precision, backend: Backend, scheme: SumScheme) -> engine::Output {
+    let options = RunOptions { precision, sum_scheme: scheme, backend, ..Default::default() };
+    op.run(inputs, &options).unwrap_or_else(|e| panic!("{}: {e}", op.formula.text))
+}
+
+/// Values: |gpu - cpu| <= tol * max(1, largest |cpu| of the output). Indices: identical in
+/// float64; in float32 a few near-ties may resolve differently.
+fn compare(text: &str, gpu: &engine::Output, cpu: &engine::Output, precision: Precision) {
+    let tol = if precision == Precision::F64 { 1e-12 } else { 1e-5 };
+    assert_eq!((gpu.nrow, gpu.k, gpu.dim), (cpu.nrow, cpu.k, cpu.dim), "{text}: shapes");
+    if let (Some(g), Some(c)) = (&gpu.values, &cpu.values) {
+        let scale = c.iter().filter(|v| v.is_finite()).fold(1.0f64, |m, v| m.max(v.abs()));
+        for (k, (a, b)) in g.iter().zip(c).enumerate() {
+            let same = (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= tol * scale;
+            assert!(same, "{text} ({precision:?}): value {k}: GPU {a} vs CPU {b} (scale {scale})");
+        }
+    }
+    if let (Some(g), Some(c)) = (&gpu.indices, &cpu.indices) {
+        let differ = g.iter().zip(c).filter(|(a, b)| a != b).count();
+        let allowed = if precision == Precision::F64 { 0 } else { g.len() / 200 };
+        assert!(differ <= allowed, "{text} ({precision:?}): {differ} of {} indices differ", g.len());
+    }
+}
+
+#[test]
+fn gpu_equals_cpu_for_every_operation_and_reduction() {
+    let gpu = match device::availability(0) {
+        Ok(description) => description,
+        Err(why) => {
+            println!("NO GPU: the GPU is not compared with the CPU here ({why})");
+            let why = why.to_string();
+            assert!(why.contains("driver") || why.contains("NVRTC") || why.contains("device"), "{why}");
+            return;
+        }
+    };
+    println!("comparing {gpu} with the CPU");
+    // 1D scheme (many output rows) and 2D scheme (few rows, a long reduced range), sizes that
+    // are not multiples of any tile.
+    for (n, m) in [(1031, 517), (37, 20011)] {
+        let data = Data::new(n, m);
+        let inputs = data.inputs();
+        for formula in all_formulas() {
+            for axis in ["0", "1"] {
+                let text = formula.replace("AXIS", axis);
+                let op = Operator::new(&text, &args()).unwrap();
+                for precision in [Precision::F64, Precision::F32] {
+                    let g = run(&op, &inputs, precision, Backend::Gpu(0), SumScheme::Auto);
+                    let c = run(&op, &inputs, precision, Backend::Cpu, SumScheme::Auto);
+                    assert!(g.backend.starts_with("GPU"), "{text} ran on {}", g.backend);
+                    compare(&text, &g, &c, precision);
+                }
+            }
+        }
+        for scheme in [SumScheme::DirectSum, SumScheme::BlockSum, SumScheme::KahanScheme] {
+            let op = Operator::new("Sum_Reduction(Exp(-s*SqDist(x,y))*b, 0)", &args()).unwrap();
+            for precision in [Precision::F64, Precision::F32] {
+                let g = run(&op, &inputs, precision, Backend::Gpu(0), scheme);
+                let c = run(&op, &inputs, precision, Backend::Cpu, scheme);
+                compare(&format!("{scheme:?}"), &g, &c, precision);
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_propagates_nan_and_survives_bad_launches() {
+    if let Err(why) = device::availability(0) {
+        println!("NO GPU: NaN propagation on the GPU is not checked here ({why})");
+        return;
+    }
+    let args: Vec<String> = ["x = Vi(1)", "y = Vj(1)"].iter().map(|s| s.to_string()).collect();
+    let x = [0.0, f64::NAN, 2.0];
+    let y: Vec<f64> = (0..1000).map(|j| j as f64).collect();
+    let inputs = [Input { data: &x, nrow: 3, ncol: 1 }, Input { data: &y, nrow: 1000, ncol: 1 }];
+    for red in ["Sum_Reduction(x*y, 0)", "Min_Reduction(x-y, 0)", "LogSumExp_Reduction(x-y, 0)", "KMin_Reduction(x-y, 3, 0)"] {
+        let op = Operator::new(red, &args).unwrap();
+        let out = run(&op, &inputs, Precision::F32, Backend::Gpu(0), SumScheme::Auto);
+        let v = out.values.unwrap();
+        assert!(v[1].is_nan() && !v[0].is_nan(), "{red}: {v:?}");
+    }
+    // A device that does not exist is an error that names it, and the GPU keeps working after it.
+    let op = Operator::new("Sum_Reduction(x*y, 0)", &args).unwrap();
+    let options = RunOptions { backend: Backend::Gpu(99), ..Default::default() };
+    let e = op.run(&inputs, &options).unwrap_err().to_string();
+    assert!(e.contains("no device 99"), "{e}");
+    let out = run(&op, &inputs, Precision::F64, Backend::Gpu(0), SumScheme::Auto);
+    assert_eq!(out.values.unwrap()[2], 2.0 * 999.0 * 1000.0 / 2.0);
+}
