@@ -61,6 +61,8 @@ pub struct Output {
     pub dim: usize,
     /// What computed it: "CPU" or the GPU's description.
     pub backend: String,
+    /// Seconds spent in each phase (conversion, compilation, transfers, kernel, ...).
+    pub timings: Vec<(&'static str, f64)>,
 }
 
 #[derive(Debug, Clone)]
@@ -84,12 +86,13 @@ impl Operator {
             Backend::Gpu(d) => Some(cuda::device::device(d)?),
             Backend::Auto => cuda::device::device(options.device).ok(),
         };
+        let mut timings = Vec::new();
         let (rows, backend) = match gpu {
             Some(device) => {
                 let cache = options.cache_dir.as_ref().map(DiskCache::new);
                 let rows = match options.precision {
-                    Precision::F32 => run_gpu::<f32>(&device, &self.formula, inputs, n_i, n_j, options.sum_scheme, cache.as_ref())?,
-                    Precision::F64 => run_gpu::<f64>(&device, &self.formula, inputs, n_i, n_j, options.sum_scheme, cache.as_ref())?,
+                    Precision::F32 => run_gpu::<f32>(&device, &self.formula, inputs, n_i, n_j, options.sum_scheme, cache.as_ref(), &mut timings)?,
+                    Precision::F64 => run_gpu::<f64>(&device, &self.formula, inputs, n_i, n_j, options.sum_scheme, cache.as_ref(), &mut timings)?,
                 };
                 (rows, format!("GPU {} ({})", device.ordinal, device.name))
             }
@@ -115,6 +118,7 @@ impl Operator {
             k: red.k,
             dim: self.formula.output_dim(),
             backend,
+            timings,
         })
     }
 
@@ -199,6 +203,7 @@ fn run_cpu<T: Real>(formula: &Formula, inputs: &[Input], n_i: usize, n_j: usize,
     cpu::evaluate(formula, &inputs, scheme, threads)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_gpu<T: Real + DeviceRepr + ValidAsZeroBits>(
     device: &Device,
     formula: &Formula,
@@ -207,10 +212,13 @@ fn run_gpu<T: Real + DeviceRepr + ValidAsZeroBits>(
     n_j: usize,
     scheme: SumScheme,
     cache: Option<&DiskCache>,
+    timings: &mut Vec<(&'static str, f64)>,
 ) -> Result<RowMajor> {
+    let clock = std::time::Instant::now();
     let converted: Vec<_> = inputs.iter().map(|x| T::from_f64_slice(x.data)).collect();
     let inputs = Inputs { data: converted.iter().map(|c| c.as_ref()).collect(), n_i, n_j };
-    cuda::launch::evaluate(device, formula, &inputs, scheme, cache)
+    timings.push(("conversion", clock.elapsed().as_secs_f64()));
+    cuda::launch::evaluate(device, formula, &inputs, scheme, cache, timings)
 }
 
 fn to_column_major(rows: &RowMajor, nrow: usize) -> (Vec<f64>, Vec<i32>) {

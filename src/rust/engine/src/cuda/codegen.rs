@@ -460,7 +460,7 @@ impl Reducer<'_> {
                 }
                 g.line(&format!(
                     "        {{ T x = v{f}[0];\n\
-                     \x20         if (x > mt) {{ T sc = (mt == -RK_INF) ? (T)0 : {e}(mt - x); {grow}mt = x; }}\n\
+                     \x20         if (x > mt || rk_isnan(x)) {{ T sc = (mt == -RK_INF) ? (T)0 : {e}(mt - x); {grow}mt = x; }}\n\
                      \x20         else {{ T e = (x == mt) ? ((x == -RK_INF) ? (T)0 : (T)1) : {e}(x - mt); {add}}} }}"
                 ));
             }

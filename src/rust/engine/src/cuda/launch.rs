@@ -3,6 +3,8 @@
 //! or, when the output rows alone cannot fill the GPU, the 2D scheme (chunks of the reduced range
 //! in `gridDim.y`), and merges and finalises the states on the host.
 
+use std::time::Instant;
+
 use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
 
 use super::codegen::{self, Dtype};
@@ -34,6 +36,7 @@ pub fn evaluate<T: Real + DeviceRepr + ValidAsZeroBits>(
     inputs: &Inputs<T>,
     scheme: SumScheme,
     cache: Option<&DiskCache>,
+    timings: &mut Vec<(&'static str, f64)>,
 ) -> Result<RowMajor> {
     let red = &formula.reduction;
     let dtype = if std::mem::size_of::<T>() == 4 { Dtype::F32 } else { Dtype::F64 };
@@ -42,10 +45,14 @@ pub fn evaluate<T: Real + DeviceRepr + ValidAsZeroBits>(
     if n_out > i32::MAX as usize || n_red > i32::MAX as usize {
         return Err(Error::Gpu(format!("at most {} rows per variable are supported on the GPU", i32::MAX)));
     }
-    let chunks = chunks_for(n_out, n_red, kernel.tile, device.multiprocessors);
+    // RKEOPS_GPU_SCHEME=1D forces the 1D scheme (for benchmarks that compare the two).
+    let force_1d = std::env::var("RKEOPS_GPU_SCHEME").is_ok_and(|s| s.eq_ignore_ascii_case("1d"));
+    let chunks = if force_1d { 1 } else { chunks_for(n_out, n_red, kernel.tile, device.multiprocessors) };
     let chunk = n_red.div_ceil(chunks).div_ceil(kernel.tile) * kernel.tile;
     let chunks = n_red.div_ceil(chunk);
+    let clock = Instant::now();
     let function = device.function(&kernel, cache)?;
+    timings.push(("compile or load", clock.elapsed().as_secs_f64()));
 
     let states_len = chunks * n_out * kernel.state_len;
     let input_bytes: usize = inputs.data.iter().map(|d| d.len() * std::mem::size_of::<T>()).sum();
@@ -67,6 +74,7 @@ pub fn evaluate<T: Real + DeviceRepr + ValidAsZeroBits>(
                 )));
             }
         }
+        let clock = Instant::now();
         let buffers = inputs
             .data
             .iter()
@@ -74,6 +82,9 @@ pub fn evaluate<T: Real + DeviceRepr + ValidAsZeroBits>(
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|e| gpu_error("copying the inputs", e))?;
         let mut states = stream.alloc_zeros::<f64>(states_len).map_err(|e| gpu_error("allocating the results", e))?;
+        stream.synchronize().map_err(|e| gpu_error("copying the inputs", e))?;
+        timings.push(("upload", clock.elapsed().as_secs_f64()));
+        let clock = Instant::now();
         let (n_out_arg, n_red_arg, chunk_arg) = (n_out as i32, n_red as i32, chunk as i32);
         let config = LaunchConfig {
             grid_dim: (n_out.div_ceil(kernel.tile) as u32, chunks as u32, 1),
@@ -90,7 +101,11 @@ pub fn evaluate<T: Real + DeviceRepr + ValidAsZeroBits>(
         // input (sized as the kernel indexes them), and the states buffer of
         // chunks * n_out * state_len doubles.
         unsafe { launch.launch(config) }.map_err(|e| gpu_error("launching the kernel", e))?;
-        let host = stream.clone_dtoh(&states).map_err(|e| gpu_error("running the kernel", e))?;
+        stream.synchronize().map_err(|e| gpu_error("running the kernel", e))?;
+        timings.push(("kernel", clock.elapsed().as_secs_f64()));
+        let clock = Instant::now();
+        let host = stream.clone_dtoh(&states).map_err(|e| gpu_error("copying the results", e))?;
+        timings.push(("download", clock.elapsed().as_secs_f64()));
         Ok(host)
     })?;
 
@@ -101,7 +116,10 @@ pub fn evaluate<T: Real + DeviceRepr + ValidAsZeroBits>(
         dim: formula.graph.dim(red.f),
         gdim: red.g.map_or(0, |g| formula.graph.dim(g)),
     };
-    Ok(finish::<T>(&acc, states, n_out, chunks, kernel.state_len))
+    let clock = Instant::now();
+    let rows = finish::<T>(&acc, states, n_out, chunks, kernel.state_len);
+    timings.push(("merge and finalise", clock.elapsed().as_secs_f64()));
+    Ok(rows)
 }
 
 /// Merges the chunks of every row (in order, so ties keep the smallest index) and finalises.
