@@ -59,9 +59,14 @@ keops_kernel <- function(formula, args, sum_scheme = "auto") {
     res <- rust_result(.Call(wrap__keops_run, formula, args, inputs, opts$precision,
                              rkeops_ncore(), sum_scheme, opts$backend, opts$device,
                              rkeops_cache_dir()))
+    .rkeops_env$last_run <- list(backend = res$backend, timings = res$timings)
     shape_result(res, info)
   }
 }
+
+# What computed the last reduction, and the seconds spent in each of its phases (conversion,
+# compilation, transfers, kernel, ...): a tool for benchmarks and for checking the backend.
+last_run <- function() .rkeops_env$last_run
 
 # The Rust side reports failures as list(error = message).
 rust_result <- function(res) {

@@ -22,7 +22,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Median total and kernel times of `reps` runs after one warm-up.
+/// Median total and kernel times of `reps` runs after one warm-up; prints the phases of the last.
 fn time(op: &Operator, inputs: &[Input], options: &RunOptions, reps: usize) -> (f64, f64) {
     let run = || -> (f64, Output) {
         let clock = Instant::now();
@@ -33,11 +33,14 @@ fn time(op: &Operator, inputs: &[Input], options: &RunOptions, reps: usize) -> (
     assert!(out.backend.starts_with("GPU"), "ran on {}", out.backend);
     let mut totals = vec![];
     let mut kernels = vec![];
+    let mut phases = String::new();
     for _ in 0..reps {
         let (t, out) = run();
         totals.push(t);
         kernels.push(out.timings.iter().filter(|(n, _)| *n == "kernel").map(|(_, t)| t).sum());
+        phases = out.timings.iter().map(|(n, t)| format!("{n} {:.1} ms", t * 1e3)).collect::<Vec<_>>().join(", ");
     }
+    println!("    phases: {phases}");
     (median(totals), median(kernels))
 }
 

@@ -101,10 +101,12 @@ impl Operator {
                     0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
                     n => n,
                 };
+                let clock = std::time::Instant::now();
                 let rows = match options.precision {
                     Precision::F32 => run_cpu::<f32>(&self.formula, inputs, n_i, n_j, options.sum_scheme, threads),
                     Precision::F64 => run_cpu::<f64>(&self.formula, inputs, n_i, n_j, options.sum_scheme, threads),
                 };
+                timings.push(("CPU evaluation", clock.elapsed().as_secs_f64()));
                 (rows, "CPU".to_string())
             }
         };
@@ -197,8 +199,13 @@ impl Operator {
     }
 }
 
+/// The inputs in the working precision (borrowed as they are for f64).
+fn convert<'a, T: Real>(inputs: &[Input<'a>]) -> Vec<std::borrow::Cow<'a, [T]>> {
+    inputs.iter().map(|x| T::from_f64_slice(x.data)).collect()
+}
+
 fn run_cpu<T: Real>(formula: &Formula, inputs: &[Input], n_i: usize, n_j: usize, scheme: SumScheme, threads: usize) -> RowMajor {
-    let converted: Vec<_> = inputs.iter().map(|x| T::from_f64_slice(x.data)).collect();
+    let converted = convert::<T>(inputs);
     let inputs = Inputs { data: converted.iter().map(|c| c.as_ref()).collect(), n_i, n_j };
     cpu::evaluate(formula, &inputs, scheme, threads)
 }
@@ -215,7 +222,7 @@ fn run_gpu<T: Real + DeviceRepr + ValidAsZeroBits>(
     timings: &mut Vec<(&'static str, f64)>,
 ) -> Result<RowMajor> {
     let clock = std::time::Instant::now();
-    let converted: Vec<_> = inputs.iter().map(|x| T::from_f64_slice(x.data)).collect();
+    let converted = convert::<T>(inputs);
     let inputs = Inputs { data: converted.iter().map(|c| c.as_ref()).collect(), n_i, n_j };
     timings.push(("conversion", clock.elapsed().as_secs_f64()));
     cuda::launch::evaluate(device, formula, &inputs, scheme, cache, timings)

@@ -97,5 +97,34 @@ macro_rules! impl_real {
         }
     };
 }
-impl_real!(f32, crate::math::exp_f32, |x: &[f64]| Cow::Owned(x.iter().map(|&v| v as f32).collect()));
+impl_real!(f32, crate::math::exp_f32, |x: &[f64]| Cow::Owned(to_f32(x)));
 impl_real!(f64, crate::math::exp_f64, Cow::Borrowed);
+
+/// Rounds doubles to floats, on every core for large inputs (the conversion of R's doubles is on
+/// the path of every float32 call).
+fn to_f32(x: &[f64]) -> Vec<f32> {
+    const SERIAL_BELOW: usize = 1 << 16;
+    let mut out = vec![0f32; x.len()];
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if x.len() < SERIAL_BELOW || threads == 1 {
+        out.iter_mut().zip(x).for_each(|(o, &v)| *o = v as f32);
+        return out;
+    }
+    let chunk = x.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        for (o, i) in out.chunks_mut(chunk).zip(x.chunks(chunk)) {
+            s.spawn(move || o.iter_mut().zip(i).for_each(|(o, &v)| *o = v as f32));
+        }
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn conversion_to_f32_is_the_same_in_parallel() {
+        let x: Vec<f64> = (0..300_001).map(|k| (k as f64).sqrt() * 1.000_000_1).collect();
+        let y = super::to_f32(&x);
+        assert!(x.iter().zip(&y).all(|(&a, &b)| a as f32 == b));
+    }
+}

@@ -136,10 +136,14 @@ fn keops_run(
             cache_dir: (!cache_dir.is_empty()).then(|| cache_dir.into()),
         };
         let out = op.run(&inputs, &options).map_err(|e| e.to_string())?;
+        let timing_names: Vec<&str> = out.timings.iter().map(|(n, _)| *n).collect();
+        let timing_values: Vec<f64> = out.timings.iter().map(|(_, t)| *t).collect();
+        let mut timings = Robj::from(timing_values);
+        timings.set_attrib("names", timing_names).map_err(|e| e.to_string())?;
         let values = out.values.map_or(Robj::from(()), Robj::from);
         let indices = out.indices.map_or(Robj::from(()), Robj::from);
         List::from_names_and_values(
-            ["values", "indices", "nrow", "k", "dim", "backend"],
+            ["values", "indices", "nrow", "k", "dim", "backend", "timings"],
             [
                 values,
                 indices,
@@ -147,6 +151,7 @@ fn keops_run(
                 Robj::from(out.k as i32),
                 Robj::from(out.dim as i32),
                 Robj::from(out.backend),
+                timings,
             ],
         )
         .map(Robj::from)

@@ -48,8 +48,11 @@ impl Dtype {
 pub struct Kernel {
     pub source: String,
     pub name: &'static str,
-    /// Threads per block = output rows per block = reduced indices per shared-memory tile.
+    /// Threads per block = reduced indices per shared-memory tile.
     pub tile: usize,
+    /// Output rows per thread: each value of the reduced index read from shared memory serves
+    /// them all. A block covers `tile * rows` output rows.
+    pub rows: usize,
     /// Number of f64 per output row in the states written by the kernel.
     pub state_len: usize,
 }
@@ -81,33 +84,45 @@ pub fn generate(formula: &Formula, dtype: Dtype, scheme: SumScheme) -> Kernel {
     let fits = |t: usize| t * inner_width * dtype.size() <= SHARED_BYTES;
     let tile = [256, 128, 64].into_iter().find(|&t| fits(t)).unwrap_or(64);
     let shared = fits(tile) && inner_width > 0;
-    let mut g = Gen { formula, dtype, plan: &plan, src: String::new(), shared_offsets: vec![None; formula.variables.len()] };
-    g.prelude(tile);
+    let rows = rows_per_thread(formula, &plan, &acc, dtype);
+    let mut g = Gen { formula, dtype, plan: &plan, src: String::new(), shared_offsets: vec![None; formula.variables.len()], q: 0 };
+    g.prelude(tile, rows);
     g.signature();
-    g.line("  const int row = blockIdx.x * TILE + threadIdx.x;");
-    g.line("  const bool active = row < n_out;");
-    g.line("  const int r = active ? row : 0;");
+    g.line("  const int row0 = blockIdx.x * (TILE * ROWS) + threadIdx.x;");
+    for q in 0..rows {
+        g.line(&format!("  const int row_{q} = row0 + {q} * TILE; const int r_{q} = row_{q} < n_out ? row_{q} : 0;"));
+    }
     g.line("  const int j_begin = blockIdx.y * chunk;");
     g.line("  const int j_end = min(n_red, j_begin + chunk);");
     if shared {
-        g.line("  __shared__ T tile[TILE * INNER_WIDTH];");
+        let _ = writeln!(g.src, "  __shared__ T tile[TILE * {inner_width}];");
         let mut offset = 0;
         for &p in &inner_vars {
             g.shared_offsets[p] = Some(offset);
             offset += formula.variables[p].dim;
         }
-        g.src = g.src.replace("INNER_WIDTH", &inner_width.to_string());
     }
-    for (id, node) in formula.graph.nodes.iter().enumerate() {
-        if let (Op::Input(p), Some(Role::Constant | Role::Outer)) = (node.op, plan.roles[id]) {
-            g.input_registers(id, p);
+    let reducer = Reducer { acc: &acc, f: red.f, g: red.g, fdim: acc.dim };
+    // Per-row values are emitted once per row slot q (registers v{id}_{q}), the rest once.
+    for q in 0..rows {
+        g.q = q;
+        for (id, node) in formula.graph.nodes.iter().enumerate() {
+            match (node.op, plan.roles[id]) {
+                (Op::Input(p), Some(Role::Outer)) => g.input_registers(id, p),
+                (Op::Input(p), Some(Role::Constant)) if q == 0 => g.input_registers(id, p),
+                _ => {}
+            }
         }
+        if q == 0 {
+            for &id in &plan.constant {
+                g.node(id);
+            }
+        }
+        for &id in &plan.outer {
+            g.node(id);
+        }
+        reducer.init(&mut g);
     }
-    for &id in plan.constant.iter().chain(&plan.outer) {
-        g.node(id);
-    }
-    let reducer = Reducer { acc: &acc, dtype, f: red.f, g: red.g, fdim: acc.dim };
-    reducer.init(&mut g);
     g.line("  for (int j0 = j_begin; j0 < j_end; j0 += TILE) {");
     if shared {
         g.line("    {");
@@ -122,10 +137,13 @@ pub fn generate(formula: &Formula, dtype: Dtype, scheme: SumScheme) -> Kernel {
         g.line("    }");
         g.line("    __syncthreads();");
     }
-    g.line("    if (active) {");
+    g.line("    if (row0 < n_out) {");
     g.line("      const int len = min(TILE, j_end - j0);");
-    reducer.tile_begin(&mut g);
-    g.line("      for (int jj = 0; jj < len; jj++) {");
+    for q in 0..rows {
+        g.q = q;
+        reducer.tile_begin(&mut g);
+    }
+    g.line("      #pragma unroll 4\n      for (int jj = 0; jj < len; jj++) {");
     g.line("        const int j = j0 + jj;");
     for (id, node) in formula.graph.nodes.iter().enumerate() {
         if let (Op::Input(p), Some(Role::Inner)) = (node.op, plan.roles[id]) {
@@ -136,23 +154,48 @@ pub fn generate(formula: &Formula, dtype: Dtype, scheme: SumScheme) -> Kernel {
             }
         }
     }
-    for &id in plan.inner.iter().chain(&plan.pair) {
+    for &id in &plan.inner {
         g.node(id);
     }
-    reducer.accumulate(&mut g);
+    for q in 0..rows {
+        g.q = q;
+        for &id in &plan.pair {
+            g.node(id);
+        }
+        reducer.accumulate(&mut g);
+    }
     g.line("      }");
-    reducer.tile_end(&mut g);
+    for q in 0..rows {
+        g.q = q;
+        reducer.tile_end(&mut g);
+    }
     g.line("    }");
     if shared {
         g.line("    __syncthreads();");
     }
     g.line("  }");
-    g.line("  if (active) {");
-    g.line(&format!("    double* out = states + ((long long)blockIdx.y * n_out + row) * {};", acc.state_len()));
-    reducer.store(&mut g);
-    g.line("  }");
+    for q in 0..rows {
+        g.q = q;
+        g.line(&format!("  if (row_{q} < n_out) {{"));
+        g.line(&format!("    double* out = states + ((long long)blockIdx.y * n_out + row_{q}) * {};", acc.state_len()));
+        reducer.store(&mut g);
+        g.line("  }");
+    }
     g.line("}");
-    Kernel { source: g.src, name: KERNEL_NAME, tile, state_len: acc.state_len() }
+    Kernel { source: g.src, name: KERNEL_NAME, tile, rows, state_len: acc.state_len() }
+}
+
+/// Rows per thread: as many as the registers allow (the state and the per-row values of every
+/// row stay in registers), at most 4.
+fn rows_per_thread(formula: &Formula, plan: &Plan, acc: &Accumulator, dtype: Dtype) -> usize {
+    let words = dtype.size() / 4;
+    let per_row: usize = plan.outer.iter().chain(&plan.pair).map(|&id| formula.graph.dim(id)).sum::<usize>() * words
+        + 2 * acc.state_len();
+    match per_row {
+        0..=24 => 4,
+        25..=64 => 2,
+        _ => 1,
+    }
 }
 
 struct Gen<'a> {
@@ -161,16 +204,32 @@ struct Gen<'a> {
     plan: &'a Plan,
     src: String,
     shared_offsets: Vec<Option<usize>>,
+    /// The row slot being emitted.
+    q: usize,
 }
 
 impl Gen<'_> {
+    /// The register array of node `id`: one per row slot for values that depend on the row.
+    fn name(&self, id: NodeId) -> String {
+        match self.plan.roles[id] {
+            Some(Role::Outer | Role::Pair) => format!("v{id}_{}", self.q),
+            _ => format!("v{id}"),
+        }
+    }
+
     fn line(&mut self, s: &str) {
         self.src.push_str(s);
         self.src.push('\n');
     }
 
-    fn prelude(&mut self, tile: usize) {
+    fn prelude(&mut self, tile: usize, rows: usize) {
         let t = self.dtype.c_type();
+        // float: the hardware ex2 with log2(e) folded in (relative error about 2^-22 plus 6e-8 |x|,
+        // one multiply and one MUFU instruction); double: the correctly rounded exp.
+        let exp = match self.dtype {
+            Dtype::F32 => "__device__ __forceinline__ float rk_exp(float x) { return __expf(x); }",
+            Dtype::F64 => "__device__ __forceinline__ double rk_exp(double x) { return exp(x); }",
+        };
         let inf = match self.dtype {
             Dtype::F32 => "__int_as_float(0x7f800000)",
             Dtype::F64 => "__longlong_as_double(0x7ff0000000000000LL)",
@@ -180,6 +239,7 @@ impl Gen<'_> {
             "// Generated by rkeops for: {}\n\
              typedef {t} T;\n\
              #define TILE {tile}\n\
+             #define ROWS {rows}\n\
              #define RK_INF {inf}\n\
              // Integer power by repeated squaring, as the CPU evaluator computes it.\n\
              __device__ __forceinline__ T rk_powi(T x, int n) {{\n\
@@ -187,7 +247,8 @@ impl Gen<'_> {
              \x20 while (true) {{ if (e & 1) r *= x; e >>= 1; if (e == 0) break; x *= x; }}\n\
              \x20 return inv ? (T)1 / r : r;\n\
              }}\n\
-             __device__ __forceinline__ bool rk_isnan(T x) {{ return x != x; }}\n",
+             __device__ __forceinline__ bool rk_isnan(T x) {{ return x != x; }}\n\
+             {exp}\n",
             self.formula.text.replace('\n', " ")
         );
     }
@@ -206,9 +267,10 @@ impl Gen<'_> {
         let d = self.formula.graph.dim(id);
         let index = match self.formula.variables[p].category {
             Category::Param => "k".to_string(),
-            _ => "r + (long long)n_out * k".to_string(),
+            _ => format!("r_{} + (long long)n_out * k", self.q),
         };
-        self.line(&format!("  T v{id}[{d}]; for (int k = 0; k < {d}; k++) v{id}[k] = in{p}[{index}];"));
+        let v = self.name(id);
+        self.line(&format!("  T {v}[{d}]; for (int k = 0; k < {d}; k++) {v}[k] = in{p}[{index}];"));
     }
 
     fn math(&self, name: &str) -> String {
@@ -230,17 +292,18 @@ impl Gen<'_> {
     fn node(&mut self, id: NodeId) {
         let node = &self.formula.graph.nodes[id];
         let d = node.dim;
-        let a: Vec<(String, usize)> = node.args.iter().map(|&x| (format!("v{x}"), self.formula.graph.dim(x))).collect();
+        let a: Vec<(String, usize)> = node.args.iter().map(|&x| (self.name(x), self.formula.graph.dim(x))).collect();
+        let out = self.name(id);
         // Component k of argument i, broadcasting dimension 1.
         let at = |i: usize, k: &str| -> String {
             let (name, dim) = &a[i];
             if *dim == 1 { format!("{name}[0]") } else { format!("{name}[{k}]") }
         };
         let m = |f: &str| self.math(f);
-        let elementwise = |expr: String| format!("for (int k = 0; k < {d}; k++) v{id}[k] = {expr};");
+        let elementwise = |expr: String| format!("for (int k = 0; k < {d}; k++) {out}[k] = {expr};");
         let body = match node.op {
             Op::Input(_) => return,
-            Op::Constant(bits) => format!("v{id}[0] = {};", self.constant(bits)),
+            Op::Constant(bits) => format!("{out}[0] = {};", self.constant(bits)),
             Op::Neg => elementwise(format!("-{}", at(0, "k"))),
             Op::Abs => elementwise(format!("{}({})", m("fabs"), at(0, "k"))),
             Op::Acos => elementwise(format!("{}({})", m("acos"), at(0, "k"))),
@@ -248,7 +311,7 @@ impl Gen<'_> {
             Op::Atan => elementwise(format!("{}({})", m("atan"), at(0, "k"))),
             Op::Cos => elementwise(format!("{}({})", m("cos"), at(0, "k"))),
             Op::Sin => elementwise(format!("{}({})", m("sin"), at(0, "k"))),
-            Op::Exp => elementwise(format!("{}({})", m("exp"), at(0, "k"))),
+            Op::Exp => elementwise(format!("rk_exp({})", at(0, "k"))),
             Op::Log => elementwise(format!("{}({})", m("log"), at(0, "k"))),
             Op::Floor => elementwise(format!("{}({})", m("floor"), at(0, "k"))),
             Op::Sqrt => elementwise(format!("{}({})", m("sqrt"), at(0, "k"))),
@@ -294,10 +357,10 @@ impl Gen<'_> {
                 at(2, "k"),
                 m("floor")
             )),
-            Op::Sum => format!("v{id}[0] = {}; for (int k = 1; k < {}; k++) v{id}[0] += {};", at(0, "0"), a[0].1, at(0, "k")),
-            Op::SqNorm2 => format!("v{id}[0] = (T)0; for (int k = 0; k < {}; k++) v{id}[0] += {1} * {1};", a[0].1, at(0, "k")),
+            Op::Sum => format!("{out}[0] = {}; for (int k = 1; k < {}; k++) {out}[0] += {};", at(0, "0"), a[0].1, at(0, "k")),
+            Op::SqNorm2 => format!("{out}[0] = (T)0; for (int k = 0; k < {}; k++) {out}[0] += {1} * {1};", a[0].1, at(0, "k")),
             Op::Dot => format!(
-                "v{id}[0] = (T)0; for (int k = 0; k < {}; k++) v{id}[0] += {} * {};",
+                "{out}[0] = (T)0; for (int k = 0; k < {}; k++) {out}[0] += {} * {};",
                 a[0].1.max(a[1].1),
                 at(0, "k"),
                 at(1, "k")
@@ -305,7 +368,7 @@ impl Gen<'_> {
             Op::Max | Op::Min => {
                 let cmp = if node.op == Op::Max { ">" } else { "<" };
                 format!(
-                    "v{id}[0] = {0}; for (int k = 1; k < {1}; k++) {{ T x = {2}; if (x {cmp} v{id}[0] || rk_isnan(x)) v{id}[0] = x; }}",
+                    "{out}[0] = {0}; for (int k = 1; k < {1}; k++) {{ T x = {2}; if (x {cmp} {out}[0] || rk_isnan(x)) {out}[0] = x; }}",
                     at(0, "0"),
                     a[0].1,
                     at(0, "k")
@@ -314,44 +377,44 @@ impl Gen<'_> {
             Op::ArgMax | Op::ArgMin => {
                 let cmp = if node.op == Op::ArgMax { ">" } else { "<" };
                 format!(
-                    "{{ T best = {0}; v{id}[0] = (T)0; for (int k = 1; k < {1}; k++) {{ T x = {2}; \
-                     if (x {cmp} best || (rk_isnan(x) && !rk_isnan(best))) {{ best = x; v{id}[0] = (T)k; }} }} }}",
+                    "{{ T best = {0}; {out}[0] = (T)0; for (int k = 1; k < {1}; k++) {{ T x = {2}; \
+                     if (x {cmp} best || (rk_isnan(x) && !rk_isnan(best))) {{ best = x; {out}[0] = (T)k; }} }} }}",
                     at(0, "0"),
                     a[0].1,
                     at(0, "k")
                 )
             }
-            Op::Elem(p) => format!("v{id}[0] = {};", at(0, &p.to_string())),
-            Op::ElemT(_, p) => format!("for (int k = 0; k < {d}; k++) v{id}[k] = (T)0; v{id}[{p}] = {};", at(0, "0")),
-            Op::Extract(start, _) => format!("for (int k = 0; k < {d}; k++) v{id}[k] = {};", at(0, &format!("{start} + k"))),
+            Op::Elem(p) => format!("{out}[0] = {};", at(0, &p.to_string())),
+            Op::ElemT(_, p) => format!("for (int k = 0; k < {d}; k++) {out}[k] = (T)0; {out}[{p}] = {};", at(0, "0")),
+            Op::Extract(start, _) => format!("for (int k = 0; k < {d}; k++) {out}[k] = {};", at(0, &format!("{start} + k"))),
             Op::ExtractT(start, _) => format!(
-                "for (int k = 0; k < {d}; k++) v{id}[k] = (T)0; for (int k = 0; k < {}; k++) v{id}[{start} + k] = {};",
+                "for (int k = 0; k < {d}; k++) {out}[k] = (T)0; for (int k = 0; k < {}; k++) {out}[{start} + k] = {};",
                 a[0].1,
                 at(0, "k")
             ),
             Op::Concat => format!(
-                "for (int k = 0; k < {0}; k++) v{id}[k] = {1}; for (int k = 0; k < {2}; k++) v{id}[{0} + k] = {3};",
+                "for (int k = 0; k < {0}; k++) {out}[k] = {1}; for (int k = 0; k < {2}; k++) {out}[{0} + k] = {3};",
                 a[0].1,
                 at(0, "k"),
                 a[1].1,
                 at(1, "k")
             ),
-            Op::OneHot(_) => format!("for (int k = 0; k < {d}; k++) v{id}[k] = ({}({}) == (T)k) ? (T)1 : (T)0;", m("round"), at(0, "0")),
+            Op::OneHot(_) => format!("for (int k = 0; k < {d}; k++) {out}[k] = ({}({}) == (T)k) ? (T)1 : (T)0;", m("round"), at(0, "0")),
             Op::SumT(_) => elementwise(at(0, "0")),
             Op::MatVecMult => format!(
-                "for (int k = 0; k < {d}; k++) {{ v{id}[k] = (T)0; for (int l = 0; l < {}; l++) v{id}[k] += {} * {}; }}",
+                "for (int k = 0; k < {d}; k++) {{ {out}[k] = (T)0; for (int l = 0; l < {}; l++) {out}[k] += {} * {}; }}",
                 a[1].1,
                 at(0, &format!("k + {d} * l")),
                 at(1, "l")
             ),
             Op::VecMatMult => format!(
-                "for (int l = 0; l < {d}; l++) {{ v{id}[l] = (T)0; for (int k = 0; k < {0}; k++) v{id}[l] += {1} * {2}; }}",
+                "for (int l = 0; l < {d}; l++) {{ {out}[l] = (T)0; for (int k = 0; k < {0}; k++) {out}[l] += {1} * {2}; }}",
                 a[0].1,
                 at(0, "k"),
                 at(1, &format!("k + {} * l", a[0].1))
             ),
             Op::TensorProd => format!(
-                "for (int l = 0; l < {}; l++) for (int k = 0; k < {1}; k++) v{id}[k + {1} * l] = {2} * {3};",
+                "for (int l = 0; l < {}; l++) for (int k = 0; k < {1}; k++) {out}[k + {1} * l] = {2} * {3};",
                 a[1].1,
                 a[0].1,
                 at(0, "k"),
@@ -359,41 +422,42 @@ impl Gen<'_> {
             ),
         };
         let indent = if matches!(self.plan.roles[id], Some(Role::Inner | Role::Pair)) { "        " } else { "  " };
-        self.line(&format!("{indent}// node {id}: {:?}\n{indent}T v{id}[{d}]; {body}", node.op));
+        self.line(&format!("{indent}// node {id}: {:?}\n{indent}T {out}[{d}]; {body}", node.op));
     }
+}
+
+/// Emits a line of the reducer with its registers (`name@`) named for the current row slot.
+fn emit(g: &mut Gen, code: &str) {
+    let line = code.replace('@', &format!("_{}", g.q));
+    g.line(&line);
 }
 
 /// Emits the reduction's registers, tile loop hooks and the final store of the state.
 struct Reducer<'a> {
     acc: &'a Accumulator,
-    dtype: Dtype,
     f: NodeId,
     g: Option<NodeId>,
     fdim: usize,
 }
 
 impl Reducer<'_> {
-    fn exp(&self) -> String {
-        self.dtype.math("exp")
-    }
-
     fn init(&self, g: &mut Gen) {
         use ReductionKind::*;
         let (d, k) = (self.fdim, self.acc.k);
         match self.acc.kind {
             Sum => match self.acc.scheme {
-                SumScheme::KahanScheme => g.line(&format!("  T acc[{d}], comp[{d}]; for (int k = 0; k < {d}; k++) {{ acc[k] = (T)0; comp[k] = (T)0; }}")),
-                SumScheme::DirectSum => g.line(&format!("  T acc[{d}]; for (int k = 0; k < {d}; k++) acc[k] = (T)0;")),
-                SumScheme::Auto | SumScheme::BlockSum => g.line(&format!("  double acc[{d}]; for (int k = 0; k < {d}; k++) acc[k] = 0.0;")),
+                SumScheme::KahanScheme => emit(g, &format!("  T acc@[{d}], comp@[{d}]; for (int k = 0; k < {d}; k++) {{ acc@[k] = (T)0; comp@[k] = (T)0; }}")),
+                SumScheme::DirectSum => emit(g, &format!("  T acc@[{d}]; for (int k = 0; k < {d}; k++) acc@[k] = (T)0;")),
+                SumScheme::Auto | SumScheme::BlockSum => emit(g, &format!("  double acc@[{d}]; for (int k = 0; k < {d}; k++) acc@[k] = 0.0;")),
             },
             Min | ArgMin | MinArgMin | KMin | ArgKMin | KMinArgKMin | Max | ArgMax | MaxArgMax => {
                 let n = d * k;
                 let init = if matches!(self.acc.kind, Max | ArgMax | MaxArgMax) { "-RK_INF" } else { "RK_INF" };
-                g.line(&format!("  T best[{n}]; int best_j[{n}]; for (int k = 0; k < {n}; k++) {{ best[k] = {init}; best_j[k] = -1; }}"));
+                emit(g, &format!("  T best@[{n}]; int best_j@[{n}]; for (int k = 0; k < {n}; k++) {{ best@[k] = {init}; best_j@[k] = -1; }}"));
             }
             LogSumExp | LogSumExpWeight | SumSoftMaxWeight => {
                 let sums = self.acc.state_len() - 1;
-                g.line(&format!("  double m = -(double)RK_INF; double s[{sums}]; for (int k = 0; k < {sums}; k++) s[k] = 0.0;"));
+                emit(g, &format!("  double m@ = -(double)RK_INF; double s@[{sums}]; for (int k = 0; k < {sums}; k++) s@[k] = 0.0;"));
             }
         }
     }
@@ -403,11 +467,11 @@ impl Reducer<'_> {
         let d = self.fdim;
         match self.acc.kind {
             Sum if matches!(self.acc.scheme, SumScheme::Auto | SumScheme::BlockSum) => {
-                g.line(&format!("      T part[{d}]; for (int k = 0; k < {d}; k++) part[k] = (T)0;"));
+                emit(g, &format!("      T part@[{d}]; for (int k = 0; k < {d}; k++) part@[k] = (T)0;"));
             }
             LogSumExp | LogSumExpWeight | SumSoftMaxWeight => {
                 let sums = self.acc.state_len() - 1;
-                g.line(&format!("      T mt = -RK_INF; T ts[{sums}]; for (int k = 0; k < {sums}; k++) ts[k] = (T)0;"));
+                emit(g, &format!("      T mt@ = -RK_INF; T ts@[{sums}]; for (int k = 0; k < {sums}; k++) ts@[k] = (T)0;"));
             }
             _ => {}
         }
@@ -415,21 +479,21 @@ impl Reducer<'_> {
 
     fn accumulate(&self, g: &mut Gen) {
         use ReductionKind::*;
-        let (d, kk, f) = (self.fdim, self.acc.k, self.f);
+        let (d, kk, fv) = (self.fdim, self.acc.k, g.name(self.f));
         match self.acc.kind {
             Sum => match self.acc.scheme {
-                SumScheme::KahanScheme => g.line(&format!(
-                    "        for (int k = 0; k < {d}; k++) {{ T y = v{f}[k] - comp[k]; T t = acc[k] + y; comp[k] = (t - acc[k]) - y; acc[k] = t; }}"
+                SumScheme::KahanScheme => emit(g, &format!(
+                    "        for (int k = 0; k < {d}; k++) {{ T y = {fv}[k] - comp@[k]; T t = acc@[k] + y; comp@[k] = (t - acc@[k]) - y; acc@[k] = t; }}"
                 )),
-                SumScheme::DirectSum => g.line(&format!("        for (int k = 0; k < {d}; k++) acc[k] += v{f}[k];")),
-                SumScheme::Auto | SumScheme::BlockSum => g.line(&format!("        for (int k = 0; k < {d}; k++) part[k] += v{f}[k];")),
+                SumScheme::DirectSum => emit(g, &format!("        for (int k = 0; k < {d}; k++) acc@[k] += {fv}[k];")),
+                SumScheme::Auto | SumScheme::BlockSum => emit(g, &format!("        for (int k = 0; k < {d}; k++) part@[k] += {fv}[k];")),
             },
             Min | ArgMin | MinArgMin | KMin | ArgKMin | KMinArgKMin | Max | ArgMax | MaxArgMax => {
                 let cmp = if matches!(self.acc.kind, Max | ArgMax | MaxArgMax) { ">" } else { "<" };
                 // Sorted insertion, as the CPU accumulator: NaN wins, equal values keep index order.
-                g.line(&format!(
+                emit(g, &format!(
                     "        for (int c = 0; c < {d}; c++) {{\n\
-                     \x20         T x = v{f}[c]; T* b = best + c * {kk}; int* bj = best_j + c * {kk};\n\
+                     \x20         T x = {fv}[c]; T* b = best@ + c * {kk}; int* bj = best_j@ + c * {kk};\n\
                      \x20         if (bj[{last}] >= 0 && !(x {cmp} b[{last}] || (rk_isnan(x) && !rk_isnan(b[{last}])))) continue;\n\
                      \x20         int p = {last};\n\
                      \x20         while (p > 0 && (bj[p - 1] < 0 || x {cmp} b[p - 1] || (rk_isnan(x) && !rk_isnan(b[p - 1])))) {{ b[p] = b[p - 1]; bj[p] = bj[p - 1]; p--; }}\n\
@@ -440,28 +504,29 @@ impl Reducer<'_> {
             }
             LogSumExp | LogSumExpWeight | SumSoftMaxWeight => {
                 // Online max within the tile: rescale the sums when a larger value arrives.
-                let e = self.exp();
+                let e = "rk_exp";
                 let plain = self.acc.kind != LogSumExpWeight;
                 let gdim = self.acc.gdim;
                 let mut grow = String::new();
                 let mut add = String::new();
                 let mut slot = 0;
                 if plain {
-                    grow.push_str("ts[0] = ts[0] * sc + (T)1; ");
-                    add.push_str("ts[0] += e; ");
+                    grow.push_str("ts@[0] = ts@[0] * sc + (T)1; ");
+                    add.push_str("ts@[0] += e; ");
                     slot = 1;
                 }
                 if let Some(gid) = self.g {
-                    let w = |c: usize| if gdim == 1 { format!("v{gid}[0]") } else { format!("v{gid}[{c}]") };
+                    let gv = g.name(gid);
+                    let w = |c: usize| if gdim == 1 { format!("{gv}[0]") } else { format!("{gv}[{c}]") };
                     for c in 0..gdim {
-                        let _ = write!(grow, "ts[{}] = ts[{}] * sc + {}; ", slot + c, slot + c, w(c));
-                        let _ = write!(add, "ts[{}] += e * {}; ", slot + c, w(c));
+                        let _ = write!(grow, "ts@[{}] = ts@[{}] * sc + {}; ", slot + c, slot + c, w(c));
+                        let _ = write!(add, "ts@[{}] += e * {}; ", slot + c, w(c));
                     }
                 }
-                g.line(&format!(
-                    "        {{ T x = v{f}[0];\n\
-                     \x20         if (x > mt || rk_isnan(x)) {{ T sc = (mt == -RK_INF) ? (T)0 : {e}(mt - x); {grow}mt = x; }}\n\
-                     \x20         else {{ T e = (x == mt) ? ((x == -RK_INF) ? (T)0 : (T)1) : {e}(x - mt); {add}}} }}"
+                emit(g, &format!(
+                    "        {{ T x = {fv}[0];\n\
+                     \x20         if (x > mt@ || rk_isnan(x)) {{ T sc = (mt@ == -RK_INF) ? (T)0 : {e}(mt@ - x); {grow}mt@ = x; }}\n\
+                     \x20         else {{ T e = (x == mt@) ? ((x == -RK_INF) ? (T)0 : (T)1) : {e}(x - mt@); {add}}} }}"
                 ));
             }
         }
@@ -472,16 +537,16 @@ impl Reducer<'_> {
         let d = self.fdim;
         match self.acc.kind {
             Sum if matches!(self.acc.scheme, SumScheme::Auto | SumScheme::BlockSum) => {
-                g.line(&format!("      for (int k = 0; k < {d}; k++) acc[k] += (double)part[k];"));
+                emit(g, &format!("      for (int k = 0; k < {d}; k++) acc@[k] += (double)part@[k];"));
             }
             LogSumExp | LogSumExpWeight | SumSoftMaxWeight => {
                 let sums = self.acc.state_len() - 1;
-                g.line(&format!(
-                    "      if (mt != -RK_INF) {{\n\
-                     \x20       double mn = fmax(m, (double)mt);\n\
-                     \x20       double so = (m == mn) ? 1.0 : exp(m - mn), sn = ((double)mt == mn) ? 1.0 : exp((double)mt - mn);\n\
-                     \x20       for (int k = 0; k < {sums}; k++) s[k] = s[k] * so + (double)ts[k] * sn;\n\
-                     \x20       m = mn;\n\
+                emit(g, &format!(
+                    "      if (mt@ != -RK_INF) {{\n\
+                     \x20       double mn = fmax(m@, (double)mt@);\n\
+                     \x20       double so = (m@ == mn) ? 1.0 : exp(m@ - mn), sn = ((double)mt@ == mn) ? 1.0 : exp((double)mt@ - mn);\n\
+                     \x20       for (int k = 0; k < {sums}; k++) s@[k] = s@[k] * so + (double)ts@[k] * sn;\n\
+                     \x20       m@ = mn;\n\
                      \x20     }}"
                 ));
             }
@@ -494,18 +559,18 @@ impl Reducer<'_> {
         let d = self.fdim;
         match self.acc.kind {
             Sum => {
-                g.line(&format!("    for (int k = 0; k < {d}; k++) out[k] = (double)acc[k];"));
+                emit(g, &format!("    for (int k = 0; k < {d}; k++) out[k] = (double)acc@[k];"));
                 if self.acc.scheme == SumScheme::KahanScheme {
-                    g.line(&format!("    for (int k = 0; k < {d}; k++) out[{d} + k] = (double)comp[k];"));
+                    emit(g, &format!("    for (int k = 0; k < {d}; k++) out[{d} + k] = (double)comp@[k];"));
                 }
             }
             Min | ArgMin | MinArgMin | KMin | ArgKMin | KMinArgKMin | Max | ArgMax | MaxArgMax => {
                 let n = d * self.acc.k;
-                g.line(&format!("    for (int k = 0; k < {n}; k++) {{ out[k] = (double)best[k]; out[{n} + k] = (double)best_j[k]; }}"));
+                emit(g, &format!("    for (int k = 0; k < {n}; k++) {{ out[k] = (double)best@[k]; out[{n} + k] = (double)best_j@[k]; }}"));
             }
             LogSumExp | LogSumExpWeight | SumSoftMaxWeight => {
                 let sums = self.acc.state_len() - 1;
-                g.line(&format!("    out[0] = m; for (int k = 0; k < {sums}; k++) out[1 + k] = s[k];"));
+                emit(g, &format!("    out[0] = m@; for (int k = 0; k < {sums}; k++) out[1 + k] = s@[k];"));
             }
         }
     }

@@ -23,8 +23,8 @@ const BLOCKS_PER_SM: usize = 8;
 const MIN_TILES_PER_CHUNK: usize = 4;
 
 /// How many chunks of the reduced range to run side by side.
-pub fn chunks_for(n_out: usize, n_red: usize, tile: usize, multiprocessors: usize) -> usize {
-    let blocks = n_out.div_ceil(tile);
+pub fn chunks_for(n_out: usize, n_red: usize, tile: usize, rows: usize, multiprocessors: usize) -> usize {
+    let blocks = n_out.div_ceil(tile * rows);
     let wanted = (BLOCKS_PER_SM * multiprocessors).div_ceil(blocks.max(1));
     let most = n_red.div_ceil(tile * MIN_TILES_PER_CHUNK);
     wanted.min(most).max(1)
@@ -47,7 +47,7 @@ pub fn evaluate<T: Real + DeviceRepr + ValidAsZeroBits>(
     }
     // RKEOPS_GPU_SCHEME=1D forces the 1D scheme (for benchmarks that compare the two).
     let force_1d = std::env::var("RKEOPS_GPU_SCHEME").is_ok_and(|s| s.eq_ignore_ascii_case("1d"));
-    let chunks = if force_1d { 1 } else { chunks_for(n_out, n_red, kernel.tile, device.multiprocessors) };
+    let chunks = if force_1d { 1 } else { chunks_for(n_out, n_red, kernel.tile, kernel.rows, device.multiprocessors) };
     let chunk = n_red.div_ceil(chunks).div_ceil(kernel.tile) * kernel.tile;
     let chunks = n_red.div_ceil(chunk);
     let clock = Instant::now();
@@ -87,7 +87,7 @@ pub fn evaluate<T: Real + DeviceRepr + ValidAsZeroBits>(
         let clock = Instant::now();
         let (n_out_arg, n_red_arg, chunk_arg) = (n_out as i32, n_red as i32, chunk as i32);
         let config = LaunchConfig {
-            grid_dim: (n_out.div_ceil(kernel.tile) as u32, chunks as u32, 1),
+            grid_dim: (n_out.div_ceil(kernel.tile * kernel.rows) as u32, chunks as u32, 1),
             block_dim: (kernel.tile as u32, 1, 1),
             shared_mem_bytes: 0,
         };
