@@ -230,9 +230,9 @@ impl Gen<'_> {
             Dtype::F32 => "__device__ __forceinline__ float rk_exp(float x) { return __expf(x); }",
             Dtype::F64 => "__device__ __forceinline__ double rk_exp(double x) { return exp(x); }",
         };
-        let inf = match self.dtype {
-            Dtype::F32 => "__int_as_float(0x7f800000)",
-            Dtype::F64 => "__longlong_as_double(0x7ff0000000000000LL)",
+        let (inf, max) = match self.dtype {
+            Dtype::F32 => ("__int_as_float(0x7f800000)", "3.40282347e+38f"),
+            Dtype::F64 => ("__longlong_as_double(0x7ff0000000000000LL)", "1.7976931348623157e+308"),
         };
         let _ = write!(
             self.src,
@@ -241,6 +241,7 @@ impl Gen<'_> {
              #define TILE {tile}\n\
              #define ROWS {rows}\n\
              #define RK_INF {inf}\n\
+             #define RK_MAX {max}\n\
              // Integer power by repeated squaring, as the CPU evaluator computes it.\n\
              __device__ __forceinline__ T rk_powi(T x, int n) {{\n\
              \x20 bool inv = n < 0; unsigned int e = inv ? -(unsigned int)n : n; T r = 1;\n\
@@ -471,7 +472,9 @@ impl Reducer<'_> {
             }
             LogSumExp | LogSumExpWeight | SumSoftMaxWeight => {
                 let sums = self.acc.state_len() - 1;
-                emit(g, &format!("      T mt@ = -RK_INF; T ts@[{sums}]; for (int k = 0; k < {sums}; k++) ts@[k] = (T)0;"));
+                // A finite start (the lowest finite value) keeps exp(x - mt) exact for x = -inf
+                // without a test in the loop.
+                emit(g, &format!("      T mt@ = -RK_MAX; T ts@[{sums}]; for (int k = 0; k < {sums}; k++) ts@[k] = (T)0;"));
             }
             _ => {}
         }
@@ -503,7 +506,8 @@ impl Reducer<'_> {
                 ));
             }
             LogSumExp | LogSumExpWeight | SumSoftMaxWeight => {
-                // Online max within the tile: rescale the sums when a larger value arrives.
+                // Online max within the tile: rescale the sums when a larger value arrives. NaN
+                // never compares larger, so exp(NaN - mt) carries it into the sums.
                 let e = "rk_exp";
                 let plain = self.acc.kind != LogSumExpWeight;
                 let gdim = self.acc.gdim;
@@ -525,8 +529,8 @@ impl Reducer<'_> {
                 }
                 emit(g, &format!(
                     "        {{ T x = {fv}[0];\n\
-                     \x20         if (x > mt@ || rk_isnan(x)) {{ T sc = (mt@ == -RK_INF) ? (T)0 : {e}(mt@ - x); {grow}mt@ = x; }}\n\
-                     \x20         else {{ T e = (x == mt@) ? ((x == -RK_INF) ? (T)0 : (T)1) : {e}(x - mt@); {add}}} }}"
+                     \x20         if (x > mt@) {{ T sc = {e}(mt@ - x); {grow}mt@ = x; }}\n\
+                     \x20         else {{ T e = (x == mt@) ? (T)1 : {e}(x - mt@); {add}}} }}"
                 ));
             }
         }
@@ -542,7 +546,7 @@ impl Reducer<'_> {
             LogSumExp | LogSumExpWeight | SumSoftMaxWeight => {
                 let sums = self.acc.state_len() - 1;
                 emit(g, &format!(
-                    "      if (mt@ != -RK_INF) {{\n\
+                    "      {{\n\
                      \x20       double mn = fmax(m@, (double)mt@);\n\
                      \x20       double so = (m@ == mn) ? 1.0 : exp(m@ - mn), sn = ((double)mt@ == mn) ? 1.0 : exp((double)mt@ - mn);\n\
                      \x20       for (int k = 0; k < {sums}; k++) s@[k] = s@[k] * so + (double)ts@[k] * sn;\n\

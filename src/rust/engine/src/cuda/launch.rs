@@ -122,19 +122,34 @@ pub fn evaluate<T: Real + DeviceRepr + ValidAsZeroBits>(
     Ok(rows)
 }
 
-/// Merges the chunks of every row (in order, so ties keep the smallest index) and finalises.
+/// Merges the chunks of every row (in order, so ties keep the smallest index) and finalises, on
+/// every core: for K-selections over millions of rows this is not negligible.
 fn finish<T: Real>(acc: &Accumulator, mut states: Vec<f64>, n_out: usize, chunks: usize, state_len: usize) -> RowMajor {
     let width = acc.width();
     let mut values = vec![0.0; n_out * width];
     let mut indices = vec![0; n_out * width];
     let (first, rest) = states.split_at_mut(n_out * state_len);
-    for r in 0..n_out {
-        let state = &mut first[r * state_len..(r + 1) * state_len];
-        for c in 1..chunks {
-            let at = ((c - 1) * n_out + r) * state_len;
-            acc.merge(state, &rest[at..at + state_len]);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let rows_per_thread = n_out.div_ceil(threads).max(4096);
+    let rest = &*rest;
+    std::thread::scope(|s| {
+        let parts = first
+            .chunks_mut(rows_per_thread * state_len)
+            .zip(values.chunks_mut(rows_per_thread * width))
+            .zip(indices.chunks_mut(rows_per_thread * width))
+            .enumerate();
+        for (part, ((st, vals), idx)) in parts {
+            s.spawn(move || {
+                for (k, state) in st.chunks_mut(state_len).enumerate() {
+                    let r = part * rows_per_thread + k;
+                    for c in 1..chunks {
+                        let at = ((c - 1) * n_out + r) * state_len;
+                        acc.merge(state, &rest[at..at + state_len]);
+                    }
+                    acc.finalize::<T>(state, &mut vals[k * width..(k + 1) * width], &mut idx[k * width..(k + 1) * width]);
+                }
+            });
         }
-        acc.finalize::<T>(state, &mut values[r * width..(r + 1) * width], &mut indices[r * width..(r + 1) * width]);
-    }
+    });
     RowMajor { values, indices, width }
 }
