@@ -48,6 +48,9 @@ pub struct RunOptions {
     pub device: usize,
     /// Where compiled GPU kernels are kept between sessions (none: compiled once per process).
     pub cache_dir: Option<std::path::PathBuf>,
+    /// Most bytes of GPU memory to use (default: 80% of what is free); larger inputs are
+    /// processed in blocks.
+    pub gpu_memory: Option<usize>,
 }
 
 /// Results in column-major order: `nrow x k x dim` (k = 1 except for the K-selections).
@@ -91,8 +94,8 @@ impl Operator {
             Some(device) => {
                 let cache = options.cache_dir.as_ref().map(DiskCache::new);
                 let rows = match options.precision {
-                    Precision::F32 => run_gpu::<f32>(&device, &self.formula, inputs, n_i, n_j, options.sum_scheme, cache.as_ref(), &mut timings)?,
-                    Precision::F64 => run_gpu::<f64>(&device, &self.formula, inputs, n_i, n_j, options.sum_scheme, cache.as_ref(), &mut timings)?,
+                    Precision::F32 => run_gpu::<f32>(&device, &self.formula, inputs, n_i, n_j, options, cache.as_ref(), &mut timings)?,
+                    Precision::F64 => run_gpu::<f64>(&device, &self.formula, inputs, n_i, n_j, options, cache.as_ref(), &mut timings)?,
                 };
                 (rows, format!("GPU {} ({})", device.ordinal, device.name))
             }
@@ -217,7 +220,7 @@ fn run_gpu<T: Real + DeviceRepr + ValidAsZeroBits>(
     inputs: &[Input],
     n_i: usize,
     n_j: usize,
-    scheme: SumScheme,
+    options: &RunOptions,
     cache: Option<&DiskCache>,
     timings: &mut Vec<(&'static str, f64)>,
 ) -> Result<RowMajor> {
@@ -225,7 +228,7 @@ fn run_gpu<T: Real + DeviceRepr + ValidAsZeroBits>(
     let converted = convert::<T>(inputs);
     let inputs = Inputs { data: converted.iter().map(|c| c.as_ref()).collect(), n_i, n_j };
     timings.push(("conversion", clock.elapsed().as_secs_f64()));
-    cuda::launch::evaluate(device, formula, &inputs, scheme, cache, timings)
+    cuda::launch::evaluate(device, formula, &inputs, options.sum_scheme, cache, options.gpu_memory, timings)
 }
 
 fn to_column_major(rows: &RowMajor, nrow: usize) -> (Vec<f64>, Vec<i32>) {

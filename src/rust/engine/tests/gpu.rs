@@ -205,3 +205,31 @@ fn gpu_propagates_nan_and_survives_bad_launches() {
     let out = run(&op, &inputs, Precision::F64, Backend::Gpu(0), SumScheme::Auto);
     assert_eq!(out.values.unwrap()[2], 2.0 * 999.0 * 1000.0 / 2.0);
 }
+
+#[test]
+fn gpu_processes_inputs_larger_than_its_memory_in_blocks() {
+    if let Err(why) = device::availability(0) {
+        println!("NO GPU: the blocked GPU path is not checked here ({why})");
+        return;
+    }
+    // 300 kB of "device memory" for 4 x 5000 i-values and 6 x 3001 j-values (float64): blocks
+    // of rows on both sides.
+    let data = Data::new(5000, 3001);
+    let inputs = data.inputs();
+    for formula in [
+        "Sum_Reduction(Exp(-s*SqDist(x,y))*b, AXIS)",
+        "KMin_ArgKMin_Reduction(x - y, 5, AXIS)",
+        "ArgMin_Reduction(SqDist(x,y), AXIS)",
+        "LogSumExp_Reduction(100 - 20*SqDist(x,y), AXIS)",
+        "SumSoftMaxWeight_Reduction(100 - 20*SqDist(x,y), b, AXIS)",
+    ] {
+        for axis in ["0", "1"] {
+            let text = formula.replace("AXIS", axis);
+            let op = Operator::new(&text, &args()).unwrap();
+            let options = RunOptions { precision: Precision::F64, backend: Backend::Gpu(0), gpu_memory: Some(300_000), ..Default::default() };
+            let g = op.run(&inputs, &options).unwrap_or_else(|e| panic!("{text}: {e}"));
+            let c = run(&op, &inputs, Precision::F64, Backend::Cpu, SumScheme::Auto);
+            compare(&text, &g, &c, Precision::F64);
+        }
+    }
+}

@@ -134,6 +134,7 @@ fn keops_run(
             },
             device: device.max(0) as usize,
             cache_dir: (!cache_dir.is_empty()).then(|| cache_dir.into()),
+            gpu_memory: None,
         };
         let out = op.run(&inputs, &options).map_err(|e| e.to_string())?;
         let timing_names: Vec<&str> = out.timings.iter().map(|(n, _)| *n).collect();

@@ -255,7 +255,7 @@ impl Gen<'_> {
     }
 
     fn signature(&mut self) {
-        let mut params = vec!["const int n_out".to_string(), "const int n_red".into(), "const int chunk".into()];
+        let mut params = vec!["const int n_out".to_string(), "const int n_red".into(), "const int chunk".into(), "const int j_offset".into()];
         for v in &self.formula.variables {
             params.push(format!("const T* __restrict__ in{}", v.position));
         }
@@ -570,7 +570,7 @@ impl Reducer<'_> {
             }
             Min | ArgMin | MinArgMin | KMin | ArgKMin | KMinArgKMin | Max | ArgMax | MaxArgMax => {
                 let n = d * self.acc.k;
-                emit(g, &format!("    for (int k = 0; k < {n}; k++) {{ out[k] = (double)best@[k]; out[{n} + k] = (double)best_j@[k]; }}"));
+                emit(g, &format!("    for (int k = 0; k < {n}; k++) {{ out[k] = (double)best@[k]; out[{n} + k] = best_j@[k] >= 0 ? (double)best_j@[k] + j_offset : -1.0; }}"));
             }
             LogSumExp | LogSumExpWeight | SumSoftMaxWeight => {
                 let sums = self.acc.state_len() - 1;
