@@ -28,8 +28,8 @@
     },
     precision = {
       if (!is.character(value) || length(value) != 1L || is.na(value) ||
-          !value %in% c("float32", "float64")) {
-        stop("rkeops option 'precision' must be \"float32\" or \"float64\", ",
+          !value %in% c("float16", "float32", "float64")) {
+        stop("rkeops option 'precision' must be \"float16\", \"float32\" or \"float64\", ",
              "not ", .rkeops_show(value), ".", call. = FALSE)
       }
       value
@@ -79,8 +79,9 @@
 #'
 #' The options are:
 #' * `backend`: `"auto"` (default), `"CPU"` or `"GPU"`;
-#' * `precision`: `"float32"` (default) or `"float64"`, the floating point
-#'   type used for the computations (inputs and outputs are R doubles);
+#' * `precision`: `"float32"` (default), `"float64"`, or `"float16"` (inputs
+#'   stored in half precision, computed in single precision), the floating
+#'   point type used for the computations (inputs and outputs are R doubles);
 #' * `device`: index of the GPU to use (0 for the first one);
 #' * `ncore`: number of CPU threads, `NULL` (default) for all the cores.
 #'
@@ -204,8 +205,10 @@ rkeops_use_gpu <- function(device = 0) {
 #'
 #' `rkeops_use_float32()` makes the computations run in single precision
 #' (the default: faster, about 7 significant digits);
-#' `rkeops_use_float64()` in double precision. Inputs and outputs are R
-#' doubles in both cases.
+#' `rkeops_use_float64()` in double precision; `rkeops_use_float16()` stores
+#' the inputs in half precision (about 3 significant digits: half the memory
+#' and transfers on the GPU) and computes and accumulates in single precision.
+#' Inputs and outputs are R doubles in every case.
 #'
 #' @return The previous options, invisibly.
 #' @seealso [set_rkeops_options()]
@@ -217,6 +220,12 @@ rkeops_use_gpu <- function(device = 0) {
 #' do.call(set_rkeops_options, old)
 rkeops_use_float32 <- function() {
   set_rkeops_options(precision = "float32")
+}
+
+#' @rdname rkeops_use_float32
+#' @export
+rkeops_use_float16 <- function() {
+  set_rkeops_options(precision = "float16")
 }
 
 #' @rdname rkeops_use_float32

@@ -5,6 +5,7 @@ use cudarc::driver::{DeviceRepr, ValidAsZeroBits};
 
 use crate::cache::DiskCache;
 use crate::cpu::{self, Inputs, RowMajor};
+use crate::cuda::codegen::Dtype;
 use crate::cuda::{self, Device};
 use crate::error::{Error, Result};
 use crate::formula::{Category, Formula};
@@ -21,6 +22,8 @@ pub struct Input<'a> {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Precision {
+    /// float16 storage (inputs rounded to half precision), float32 arithmetic and results.
+    F16,
     #[default]
     F32,
     F64,
@@ -93,9 +96,24 @@ impl Operator {
         let (rows, backend) = match gpu {
             Some(device) => {
                 let cache = options.cache_dir.as_ref().map(DiskCache::new);
+                let clock = std::time::Instant::now();
                 let rows = match options.precision {
-                    Precision::F32 => run_gpu::<f32>(&device, &self.formula, inputs, n_i, n_j, options, cache.as_ref(), &mut timings)?,
-                    Precision::F64 => run_gpu::<f64>(&device, &self.formula, inputs, n_i, n_j, options, cache.as_ref(), &mut timings)?,
+                    Precision::F16 => {
+                        let bits: Vec<Vec<u16>> = inputs.iter().map(|x| to_f16(x.data, |h| h.to_bits())).collect();
+                        timings.push(("conversion", clock.elapsed().as_secs_f64()));
+                        let inputs = Inputs { data: bits.iter().map(|c| c.as_slice()).collect(), n_i, n_j };
+                        run_gpu::<u16, f32>(&device, &self.formula, &inputs, Dtype::F16, options, cache.as_ref(), &mut timings)?
+                    }
+                    Precision::F32 => {
+                        let converted = convert::<f32>(inputs);
+                        timings.push(("conversion", clock.elapsed().as_secs_f64()));
+                        let inputs = Inputs { data: converted.iter().map(|c| c.as_ref()).collect(), n_i, n_j };
+                        run_gpu::<f32, f32>(&device, &self.formula, &inputs, Dtype::F32, options, cache.as_ref(), &mut timings)?
+                    }
+                    Precision::F64 => {
+                        let inputs = Inputs { data: inputs.iter().map(|x| x.data).collect(), n_i, n_j };
+                        run_gpu::<f64, f64>(&device, &self.formula, &inputs, Dtype::F64, options, cache.as_ref(), &mut timings)?
+                    }
                 };
                 (rows, format!("GPU {} ({})", device.ordinal, device.name))
             }
@@ -106,6 +124,13 @@ impl Operator {
                 };
                 let clock = std::time::Instant::now();
                 let rows = match options.precision {
+                    Precision::F16 => {
+                        // The values float16 storage keeps, computed as float32.
+                        let rounded: Vec<Vec<f64>> = inputs.iter().map(|x| to_f16(x.data, |h| h.to_f64())).collect();
+                        let inputs: Vec<Input> =
+                            inputs.iter().zip(&rounded).map(|(x, r)| Input { data: r, ..*x }).collect();
+                        run_cpu::<f32>(&self.formula, &inputs, n_i, n_j, options.sum_scheme, threads)
+                    }
                     Precision::F32 => run_cpu::<f32>(&self.formula, inputs, n_i, n_j, options.sum_scheme, threads),
                     Precision::F64 => run_cpu::<f64>(&self.formula, inputs, n_i, n_j, options.sum_scheme, threads),
                 };
@@ -213,22 +238,22 @@ fn run_cpu<T: Real>(formula: &Formula, inputs: &[Input], n_i: usize, n_j: usize,
     cpu::evaluate(formula, &inputs, scheme, threads)
 }
 
+/// Each value rounded to float16, then mapped by `f`.
+fn to_f16<U>(x: &[f64], f: impl Fn(half::f16) -> U) -> Vec<U> {
+    x.iter().map(|&v| f(half::f16::from_f64(v))).collect()
+}
+
 #[allow(clippy::too_many_arguments)]
-fn run_gpu<T: Real + DeviceRepr + ValidAsZeroBits>(
+fn run_gpu<S: DeviceRepr + ValidAsZeroBits + Copy, T: Real>(
     device: &Device,
     formula: &Formula,
-    inputs: &[Input],
-    n_i: usize,
-    n_j: usize,
+    inputs: &Inputs<S>,
+    dtype: Dtype,
     options: &RunOptions,
     cache: Option<&DiskCache>,
     timings: &mut Vec<(&'static str, f64)>,
 ) -> Result<RowMajor> {
-    let clock = std::time::Instant::now();
-    let converted = convert::<T>(inputs);
-    let inputs = Inputs { data: converted.iter().map(|c| c.as_ref()).collect(), n_i, n_j };
-    timings.push(("conversion", clock.elapsed().as_secs_f64()));
-    cuda::launch::evaluate(device, formula, &inputs, options.sum_scheme, cache, options.gpu_memory, timings)
+    cuda::launch::evaluate::<S, T>(device, formula, inputs, dtype, options.sum_scheme, cache, options.gpu_memory, timings)
 }
 
 fn to_column_major(rows: &RowMajor, nrow: usize) -> (Vec<f64>, Vec<i32>) {

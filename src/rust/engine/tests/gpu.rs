@@ -100,7 +100,7 @@ fn generated_kernels_compile_with_nvrtc() {
         for axis in ["0", "1"] {
             let text = formula.replace("AXIS", axis);
             let f = Formula::parse(&text, &args()).unwrap();
-            for dtype in [Dtype::F32, Dtype::F64] {
+            for dtype in [Dtype::F16, Dtype::F32, Dtype::F64] {
                 for scheme in [SumScheme::Auto, SumScheme::DirectSum, SumScheme::KahanScheme] {
                     if scheme != SumScheme::Auto && !text.starts_with("Sum_") {
                         continue;
@@ -162,7 +162,7 @@ fn gpu_equals_cpu_for_every_operation_and_reduction() {
             for axis in ["0", "1"] {
                 let text = formula.replace("AXIS", axis);
                 let op = Operator::new(&text, &args()).unwrap();
-                for precision in [Precision::F64, Precision::F32] {
+                for precision in [Precision::F64, Precision::F32, Precision::F16] {
                     let g = run(&op, &inputs, precision, Backend::Gpu(0), SumScheme::Auto);
                     let c = run(&op, &inputs, precision, Backend::Cpu, SumScheme::Auto);
                     assert!(g.backend.starts_with("GPU"), "{text} ran on {}", g.backend);

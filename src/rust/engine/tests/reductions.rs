@@ -263,3 +263,26 @@ fn input_errors_name_the_variable() {
     let e = op.run(&bad, &opts).unwrap_err().to_string();
     assert!(e.contains("K = 5 is larger"), "{e}");
 }
+
+#[test]
+fn float16_storage_is_float32_arithmetic_on_rounded_inputs() {
+    let data = Data::new(301, 517, 3);
+    let round = |v: &[f64]| -> Vec<f64> { v.iter().map(|&x| half::f16::from_f64(x).to_f64()).collect() };
+    let (xr, yr, br) = (round(&data.x), round(&data.y), round(&data.b));
+    let args = ["x = Vi(3)", "y = Vj(3)", "b = Vj(2)"];
+    let formula = "Sum_Reduction(Exp(-SqDist(x,y))*b, 0)";
+    let run3 = |x: &[f64], y: &[f64], b: &[f64], precision: Precision| -> Output {
+        let inputs = [
+            Input { data: x, nrow: data.n, ncol: 3 },
+            Input { data: y, nrow: data.m, ncol: 3 },
+            Input { data: b, nrow: data.m, ncol: 2 },
+        ];
+        run(formula, &args, &inputs, precision, 2)
+    };
+    let half = run3(&data.x, &data.y, &data.b, Precision::F16);
+    let single = run3(&xr, &yr, &br, Precision::F32);
+    assert_eq!(half.values, single.values);
+    // And the rounding is real: float16 differs from float32 on the original inputs.
+    let direct = run3(&data.x, &data.y, &data.b, Precision::F32);
+    assert_ne!(half.values, direct.values);
+}

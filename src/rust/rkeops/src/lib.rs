@@ -118,9 +118,10 @@ fn keops_run(
             .collect::<std::result::Result<Vec<_>, String>>()?;
         let options = RunOptions {
             precision: match precision {
+                "float16" => Precision::F16,
                 "float32" => Precision::F32,
                 "float64" => Precision::F64,
-                _ => return Err(format!("precision must be \"float32\" or \"float64\", not \"{precision}\"")),
+                _ => return Err(format!("precision must be \"float16\", \"float32\" or \"float64\", not \"{precision}\"")),
             },
             sum_scheme: SumScheme::from_name(sum_scheme).ok_or_else(|| {
                 format!("sum_scheme must be one of \"auto\", \"direct_sum\", \"block_sum\", \"kahan_scheme\", not \"{sum_scheme}\"")

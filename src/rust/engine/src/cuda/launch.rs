@@ -30,17 +30,20 @@ pub fn chunks_for(n_out: usize, n_red: usize, tile: usize, rows: usize, multipro
     wanted.min(most).max(1)
 }
 
-pub fn evaluate<T: Real + DeviceRepr + ValidAsZeroBits>(
+/// Runs the reduction with inputs stored as `S` on the device and arithmetic in `T` (f32 for
+/// float16 storage, otherwise the same type).
+#[allow(clippy::too_many_arguments)]
+pub fn evaluate<S: DeviceRepr + ValidAsZeroBits + Copy, T: Real>(
     device: &Device,
     formula: &Formula,
-    inputs: &Inputs<T>,
+    inputs: &Inputs<S>,
+    dtype: Dtype,
     scheme: SumScheme,
     cache: Option<&DiskCache>,
     memory_limit: Option<usize>,
     timings: &mut Vec<(&'static str, f64)>,
 ) -> Result<RowMajor> {
     let red = &formula.reduction;
-    let dtype = if std::mem::size_of::<T>() == 4 { Dtype::F32 } else { Dtype::F64 };
     let kernel = codegen::generate(formula, dtype, scheme);
     let (n_out, n_red) = if red.axis == 0 { (inputs.n_i, inputs.n_j) } else { (inputs.n_j, inputs.n_i) };
     if n_out > i32::MAX as usize || n_red > i32::MAX as usize {
@@ -56,7 +59,7 @@ pub fn evaluate<T: Real + DeviceRepr + ValidAsZeroBits>(
         dim: formula.graph.dim(red.f),
         gdim: red.g.map_or(0, |g| formula.graph.dim(g)),
     };
-    let blocks = Blocks::new(device, formula, &kernel, n_out, n_red, std::mem::size_of::<T>(), memory_limit)?;
+    let blocks = Blocks::new(device, formula, &kernel, n_out, n_red, std::mem::size_of::<S>(), memory_limit)?;
     let mut states = vec![0.0; n_out * kernel.state_len];
     let mut times = [0.0; 4];
     // Inputs larger than the device are processed in blocks of rows; the states of the blocks of
@@ -140,7 +143,7 @@ struct Block {
 }
 
 /// Rows `rows` of a column-major matrix with `n` rows: borrowed when they are all of them.
-fn rows_of<'a, T: Real>(data: &'a [T], n: usize, rows: &std::ops::Range<usize>) -> std::borrow::Cow<'a, [T]> {
+fn rows_of<'a, T: Copy>(data: &'a [T], n: usize, rows: &std::ops::Range<usize>) -> std::borrow::Cow<'a, [T]> {
     if rows.start == 0 && rows.end == n {
         return std::borrow::Cow::Borrowed(data);
     }
@@ -149,13 +152,13 @@ fn rows_of<'a, T: Real>(data: &'a [T], n: usize, rows: &std::ops::Range<usize>) 
 }
 
 /// Runs the kernel on one block; returns its states, `chunks` consecutive sets of one per row.
-fn run_block<T: Real + DeviceRepr + ValidAsZeroBits>(
+fn run_block<S: DeviceRepr + ValidAsZeroBits + Copy>(
     device: &Device,
     formula: &Formula,
     function: &cudarc::driver::CudaFunction,
     kernel: &codegen::Kernel,
     block: &Block,
-    inputs: &Inputs<T>,
+    inputs: &Inputs<S>,
     times: &mut [f64; 4],
 ) -> Result<(Vec<f64>, usize)> {
     let (n_out, n_red) = (block.out.len(), block.red.len());
