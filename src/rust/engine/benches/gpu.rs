@@ -68,7 +68,9 @@ fn main() {
         Case { name: "logsumexp_f32", formula: "LogSumExp_Reduction(b - SqDist(x,y) * 10, 0)", n: 1_000_000, m: 1_000_000, d: 3, precision: Precision::F32, reps: 3 },
         Case { name: "gauss_2d_f32", formula: gauss, n: 100, m: 10_000_000, d: 3, precision: Precision::F32, reps: 5 },
     ];
-    for case in &cases {
+    // An argument keeps only the cases whose name contains it (e.g. `logsumexp` for a profile).
+    let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    for case in cases.iter().filter(|c| only.as_ref().is_none_or(|o| c.name.contains(o.as_str()))) {
         let args: Vec<String> = [format!("x = Vi({})", case.d), format!("y = Vj({})", case.d), "b = Vj(1)".into()].into();
         let op = Operator::new(case.formula, &args).unwrap();
         let args_used = if case.formula.contains('b') { 3 } else { 2 };
@@ -100,6 +102,9 @@ fn main() {
                 "gauss_1d_f32", case.n, case.m, case.d, kernel_1d * 1e3, total_1d * 1e3, kernel_1d / kernel
             );
         }
+    }
+    if only.is_some() {
+        return;
     }
     // The first call of a formula never seen (compile + load), then cached calls at N = 1000.
     let dir = std::env::temp_dir().join(format!("rkeops-bench-cache-{}", std::process::id()));
