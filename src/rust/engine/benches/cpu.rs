@@ -4,17 +4,9 @@
 use engine::{Backend, Input, Operator, Precision, RunOptions};
 use std::time::Instant;
 
-fn random(n: usize, seed: u64) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 11) as f64 / (1u64 << 53) as f64
-        })
-        .collect()
-}
+#[path = "../tests/common/mod.rs"]
+mod common;
+use common::random;
 
 fn median_time(reps: usize, mut f: impl FnMut()) -> f64 {
     f();

@@ -5,17 +5,9 @@
 use engine::{Backend, Input, Operator, Output, Precision, RunOptions};
 use std::time::Instant;
 
-fn random(n: usize, seed: u64) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 11) as f64 / (1u64 << 53) as f64
-        })
-        .collect()
-}
+#[path = "../tests/common/mod.rs"]
+mod common;
+use common::random;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -61,17 +53,42 @@ fn main() {
     let cases = [
         Case { name: "gauss_f32", formula: gauss, n: 10_000, m: 10_000, d: 3, precision: Precision::F32, reps: 7 },
         Case { name: "gauss_f32", formula: gauss, n: 100_000, m: 100_000, d: 3, precision: Precision::F32, reps: 5 },
-        Case { name: "gauss_f32", formula: gauss, n: 1_000_000, m: 1_000_000, d: 3, precision: Precision::F32, reps: 3 },
+        Case {
+            name: "gauss_f32",
+            formula: gauss,
+            n: 1_000_000,
+            m: 1_000_000,
+            d: 3,
+            precision: Precision::F32,
+            reps: 3,
+        },
         Case { name: "gauss_f64", formula: gauss, n: 100_000, m: 100_000, d: 3, precision: Precision::F64, reps: 3 },
         Case { name: "gauss_f32", formula: gauss, n: 100_000, m: 100_000, d: 64, precision: Precision::F32, reps: 3 },
-        Case { name: "argkmin10_f32", formula: "ArgKMin_Reduction(SqDist(x,y), 10, 0)", n: 1_000_000, m: 1_000_000, d: 3, precision: Precision::F32, reps: 3 },
-        Case { name: "logsumexp_f32", formula: "LogSumExp_Reduction(b - SqDist(x,y) * 10, 0)", n: 1_000_000, m: 1_000_000, d: 3, precision: Precision::F32, reps: 3 },
+        Case {
+            name: "argkmin10_f32",
+            formula: "ArgKMin_Reduction(SqDist(x,y), 10, 0)",
+            n: 1_000_000,
+            m: 1_000_000,
+            d: 3,
+            precision: Precision::F32,
+            reps: 3,
+        },
+        Case {
+            name: "logsumexp_f32",
+            formula: "LogSumExp_Reduction(b - SqDist(x,y) * 10, 0)",
+            n: 1_000_000,
+            m: 1_000_000,
+            d: 3,
+            precision: Precision::F32,
+            reps: 3,
+        },
         Case { name: "gauss_2d_f32", formula: gauss, n: 100, m: 10_000_000, d: 3, precision: Precision::F32, reps: 5 },
     ];
     // An argument keeps only the cases whose name contains it (e.g. `logsumexp` for a profile).
     let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     for case in cases.iter().filter(|c| only.as_ref().is_none_or(|o| c.name.contains(o.as_str()))) {
-        let args: Vec<String> = [format!("x = Vi({})", case.d), format!("y = Vj({})", case.d), "b = Vj(1)".into()].into();
+        let args: Vec<String> =
+            [format!("x = Vi({})", case.d), format!("y = Vj({})", case.d), "b = Vj(1)".into()].into();
         let op = Operator::new(case.formula, &args).unwrap();
         let args_used = if case.formula.contains('b') { 3 } else { 2 };
         let (x, y, b) = (random(case.n * case.d, 1), random(case.m * case.d, 2), random(case.m, 3));
@@ -112,7 +129,11 @@ fn main() {
     let formula = format!("Sum_Reduction(Exp(-{}*SqDist(x,y))*b, 0)", 1.0 + std::process::id() as f64 / 1e7);
     let op = Operator::new(&formula, &args).unwrap();
     let (x, y, b) = (random(3000, 1), random(3000, 2), random(1000, 3));
-    let inputs = [Input { data: &x, nrow: 1000, ncol: 3 }, Input { data: &y, nrow: 1000, ncol: 3 }, Input { data: &b, nrow: 1000, ncol: 1 }];
+    let inputs = [
+        Input { data: &x, nrow: 1000, ncol: 3 },
+        Input { data: &y, nrow: 1000, ncol: 3 },
+        Input { data: &b, nrow: 1000, ncol: 1 },
+    ];
     let options = RunOptions { backend: Backend::Gpu(0), cache_dir: Some(dir.clone()), ..Default::default() };
     let clock = Instant::now();
     op.run(&inputs, &options).unwrap();

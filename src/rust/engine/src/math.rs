@@ -6,6 +6,9 @@
 //! (Cody-Waite) so the reduction is exact enough. 2^n is built from the exponent bits in two halves,
 //! so that results near overflow and in the subnormal range come out right.
 
+// ln 2 is given with all the digits of its two-part split.
+#![allow(clippy::excessive_precision)]
+
 macro_rules! exp_impl {
     ($name:ident, $t:ty, $bits:ty, $mantissa:expr, $bias:expr, $lo:expr, $hi:expr, $magic:expr,
      $ln2_hi:expr, $ln2_lo:expr, $degree:expr) => {
@@ -41,7 +44,19 @@ macro_rules! exp_impl {
 }
 
 exp_impl!(exp_f32, f32, u32, 23, 127, -104.0, 89.0, 12582912.0, 0.693359375, -2.121944400e-4, 7);
-exp_impl!(exp_f64, f64, u64, 52, 1023, -746.0, 710.0, 6755399441055744.0, 0.693147180369123816490, 1.90821492927058770002e-10, 13);
+exp_impl!(
+    exp_f64,
+    f64,
+    u64,
+    52,
+    1023,
+    -746.0,
+    710.0,
+    6755399441055744.0,
+    0.693147180369123816490,
+    1.90821492927058770002e-10,
+    13
+);
 
 #[cfg(test)]
 mod tests {

@@ -1,12 +1,10 @@
 //! The public entry point: an `Operator` is a parsed formula; `run` checks the inputs against the
 //! declared variables, evaluates the reduction and returns column-major results, as R stores them.
 
-use cudarc::driver::{DeviceRepr, ValidAsZeroBits};
-
 use crate::cache::DiskCache;
 use crate::cpu::{self, Inputs, RowMajor};
+use crate::cuda;
 use crate::cuda::codegen::Dtype;
-use crate::cuda::{self, Device};
 use crate::error::{Error, Result};
 use crate::formula::{Category, Formula};
 use crate::real::Real;
@@ -102,17 +100,41 @@ impl Operator {
                         let bits: Vec<Vec<u16>> = inputs.iter().map(|x| to_f16(x.data, |h| h.to_bits())).collect();
                         timings.push(("conversion", clock.elapsed().as_secs_f64()));
                         let inputs = Inputs { data: bits.iter().map(|c| c.as_slice()).collect(), n_i, n_j };
-                        run_gpu::<u16, f32>(&device, &self.formula, &inputs, Dtype::F16, options, cache.as_ref(), &mut timings)?
+                        cuda::launch::evaluate::<u16, f32>(
+                            &device,
+                            &self.formula,
+                            &inputs,
+                            Dtype::F16,
+                            options,
+                            cache.as_ref(),
+                            &mut timings,
+                        )?
                     }
                     Precision::F32 => {
                         let converted = convert::<f32>(inputs);
                         timings.push(("conversion", clock.elapsed().as_secs_f64()));
                         let inputs = Inputs { data: converted.iter().map(|c| c.as_ref()).collect(), n_i, n_j };
-                        run_gpu::<f32, f32>(&device, &self.formula, &inputs, Dtype::F32, options, cache.as_ref(), &mut timings)?
+                        cuda::launch::evaluate::<f32, f32>(
+                            &device,
+                            &self.formula,
+                            &inputs,
+                            Dtype::F32,
+                            options,
+                            cache.as_ref(),
+                            &mut timings,
+                        )?
                     }
                     Precision::F64 => {
                         let inputs = Inputs { data: inputs.iter().map(|x| x.data).collect(), n_i, n_j };
-                        run_gpu::<f64, f64>(&device, &self.formula, &inputs, Dtype::F64, options, cache.as_ref(), &mut timings)?
+                        cuda::launch::evaluate::<f64, f64>(
+                            &device,
+                            &self.formula,
+                            &inputs,
+                            Dtype::F64,
+                            options,
+                            cache.as_ref(),
+                            &mut timings,
+                        )?
                     }
                 };
                 (rows, format!("GPU {} ({})", device.ordinal, device.name))
@@ -232,7 +254,14 @@ fn convert<'a, T: Real>(inputs: &[Input<'a>]) -> Vec<std::borrow::Cow<'a, [T]>> 
     inputs.iter().map(|x| T::from_f64_slice(x.data)).collect()
 }
 
-fn run_cpu<T: Real>(formula: &Formula, inputs: &[Input], n_i: usize, n_j: usize, scheme: SumScheme, threads: usize) -> RowMajor {
+fn run_cpu<T: Real>(
+    formula: &Formula,
+    inputs: &[Input],
+    n_i: usize,
+    n_j: usize,
+    scheme: SumScheme,
+    threads: usize,
+) -> RowMajor {
     let converted = convert::<T>(inputs);
     let inputs = Inputs { data: converted.iter().map(|c| c.as_ref()).collect(), n_i, n_j };
     cpu::evaluate(formula, &inputs, scheme, threads)
@@ -241,19 +270,6 @@ fn run_cpu<T: Real>(formula: &Formula, inputs: &[Input], n_i: usize, n_j: usize,
 /// Each value rounded to float16, then mapped by `f`.
 fn to_f16<U>(x: &[f64], f: impl Fn(half::f16) -> U) -> Vec<U> {
     x.iter().map(|&v| f(half::f16::from_f64(v))).collect()
-}
-
-#[allow(clippy::too_many_arguments)]
-fn run_gpu<S: DeviceRepr + ValidAsZeroBits + Copy, T: Real>(
-    device: &Device,
-    formula: &Formula,
-    inputs: &Inputs<S>,
-    dtype: Dtype,
-    options: &RunOptions,
-    cache: Option<&DiskCache>,
-    timings: &mut Vec<(&'static str, f64)>,
-) -> Result<RowMajor> {
-    cuda::launch::evaluate::<S, T>(device, formula, inputs, dtype, options.sum_scheme, cache, options.gpu_memory, timings)
 }
 
 fn to_column_major(rows: &RowMajor, nrow: usize) -> (Vec<f64>, Vec<i32>) {

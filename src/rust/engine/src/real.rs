@@ -54,46 +54,94 @@ macro_rules! impl_real {
             const INFINITY: Self = <$t>::INFINITY;
             const NEG_INFINITY: Self = <$t>::NEG_INFINITY;
             #[inline(always)]
-            fn from_f64(x: f64) -> Self { x as $t }
+            fn from_f64(x: f64) -> Self {
+                x as $t
+            }
             #[inline(always)]
-            fn to_f64(self) -> f64 { self as f64 }
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
             #[inline(always)]
-            fn exp(self) -> Self { $exp(self) }
+            fn exp(self) -> Self {
+                $exp(self)
+            }
             #[inline(always)]
-            fn ln(self) -> Self { <$t>::ln(self) }
+            fn ln(self) -> Self {
+                <$t>::ln(self)
+            }
             #[inline(always)]
-            fn sin(self) -> Self { <$t>::sin(self) }
+            fn sin(self) -> Self {
+                <$t>::sin(self)
+            }
             #[inline(always)]
-            fn cos(self) -> Self { <$t>::cos(self) }
+            fn cos(self) -> Self {
+                <$t>::cos(self)
+            }
             #[inline(always)]
-            fn asin(self) -> Self { <$t>::asin(self) }
+            fn asin(self) -> Self {
+                <$t>::asin(self)
+            }
             #[inline(always)]
-            fn acos(self) -> Self { <$t>::acos(self) }
+            fn acos(self) -> Self {
+                <$t>::acos(self)
+            }
             #[inline(always)]
-            fn atan(self) -> Self { <$t>::atan(self) }
+            fn atan(self) -> Self {
+                <$t>::atan(self)
+            }
             #[inline(always)]
-            fn atan2(self, x: Self) -> Self { <$t>::atan2(self, x) }
+            fn atan2(self, x: Self) -> Self {
+                <$t>::atan2(self, x)
+            }
             #[inline(always)]
-            fn sqrt(self) -> Self { <$t>::sqrt(self) }
+            fn sqrt(self) -> Self {
+                <$t>::sqrt(self)
+            }
             #[inline(always)]
-            fn abs(self) -> Self { <$t>::abs(self) }
+            fn abs(self) -> Self {
+                <$t>::abs(self)
+            }
             #[inline(always)]
-            fn floor(self) -> Self { <$t>::floor(self) }
+            fn floor(self) -> Self {
+                <$t>::floor(self)
+            }
             #[inline(always)]
-            fn round(self) -> Self { <$t>::round(self) }
+            fn round(self) -> Self {
+                <$t>::round(self)
+            }
             #[inline(always)]
-            fn powi(self, n: i32) -> Self { <$t>::powi(self, n) }
+            fn powi(self, n: i32) -> Self {
+                <$t>::powi(self, n)
+            }
             #[inline(always)]
-            fn powf(self, y: Self) -> Self { <$t>::powf(self, y) }
+            fn powf(self, y: Self) -> Self {
+                <$t>::powf(self, y)
+            }
             #[inline(always)]
-            fn is_nan(self) -> bool { <$t>::is_nan(self) }
+            fn is_nan(self) -> bool {
+                <$t>::is_nan(self)
+            }
             /// NaN-propagating, unlike `f64::max`.
             #[inline(always)]
-            fn max(self, other: Self) -> Self { if self > other || self.is_nan() { self } else { other } }
+            fn max(self, other: Self) -> Self {
+                if self > other || self.is_nan() {
+                    self
+                } else {
+                    other
+                }
+            }
             /// NaN-propagating, unlike `f64::min`.
             #[inline(always)]
-            fn min(self, other: Self) -> Self { if self < other || self.is_nan() { self } else { other } }
-            fn from_f64_slice(x: &[f64]) -> Cow<'_, [Self]> { $convert(x) }
+            fn min(self, other: Self) -> Self {
+                if self < other || self.is_nan() {
+                    self
+                } else {
+                    other
+                }
+            }
+            fn from_f64_slice(x: &[f64]) -> Cow<'_, [Self]> {
+                $convert(x)
+            }
         }
     };
 }

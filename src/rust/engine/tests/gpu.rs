@@ -12,24 +12,85 @@ mod common;
 use common::random;
 
 const ARGS: [&str; 9] = [
-    "x = Vi(3)", "y = Vj(3)", "b = Vj(2)", "u = Vi(1)", "w = Vj(1)", "p = Pm(2)", "A = Pm(6)", "S = Pm(9)", "s = Pm(1)",
+    "x = Vi(3)",
+    "y = Vj(3)",
+    "b = Vj(2)",
+    "u = Vi(1)",
+    "w = Vj(1)",
+    "p = Pm(2)",
+    "A = Pm(6)",
+    "S = Pm(9)",
+    "s = Pm(1)",
 ];
 
 /// Formula bodies that cover every operation of the language.
 const OPERATIONS: [&str; 66] = [
-    "x + y", "x - y", "x * y", "x / y", "-x + 2*y", "0.5*x - IntCst(3)*y", "(x|y)", "Abs(x - y)",
-    "Acos(x*y)", "Asin(x - y)", "Atan(x/y)", "Atan2(x, y - 0.5)", "Clamp(x - y, -0.2, 0.3)",
-    "Clamp(x, u, w + 0.5)", "ClampInt(10*(x-y), -2, 3)", "Concat(x, b)", "Cos(x*y)", "Elem(x, 2)*y",
-    "ElemT(u*w, 4, 1)", "Exp(-s*SqDist(x,y))*b", "Extract(Concat(x,y), 2, 3)", "ExtractT(b, 1, 4)",
-    "Floor(5*(x+y))", "IfElse(x - y, x, y)", "Inv(1 + x*y)", "Log(x + y)", "MatVecMult(A, b)",
-    "VecMatMult(b, A)", "Max(x - y)", "Min(x - y)", "ArgMax(x - y)", "ArgMin(x - y)",
-    "Mod(x*7, 0.5*w + 1, 0.25)", "Norm2(x - y)", "Normalize(x - y)", "OneHot(Floor(4*u), 4)*w",
-    "Pow(x - y, 3)", "Pow(x + y, -2)", "Powf(x + 1, y)", "ReLU(x - y)", "Round(x*y, 2)", "Rsqrt(x + y)",
-    "Sign(x - y)", "Sin(x + y)", "SinXDivX(x - y)", "Sqrt(x*y)", "Square(x - y)", "SqDist(x, y)",
-    "SqNorm2(x)*w", "SqNormDiag(y, x)", "SqNormIso(w, x - y)", "Step(x - y)", "Sum(x*y)", "SumT(u*w, 3)",
-    "SymSqNorm(S, x - y)", "TensorProd(x, b)", "WeightedSqDist(w, x, y)", "WeightedSqNorm(y, x)",
-    "XLogX(x*y)", "Equal(Floor(3*x), Floor(3*y))", "NotEqual(Floor(3*x), Floor(3*y))", "LessThan(x, y)",
-    "LessOrEqual(x, y)", "Var(0,3,0) * Var(1,3,1)", "p*u + Elem(p, 0)*w", "Exp(x) - Exp(y)",
+    "x + y",
+    "x - y",
+    "x * y",
+    "x / y",
+    "-x + 2*y",
+    "0.5*x - IntCst(3)*y",
+    "(x|y)",
+    "Abs(x - y)",
+    "Acos(x*y)",
+    "Asin(x - y)",
+    "Atan(x/y)",
+    "Atan2(x, y - 0.5)",
+    "Clamp(x - y, -0.2, 0.3)",
+    "Clamp(x, u, w + 0.5)",
+    "ClampInt(10*(x-y), -2, 3)",
+    "Concat(x, b)",
+    "Cos(x*y)",
+    "Elem(x, 2)*y",
+    "ElemT(u*w, 4, 1)",
+    "Exp(-s*SqDist(x,y))*b",
+    "Extract(Concat(x,y), 2, 3)",
+    "ExtractT(b, 1, 4)",
+    "Floor(5*(x+y))",
+    "IfElse(x - y, x, y)",
+    "Inv(1 + x*y)",
+    "Log(x + y)",
+    "MatVecMult(A, b)",
+    "VecMatMult(b, A)",
+    "Max(x - y)",
+    "Min(x - y)",
+    "ArgMax(x - y)",
+    "ArgMin(x - y)",
+    "Mod(x*7, 0.5*w + 1, 0.25)",
+    "Norm2(x - y)",
+    "Normalize(x - y)",
+    "OneHot(Floor(4*u), 4)*w",
+    "Pow(x - y, 3)",
+    "Pow(x + y, -2)",
+    "Powf(x + 1, y)",
+    "ReLU(x - y)",
+    "Round(x*y, 2)",
+    "Rsqrt(x + y)",
+    "Sign(x - y)",
+    "Sin(x + y)",
+    "SinXDivX(x - y)",
+    "Sqrt(x*y)",
+    "Square(x - y)",
+    "SqDist(x, y)",
+    "SqNorm2(x)*w",
+    "SqNormDiag(y, x)",
+    "SqNormIso(w, x - y)",
+    "Step(x - y)",
+    "Sum(x*y)",
+    "SumT(u*w, 3)",
+    "SymSqNorm(S, x - y)",
+    "TensorProd(x, b)",
+    "WeightedSqDist(w, x, y)",
+    "WeightedSqNorm(y, x)",
+    "XLogX(x*y)",
+    "Equal(Floor(3*x), Floor(3*y))",
+    "NotEqual(Floor(3*x), Floor(3*y))",
+    "LessThan(x, y)",
+    "LessOrEqual(x, y)",
+    "Var(0,3,0) * Var(1,3,1)",
+    "p*u + Elem(p, 0)*w",
+    "Exp(x) - Exp(y)",
 ];
 
 /// Every reduction, with a formula that suits it.
@@ -80,11 +141,7 @@ impl Data {
 
     fn inputs(&self) -> Vec<Input<'_>> {
         let rows = [self.n, self.m, self.m, self.n, self.m, 1, 1, 1, 1];
-        self.values
-            .iter()
-            .zip(rows)
-            .map(|(v, nrow)| Input { data: v, nrow, ncol: v.len() / nrow })
-            .collect()
+        self.values.iter().zip(rows).map(|(v, nrow)| Input { data: v, nrow, ncol: v.len() / nrow }).collect()
     }
 }
 
@@ -191,7 +248,9 @@ fn gpu_propagates_nan_and_survives_bad_launches() {
     let x = [0.0, f64::NAN, 2.0];
     let y: Vec<f64> = (0..1000).map(|j| j as f64).collect();
     let inputs = [Input { data: &x, nrow: 3, ncol: 1 }, Input { data: &y, nrow: 1000, ncol: 1 }];
-    for red in ["Sum_Reduction(x*y, 0)", "Min_Reduction(x-y, 0)", "LogSumExp_Reduction(x-y, 0)", "KMin_Reduction(x-y, 3, 0)"] {
+    for red in
+        ["Sum_Reduction(x*y, 0)", "Min_Reduction(x-y, 0)", "LogSumExp_Reduction(x-y, 0)", "KMin_Reduction(x-y, 3, 0)"]
+    {
         let op = Operator::new(red, &args).unwrap();
         let out = run(&op, &inputs, Precision::F32, Backend::Gpu(0), SumScheme::Auto);
         let v = out.values.unwrap();
@@ -226,7 +285,12 @@ fn gpu_processes_inputs_larger_than_its_memory_in_blocks() {
         for axis in ["0", "1"] {
             let text = formula.replace("AXIS", axis);
             let op = Operator::new(&text, &args()).unwrap();
-            let options = RunOptions { precision: Precision::F64, backend: Backend::Gpu(0), gpu_memory: Some(300_000), ..Default::default() };
+            let options = RunOptions {
+                precision: Precision::F64,
+                backend: Backend::Gpu(0),
+                gpu_memory: Some(300_000),
+                ..Default::default()
+            };
             let g = op.run(&inputs, &options).unwrap_or_else(|e| panic!("{text}: {e}"));
             let c = run(&op, &inputs, Precision::F64, Backend::Cpu, SumScheme::Auto);
             compare(&text, &g, &c, Precision::F64);

@@ -17,7 +17,14 @@ struct Data {
 
 impl Data {
     fn new(n: usize, m: usize, d: usize) -> Data {
-        Data { x: random(n * d, 1), y: random(m * d, 2), b: random(m * 2, 3).iter().map(|v| v - 0.5).collect(), n, m, d }
+        Data {
+            x: random(n * d, 1),
+            y: random(m * d, 2),
+            b: random(m * 2, 3).iter().map(|v| v - 0.5).collect(),
+            n,
+            m,
+            d,
+        }
     }
     fn sqdist(&self, i: usize, j: usize) -> f64 {
         (0..self.d).map(|k| (self.x[i + self.n * k] - self.y[j + self.m * k]).powi(2)).sum()
@@ -86,9 +93,8 @@ fn select(data: &Data, axis: usize, k: usize, max: bool) -> (Vec<f64>, Vec<i32>)
     let mut values = vec![0.0; n_out * k];
     let mut indices = vec![0; n_out * k];
     for r in 0..n_out {
-        let mut terms: Vec<(f64, usize)> = (0..n_red)
-            .map(|t| (if axis == 0 { data.sqdist(r, t) } else { data.sqdist(t, r) }, t))
-            .collect();
+        let mut terms: Vec<(f64, usize)> =
+            (0..n_red).map(|t| (if axis == 0 { data.sqdist(r, t) } else { data.sqdist(t, r) }, t)).collect();
         terms.sort_by(|a, b| if max { b.0.total_cmp(&a.0) } else { a.0.total_cmp(&b.0) }.then(a.1.cmp(&b.1)));
         for p in 0..k {
             values[r + n_out * p] = terms[p].0;
@@ -148,7 +154,8 @@ fn vector_valued_selection_is_per_component() {
     let indices = out.indices.unwrap();
     for i in 0..data.n {
         for c in 0..2 {
-            let mut t: Vec<(f64, usize)> = (0..data.m).map(|j| (data.x[i + data.n * c] - data.y[j + data.m * c], j)).collect();
+            let mut t: Vec<(f64, usize)> =
+                (0..data.m).map(|j| (data.x[i + data.n * c] - data.y[j + data.m * c], j)).collect();
             t.sort_by(|a, b| a.0.total_cmp(&b.0));
             for p in 0..3 {
                 let at = i + data.n * (p + 3 * c);
@@ -209,7 +216,13 @@ fn sum_schemes_and_float32_accuracy() {
     let args: Vec<String> = ["x = Vi(1)", "b = Vj(1)"].iter().map(|s| s.to_string()).collect();
     let op = Operator::new("Sum_Reduction(b + 0*x, 0)", &args).unwrap();
     let rel = |scheme| {
-        let options = RunOptions { precision: Precision::F32, sum_scheme: scheme, threads: 2, backend: Backend::Cpu, ..Default::default() };
+        let options = RunOptions {
+            precision: Precision::F32,
+            sum_scheme: scheme,
+            threads: 2,
+            backend: Backend::Cpu,
+            ..Default::default()
+        };
         let out = op.run(&inputs, &options).unwrap();
         (out.values.unwrap()[0] - want).abs() / want
     };
@@ -244,7 +257,11 @@ fn input_errors_name_the_variable() {
     let op = Operator::new("Sum_Reduction(SqDist(x,y)*s, 0)", &args).unwrap();
     let (x, y, s) = (vec![0.0; 30], vec![0.0; 12], vec![1.0, 2.0]);
     let opts = RunOptions { backend: Backend::Cpu, ..Default::default() };
-    let ok = [Input { data: &x, nrow: 10, ncol: 3 }, Input { data: &y, nrow: 4, ncol: 3 }, Input { data: &s, nrow: 2, ncol: 1 }];
+    let ok = [
+        Input { data: &x, nrow: 10, ncol: 3 },
+        Input { data: &y, nrow: 4, ncol: 3 },
+        Input { data: &s, nrow: 2, ncol: 1 },
+    ];
     assert!(op.run(&ok, &opts).is_ok());
     let e = op.run(&ok[..2], &opts).unwrap_err().to_string();
     assert!(e.contains("expected 3 inputs (x, y, s), got 2"), "{e}");
@@ -256,10 +273,18 @@ fn input_errors_name_the_variable() {
     assert!(e.contains("'s'") && e.contains("length 2"), "{e}");
     let args: Vec<String> = ["x = Vi(1)", "z = Vi(1)", "y = Vj(1)"].iter().map(|s| s.to_string()).collect();
     let op = Operator::new("KMin_Reduction(x+z-y, 5, 0)", &args).unwrap();
-    let bad = [Input { data: &x[..5], nrow: 5, ncol: 1 }, Input { data: &x[..6], nrow: 6, ncol: 1 }, Input { data: &y[..4], nrow: 4, ncol: 1 }];
+    let bad = [
+        Input { data: &x[..5], nrow: 5, ncol: 1 },
+        Input { data: &x[..6], nrow: 6, ncol: 1 },
+        Input { data: &y[..4], nrow: 4, ncol: 1 },
+    ];
     let e = op.run(&bad, &opts).unwrap_err().to_string();
     assert!(e.contains("'z': has 6 rows, but 'x' has 5"), "{e}");
-    let bad = [Input { data: &x[..5], nrow: 5, ncol: 1 }, Input { data: &x[..5], nrow: 5, ncol: 1 }, Input { data: &y[..4], nrow: 4, ncol: 1 }];
+    let bad = [
+        Input { data: &x[..5], nrow: 5, ncol: 1 },
+        Input { data: &x[..5], nrow: 5, ncol: 1 },
+        Input { data: &y[..4], nrow: 4, ncol: 1 },
+    ];
     let e = op.run(&bad, &opts).unwrap_err().to_string();
     assert!(e.contains("K = 5 is larger"), "{e}");
 }

@@ -106,7 +106,8 @@ fn keops_run(
             .iter()
             .zip(names.chain(std::iter::repeat("?")))
             .map(|(x, name)| {
-                let data = x.as_real_slice().ok_or_else(|| format!("input '{name}' must be a numeric vector or matrix"))?;
+                let data =
+                    x.as_real_slice().ok_or_else(|| format!("input '{name}' must be a numeric vector or matrix"))?;
                 let dim = x.get_attrib("dim").and_then(|d| d.as_integer_vector());
                 let (nrow, ncol) = match dim.as_deref() {
                     Some(&[nrow, ncol]) => (nrow.max(0) as usize, ncol.max(0) as usize),

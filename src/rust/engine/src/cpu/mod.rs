@@ -10,10 +10,10 @@ pub mod reducers;
 use std::sync::Mutex;
 
 use crate::formula::{Category, Formula, Op};
+use crate::plan::{Plan, Role};
 use crate::real::Real;
 use crate::reduction::SumScheme;
 use lanes::Arg;
-use crate::plan::{Plan, Role};
 use reducers::Accumulator;
 
 /// Reduced indices per tile: the tile's buffers (a few per node) stay in L1/L2.
@@ -36,13 +36,7 @@ pub struct Inputs<'a, T> {
 /// Evaluates the reduction of `formula` on `threads` threads.
 pub fn evaluate<T: Real>(formula: &Formula, inputs: &Inputs<T>, scheme: SumScheme, threads: usize) -> RowMajor {
     let red = &formula.reduction;
-    let acc = Accumulator {
-        kind: red.kind,
-        scheme,
-        k: red.k,
-        dim: formula.graph.dim(red.f),
-        gdim: red.g.map_or(0, |g| formula.graph.dim(g)),
-    };
+    let acc = Accumulator::new(formula, scheme);
     let (n_out, n_red) = if red.axis == 0 { (inputs.n_i, inputs.n_j) } else { (inputs.n_j, inputs.n_i) };
     let plan = Plan::new(formula);
     let width = acc.width();

@@ -73,7 +73,13 @@ pub fn eval<T: Real>(op: Op, args: &[Arg<T>; 3], out: &mut [T], dim: usize, len:
         Op::Pow(n) => unary!(|x: T| x.powi(n)),
         Op::ClampInt(lo, hi) => {
             let (lo, hi) = (T::from_f64(lo as f64), T::from_f64(hi as f64));
-            unary!(|x: T| if x < lo { lo } else if x > hi { hi } else { x })
+            unary!(|x: T| if x < lo {
+                lo
+            } else if x > hi {
+                hi
+            } else {
+                x
+            })
         }
         Op::Add => binary!(|x: T, y: T| x + y),
         Op::Sub => binary!(|x: T, y: T| x - y),

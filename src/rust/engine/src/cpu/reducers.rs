@@ -71,6 +71,18 @@ fn better<T: Real>(x: T, best: T, max: bool) -> bool {
 }
 
 impl Accumulator {
+    /// The accumulator of `formula`'s reduction.
+    pub fn new(formula: &crate::formula::Formula, scheme: SumScheme) -> Accumulator {
+        let red = &formula.reduction;
+        Accumulator {
+            kind: red.kind,
+            scheme,
+            k: red.k,
+            dim: formula.graph.dim(red.f),
+            gdim: red.g.map_or(0, |g| formula.graph.dim(g)),
+        }
+    }
+
     /// Number of f64 values in the state of one output row.
     pub fn state_len(&self) -> usize {
         use ReductionKind::*;
@@ -112,7 +124,15 @@ impl Accumulator {
     }
 
     /// Adds the terms `j0 .. j0 + len` of one output row to its state.
-    pub fn accumulate<T: Real>(&self, state: &mut [f64], f: &Arg<T>, g: &Arg<T>, len: usize, j0: usize, scratch: &mut [T]) {
+    pub fn accumulate<T: Real>(
+        &self,
+        state: &mut [f64],
+        f: &Arg<T>,
+        g: &Arg<T>,
+        len: usize,
+        j0: usize,
+        scratch: &mut [T],
+    ) {
         use ReductionKind::*;
         match self.kind {
             Sum => self.accumulate_sum(state, f, len),
@@ -154,7 +174,16 @@ impl Accumulator {
     /// The `k` smallest (or largest) values of each component with their indices, kept sorted;
     /// equal values keep the order of their indices.
     #[allow(clippy::too_many_arguments)]
-    fn accumulate_select<T: Real>(&self, state: &mut [f64], f: &Arg<T>, len: usize, j0: usize, k: usize, max: bool, scratch: &mut [T]) {
+    fn accumulate_select<T: Real>(
+        &self,
+        state: &mut [f64],
+        f: &Arg<T>,
+        len: usize,
+        j0: usize,
+        k: usize,
+        max: bool,
+        scratch: &mut [T],
+    ) {
         let half = state.len() / 2;
         let (vals, idx) = state.split_at_mut(half);
         for c in 0..self.dim {

@@ -72,13 +72,7 @@ pub const KERNEL_NAME: &str = "rkeops_reduce";
 pub fn generate(formula: &Formula, dtype: Dtype, scheme: SumScheme) -> Kernel {
     let red = &formula.reduction;
     let plan = Plan::new(formula);
-    let acc = Accumulator {
-        kind: red.kind,
-        scheme,
-        k: red.k,
-        dim: formula.graph.dim(red.f),
-        gdim: red.g.map_or(0, |g| formula.graph.dim(g)),
-    };
+    let acc = Accumulator::new(formula, scheme);
     let inner_vars: Vec<usize> = formula
         .graph
         .nodes
@@ -95,7 +89,14 @@ pub fn generate(formula: &Formula, dtype: Dtype, scheme: SumScheme) -> Kernel {
     let tile = [256, 128, 64].into_iter().find(|&t| fits(t)).unwrap_or(64);
     let shared = fits(tile) && inner_width > 0;
     let rows = rows_per_thread(formula, &plan, &acc, dtype);
-    let mut g = Gen { formula, dtype, plan: &plan, src: String::new(), shared_offsets: vec![None; formula.variables.len()], q: 0 };
+    let mut g = Gen {
+        formula,
+        dtype,
+        plan: &plan,
+        src: String::new(),
+        shared_offsets: vec![None; formula.variables.len()],
+        q: 0,
+    };
     g.prelude(tile, rows);
     g.signature();
     g.line("  const int row0 = blockIdx.x * (TILE * ROWS) + threadIdx.x;");
@@ -273,12 +274,21 @@ impl Gen<'_> {
     }
 
     fn signature(&mut self) {
-        let mut params = vec!["const int n_out".to_string(), "const int n_red".into(), "const int chunk".into(), "const int j_offset".into()];
+        let mut params = vec![
+            "const int n_out".to_string(),
+            "const int n_red".into(),
+            "const int chunk".into(),
+            "const int j_offset".into(),
+        ];
         for v in &self.formula.variables {
             params.push(format!("const S* __restrict__ in{}", v.position));
         }
         params.push("double* __restrict__ states".into());
-        let _ = writeln!(self.src, "extern \"C\" __global__ void __launch_bounds__(TILE) {KERNEL_NAME}({}) {{", params.join(", "));
+        let _ = writeln!(
+            self.src,
+            "extern \"C\" __global__ void __launch_bounds__(TILE) {KERNEL_NAME}({}) {{",
+            params.join(", ")
+        );
     }
 
     /// Registers of an input that does not vary with the reduced index (parameter or output row).
@@ -301,7 +311,11 @@ impl Gen<'_> {
         if x.is_nan() {
             "(RK_INF - RK_INF)".into()
         } else if x.is_infinite() {
-            if x > 0.0 { "RK_INF".into() } else { "(-RK_INF)".into() }
+            if x > 0.0 {
+                "RK_INF".into()
+            } else {
+                "(-RK_INF)".into()
+            }
         } else {
             format!("((T){x:?})")
         }
@@ -316,7 +330,11 @@ impl Gen<'_> {
         // Component k of argument i, broadcasting dimension 1.
         let at = |i: usize, k: &str| -> String {
             let (name, dim) = &a[i];
-            if *dim == 1 { format!("{name}[0]") } else { format!("{name}[{k}]") }
+            if *dim == 1 {
+                format!("{name}[0]")
+            } else {
+                format!("{name}[{k}]")
+            }
         };
         let m = |f: &str| self.math(f);
         let elementwise = |expr: String| format!("for (int k = 0; k < {d}; k++) {out}[k] = {expr};");
@@ -492,7 +510,10 @@ impl Reducer<'_> {
                 let sums = self.acc.state_len() - 1;
                 // A finite start (the lowest finite value) keeps exp(x - mt) exact for x = -inf
                 // without a test in the loop.
-                emit(g, &format!("      T mt@ = -RK_MAX; T ts@[{sums}]; for (int k = 0; k < {sums}; k++) ts@[k] = (T)0;"));
+                emit(
+                    g,
+                    &format!("      T mt@ = -RK_MAX; T ts@[{sums}]; for (int k = 0; k < {sums}; k++) ts@[k] = (T)0;"),
+                );
             }
             _ => {}
         }

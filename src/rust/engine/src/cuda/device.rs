@@ -104,7 +104,8 @@ impl Device {
                 count - 1
             )));
         }
-        let ctx = CudaContext::new(ordinal).map_err(|e| driver_error(&format!("creating a context on device {ordinal}"), e))?;
+        let ctx = CudaContext::new(ordinal)
+            .map_err(|e| driver_error(&format!("creating a context on device {ordinal}"), e))?;
         let arch = ctx.compute_capability().map_err(|e| driver_error("querying the compute capability", e))?;
         let multiprocessors = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
@@ -131,7 +132,8 @@ impl Device {
     /// The compiled kernel: from memory, else from the disk cache, else compiled now (and cached).
     pub fn function(&self, kernel: &Kernel, cache: Option<&DiskCache>) -> Result<CudaFunction> {
         let arch = format!("sm_{}{}", self.arch.0, self.arch.1);
-        let versions = format!("engine {} nvrtc {}.{}", env!("CARGO_PKG_VERSION"), self.nvrtc_version.0, self.nvrtc_version.1);
+        let versions =
+            format!("engine {} nvrtc {}.{}", env!("CARGO_PKG_VERSION"), self.nvrtc_version.0, self.nvrtc_version.1);
         let key = cache::key(&[kernel.source.as_bytes(), arch.as_bytes(), versions.as_bytes()]);
         if let Some(f) = self.functions.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok(f);
@@ -182,7 +184,9 @@ pub fn compile_cubin(source: &str, arch: &str) -> Result<Vec<u8>> {
                 return Err(Error::Gpu(format!("NVRTC produced no binary for {arch}")));
             }
             let mut buf = vec![0u8; size];
-            nvrtc_sys::nvrtcGetCUBIN(program, buf.as_mut_ptr().cast()).result().map_err(|e| driver_error("NVRTC", e))?;
+            nvrtc_sys::nvrtcGetCUBIN(program, buf.as_mut_ptr().cast())
+                .result()
+                .map_err(|e| driver_error("NVRTC", e))?;
             Ok(buf)
         })();
         // SAFETY: destroyed once, after its last use.

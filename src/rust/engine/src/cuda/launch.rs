@@ -14,8 +14,8 @@ use crate::cpu::reducers::Accumulator;
 use crate::cpu::{Inputs, RowMajor};
 use crate::error::{Error, Result};
 use crate::formula::{Category, Formula};
+use crate::operator::RunOptions;
 use crate::real::Real;
-use crate::reduction::SumScheme;
 
 /// Resident blocks per multiprocessor we aim for before splitting the reduced range.
 const BLOCKS_PER_SM: usize = 8;
@@ -38,11 +38,11 @@ pub fn evaluate<S: DeviceRepr + ValidAsZeroBits + Copy, T: Real>(
     formula: &Formula,
     inputs: &Inputs<S>,
     dtype: Dtype,
-    scheme: SumScheme,
+    options: &RunOptions,
     cache: Option<&DiskCache>,
-    memory_limit: Option<usize>,
     timings: &mut Vec<(&'static str, f64)>,
 ) -> Result<RowMajor> {
+    let (scheme, memory_limit) = (options.sum_scheme, options.gpu_memory);
     let red = &formula.reduction;
     let kernel = codegen::generate(formula, dtype, scheme);
     let (n_out, n_red) = if red.axis == 0 { (inputs.n_i, inputs.n_j) } else { (inputs.n_j, inputs.n_i) };
@@ -52,13 +52,7 @@ pub fn evaluate<S: DeviceRepr + ValidAsZeroBits + Copy, T: Real>(
     let clock = Instant::now();
     let function = device.function(&kernel, cache)?;
     timings.push(("compile or load", clock.elapsed().as_secs_f64()));
-    let acc = Accumulator {
-        kind: red.kind,
-        scheme,
-        k: red.k,
-        dim: formula.graph.dim(red.f),
-        gdim: red.g.map_or(0, |g| formula.graph.dim(g)),
-    };
+    let acc = Accumulator::new(formula, scheme);
     let blocks = Blocks::new(device, formula, &kernel, n_out, n_red, std::mem::size_of::<S>(), memory_limit)?;
     let mut states = vec![0.0; n_out * kernel.state_len];
     let mut times = [0.0; 4];
@@ -195,7 +189,8 @@ fn run_block<S: DeviceRepr + ValidAsZeroBits + Copy>(
         stream.synchronize().map_err(|e| gpu_error("copying the inputs", e))?;
         times[0] += clock.elapsed().as_secs_f64();
         let clock = Instant::now();
-        let (n_out_arg, n_red_arg, chunk_arg, offset_arg) = (n_out as i32, n_red as i32, chunk as i32, block.red.start as i32);
+        let (n_out_arg, n_red_arg, chunk_arg, offset_arg) =
+            (n_out as i32, n_red as i32, chunk as i32, block.red.start as i32);
         let config = LaunchConfig {
             grid_dim: (n_out.div_ceil(kernel.tile * kernel.rows) as u32, chunks as u32, 1),
             block_dim: (kernel.tile as u32, 1, 1),
@@ -222,7 +217,14 @@ fn run_block<S: DeviceRepr + ValidAsZeroBits + Copy>(
 
 /// Merges the chunks of one block into the states of its rows (the first block of the reduced
 /// range initialises them), in order, so ties keep the smallest index.
-fn merge_block(acc: &Accumulator, rows: &mut [f64], (part, chunks): (Vec<f64>, usize), first: bool, n: usize, state_len: usize) {
+fn merge_block(
+    acc: &Accumulator,
+    rows: &mut [f64],
+    (part, chunks): (Vec<f64>, usize),
+    first: bool,
+    n: usize,
+    state_len: usize,
+) {
     let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
     let per_thread = n.div_ceil(threads).max(4096);
     let part = &part;
@@ -260,7 +262,11 @@ fn finish<T: Real>(acc: &Accumulator, states: Vec<f64>, n_out: usize, state_len:
         for ((st, vals), idx) in parts {
             s.spawn(move || {
                 for (k, state) in st.chunks(state_len).enumerate() {
-                    acc.finalize::<T>(state, &mut vals[k * width..(k + 1) * width], &mut idx[k * width..(k + 1) * width]);
+                    acc.finalize::<T>(
+                        state,
+                        &mut vals[k * width..(k + 1) * width],
+                        &mut idx[k * width..(k + 1) * width],
+                    );
                 }
             });
         }

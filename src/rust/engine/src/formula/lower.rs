@@ -45,7 +45,10 @@ impl<'a> Lowerer<'a> {
     fn size(&self, node: &AstNode, func: &str, which: &str, min: i64) -> Result<usize> {
         let n = self.integer(node, func, which)?;
         if n < min || n > MAX_DIM as i64 {
-            return Err(self.error(node.pos, format!("the {which} argument of {func} must be between {min} and {MAX_DIM}, not {n}")));
+            return Err(self.error(
+                node.pos,
+                format!("the {which} argument of {func} must be between {min} and {MAX_DIM}, not {n}"),
+            ));
         }
         Ok(n as usize)
     }
@@ -53,12 +56,14 @@ impl<'a> Lowerer<'a> {
     /// Element-wise operation: dimensions must agree, or be 1 (broadcast).
     fn elementwise(&mut self, op: Op, args: Vec<NodeId>, name: &str, pos: usize) -> Result<NodeId> {
         let dim = args.iter().map(|&a| self.dim(a)).max().unwrap_or(1);
-        if let Some(&bad) = args.iter().find(|&&a| self.dim(a) != dim && self.dim(a) != 1) {
+        if args.iter().any(|&a| self.dim(a) != dim && self.dim(a) != 1) {
             let dims: Vec<String> = args.iter().map(|&a| self.dim(a).to_string()).collect();
-            let _ = bad;
             return Err(self.error(
                 pos,
-                format!("{name} cannot combine arguments of dimensions {} (they must be equal, or 1)", dims.join(" and ")),
+                format!(
+                    "{name} cannot combine arguments of dimensions {} (they must be equal, or 1)",
+                    dims.join(" and ")
+                ),
             ));
         }
         Ok(self.graph.add(op, args, dim))
@@ -66,7 +71,10 @@ impl<'a> Lowerer<'a> {
 
     fn same_dims(&self, a: NodeId, b: NodeId, name: &str, pos: usize) -> Result<()> {
         if self.dim(a) != self.dim(b) {
-            return Err(self.error(pos, format!("{name} needs two arguments of the same dimension, got {} and {}", self.dim(a), self.dim(b))));
+            return Err(self.error(
+                pos,
+                format!("{name} needs two arguments of the same dimension, got {} and {}", self.dim(a), self.dim(b)),
+            ));
         }
         Ok(())
     }
@@ -84,7 +92,10 @@ impl<'a> Lowerer<'a> {
             let known: Vec<&str> = self.vars.iter().map(|v| v.name.as_str()).collect();
             self.error(
                 pos,
-                format!("unknown variable '{name}' (declared in args: {})", if known.is_empty() { "none".into() } else { known.join(", ") }),
+                format!(
+                    "unknown variable '{name}' (declared in args: {})",
+                    if known.is_empty() { "none".into() } else { known.join(", ") }
+                ),
             )
         })?;
         Ok(self.graph.add(Op::Input(var.position), vec![], var.dim))
@@ -93,7 +104,9 @@ impl<'a> Lowerer<'a> {
     /// `Var(pos, dim, cat)`: refers to the input at `pos`, declared in args or not.
     fn var_reference(&mut self, args: &[AstNode], pos: usize) -> Result<NodeId> {
         if args.len() != 3 {
-            return Err(self.error(pos, format!("Var takes 3 arguments (position, dimension, category), got {}", args.len())));
+            return Err(
+                self.error(pos, format!("Var takes 3 arguments (position, dimension, category), got {}", args.len()))
+            );
         }
         let position = self.size(&args[0], "Var", "first", 0)?;
         let dim = self.size(&args[1], "Var", "second", 1)?;
@@ -255,7 +268,13 @@ impl<'a> Lowerer<'a> {
                 let a = self.lower(&args[0])?;
                 let m = self.size(&args[1], name, "second", 0)?;
                 if m >= self.dim(a) {
-                    return Err(self.error(pos, format!("Elem(x, {m}) needs x of dimension > {m} (positions are 0-based), but x has dimension {}", self.dim(a))));
+                    return Err(self.error(
+                        pos,
+                        format!(
+                            "Elem(x, {m}) needs x of dimension > {m} (positions are 0-based), but x has dimension {}",
+                            self.dim(a)
+                        ),
+                    ));
                 }
                 Ok(self.graph.add(Op::Elem(m), vec![a], 1))
             }
@@ -266,7 +285,8 @@ impl<'a> Lowerer<'a> {
                 let m = self.size(&args[2], name, "third", 0)?;
                 self.need_scalar(a, name, pos)?;
                 if m >= n {
-                    return Err(self.error(pos, format!("ElemT(x, {n}, {m}) needs a position below {n} (positions are 0-based)")));
+                    return Err(self
+                        .error(pos, format!("ElemT(x, {n}, {m}) needs a position below {n} (positions are 0-based)")));
                 }
                 Ok(self.graph.add(Op::ElemT(n, m), vec![a], n))
             }
@@ -276,7 +296,14 @@ impl<'a> Lowerer<'a> {
                 let start = self.size(&args[1], name, "second", 0)?;
                 let len = self.size(&args[2], name, "third", 1)?;
                 if start + len > self.dim(a) {
-                    return Err(self.error(pos, format!("Extract(x, {start}, {len}) needs x of dimension >= {}, but x has dimension {}", start + len, self.dim(a))));
+                    return Err(self.error(
+                        pos,
+                        format!(
+                            "Extract(x, {start}, {len}) needs x of dimension >= {}, but x has dimension {}",
+                            start + len,
+                            self.dim(a)
+                        ),
+                    ));
                 }
                 Ok(self.graph.add(Op::Extract(start, len), vec![a], len))
             }
@@ -342,7 +369,9 @@ impl<'a> Lowerer<'a> {
 
     fn need_scalar(&self, a: NodeId, name: &str, pos: usize) -> Result<()> {
         if self.dim(a) != 1 {
-            return Err(self.error(pos, format!("the first argument of {name} must have dimension 1, not {}", self.dim(a))));
+            return Err(
+                self.error(pos, format!("the first argument of {name} must have dimension 1, not {}", self.dim(a)))
+            );
         }
         Ok(())
     }
@@ -360,7 +389,10 @@ impl<'a> Lowerer<'a> {
         if expected.is_some_and(|e| e != ds) || (expected.is_none() && ds != 1 && ds != dx && ds != dx * dx) {
             return Err(self.error(
                 pos,
-                format!("{name}: the weights have dimension {ds}, but x has dimension {dx} (expected 1, {dx} or {})", dx * dx),
+                format!(
+                    "{name}: the weights have dimension {ds}, but x has dimension {dx} (expected 1, {dx} or {})",
+                    dx * dx
+                ),
             ));
         }
         if ds == 1 {

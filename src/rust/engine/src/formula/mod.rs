@@ -53,9 +53,8 @@ impl Formula {
 }
 
 fn lower_reduction(lw: &mut Lowerer, tree: &AstNode) -> Result<Reduction> {
-    let not_a_reduction = |lw: &Lowerer| {
-        lw.error(tree.pos, format!("the formula must be a reduction, one of {}", ReductionKind::NAMES))
-    };
+    let not_a_reduction =
+        |lw: &Lowerer| lw.error(tree.pos, format!("the formula must be a reduction, one of {}", ReductionKind::NAMES));
     let Ast::Call(name, args) = &tree.ast else { return Err(not_a_reduction(lw)) };
     let kind = ReductionKind::from_name(name).ok_or_else(|| not_a_reduction(lw))?;
     let usage = match kind.signature() {
@@ -80,7 +79,10 @@ fn lower_reduction(lw: &mut Lowerer, tree: &AstNode) -> Result<Reduction> {
     };
     let axis = lw.integer(axis_node, name, "axis")?;
     if axis != 0 && axis != 1 {
-        return Err(lw.error(axis_node.pos, format!("the axis of {name} must be 0 (reduce over j) or 1 (reduce over i), not {axis}")));
+        return Err(lw.error(
+            axis_node.pos,
+            format!("the axis of {name} must be 0 (reduce over j) or 1 (reduce over i), not {axis}"),
+        ));
     }
     let k = match k_node {
         Some(node) => {
@@ -98,7 +100,9 @@ fn lower_reduction(lw: &mut Lowerer, tree: &AstNode) -> Result<Reduction> {
     if matches!(kind, ReductionKind::LogSumExp | ReductionKind::LogSumExpWeight | ReductionKind::SumSoftMaxWeight)
         && lw.graph.dim(f) != 1
     {
-        return Err(lw.error(args[0].pos, format!("the formula inside {name} must have dimension 1, not {}", lw.graph.dim(f))));
+        return Err(
+            lw.error(args[0].pos, format!("the formula inside {name} must have dimension 1, not {}", lw.graph.dim(f)))
+        );
     }
     Ok(Reduction { kind, axis: axis as usize, k, f, g })
 }
@@ -113,7 +117,8 @@ mod tests {
 
     #[test]
     fn gaussian_kernel() {
-        let f = parse("Sum_Reduction(Exp(-s*SqDist(x,y))*b, 0)", &["x = Vi(3)", "y = Vj(3)", "b = Vj(2)", "s = Pm(1)"]).unwrap();
+        let f = parse("Sum_Reduction(Exp(-s*SqDist(x,y))*b, 0)", &["x = Vi(3)", "y = Vj(3)", "b = Vj(2)", "s = Pm(1)"])
+            .unwrap();
         assert_eq!(f.output_dim(), 2);
         assert_eq!(f.reduction.kind, ReductionKind::Sum);
         assert_eq!(f.variables.len(), 4);
@@ -135,7 +140,9 @@ mod tests {
         assert_eq!(dim("ElemT(Elem(x, 2), 5, 4)").unwrap(), 5);
         assert_eq!(dim("OneHot(Elem(x,0), 7)").unwrap(), 7);
         assert_eq!(dim("SumT(Norm2(x), 4)").unwrap(), 4);
-        assert_eq!(dim("WeightedSqDist(Pm(9), x, y)").is_err(), true);
+        let e = dim("WeightedSqDist(u, x, y)").unwrap_err().to_string();
+        assert!(e.contains("weights have dimension 2"), "{e}");
+        assert_eq!(dim("WeightedSqDist(Elem(x, 0), x, y)").unwrap(), 1);
         assert_eq!(dim("Var(4, 9, 2)").unwrap(), 9);
         let e = dim("x + u").unwrap_err().to_string();
         assert!(e.contains("dimensions 3 and 2") && e.contains("position 15"), "{e}");

@@ -71,11 +71,14 @@ pub fn parse_declarations(args: &[String]) -> Result<Vec<Variable>> {
             .and_then(|r| r.strip_suffix(')'))
             .ok_or_else(|| bad("expected parentheses with the dimension, as in Vi(3)"))?;
         let numbers: Vec<Option<usize>> = inner.split(',').map(|s| s.trim().parse::<usize>().ok()).collect();
-        let (position, dim) = match numbers.as_slice() {
-            [Some(d)] => (index, *d),
-            [Some(p), Some(d)] => (*p, *d),
-            _ => return Err(bad("expected a dimension Vi(dim) or a position and a dimension Vi(pos, dim), as non-negative integers")),
-        };
+        let (position, dim) =
+            match numbers.as_slice() {
+                [Some(d)] => (index, *d),
+                [Some(p), Some(d)] => (*p, *d),
+                _ => return Err(bad(
+                    "expected a dimension Vi(dim) or a position and a dimension Vi(pos, dim), as non-negative integers",
+                )),
+            };
         if dim == 0 || dim > MAX_DIM {
             return Err(bad(&format!("the dimension must be between 1 and {MAX_DIM}")));
         }
