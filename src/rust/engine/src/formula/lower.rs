@@ -199,6 +199,7 @@ impl<'a> Lowerer<'a> {
         }
         match name {
             "Var" => self.var_reference(args, pos),
+            "Grad" => self.gradient(args, pos),
             "IntCst" => {
                 self.arity(name, args, 1, pos)?;
                 let n = self.integer(&args[0], name, "first")?;
@@ -364,6 +365,32 @@ impl<'a> Lowerer<'a> {
                 Err(self.error(pos, format!("{name} can only be the outermost operation of a formula")))
             }
             _ => Err(self.error(pos, format!("unknown function '{name}'"))),
+        }
+    }
+
+    /// `Grad(F, v, e)`: the gradient of F with respect to the variable v, contracted with e.
+    fn gradient(&mut self, args: &[AstNode], pos: usize) -> Result<NodeId> {
+        self.arity("Grad", args, 3, pos)?;
+        let f = self.lower(&args[0])?;
+        let v = self.lower(&args[1])?;
+        let Op::Input(position) = self.graph.nodes[v].op else {
+            return Err(self.error(args[1].pos, "the second argument of Grad must be a variable"));
+        };
+        let e = self.lower(&args[2])?;
+        if self.dim(e) != self.dim(f) {
+            return Err(self.error(
+                args[2].pos,
+                format!("Grad(F, v, e) needs e of the dimension of F ({}), not {}", self.dim(f), self.dim(e)),
+            ));
+        }
+        match crate::autodiff::grad(&mut self.graph, f, position, e) {
+            Some(g) => Ok(g),
+            None => {
+                // F does not depend on v: a zero gradient of v's dimension.
+                let zero = self.constant(0.0);
+                let d = self.dim(v);
+                Ok(if d == 1 { zero } else { self.graph.add(Op::SumT(d), vec![zero], d) })
+            }
         }
     }
 

@@ -1,0 +1,136 @@
+//! Gradients against central finite differences in float64, for i-, j- and parameter variables:
+//! S(v) = sum_i <Sum_Reduction(F, 0)_i, e_i> and dS/dv from `Grad(F, v, e)`.
+
+use engine::{Backend, Input, Operator, Precision, RunOptions};
+
+mod common;
+use common::random;
+
+const ARGS: [&str; 6] = ["x = Vi(3)", "y = Vj(3)", "b = Vj(2)", "A = Pm(6)", "S = Pm(9)", "p = Pm(1)"];
+const N: usize = 7;
+const M: usize = 11;
+
+/// Formulas covering the differentiable operations (inputs in [0, 1), away from kinks).
+const FORMULAS: [&str; 42] = [
+    "Exp(-p*SqDist(x,y))*b", "x*y", "x/(y+0.5)", "Log(x+y+0.1)", "Sin(x)*Cos(y)", "Sqrt(x+y+0.1)",
+    "Rsqrt(x+y+0.1)", "Inv(x+y+0.1)", "Square(x-y)", "Pow(x-y, 3)", "Pow(x+y, -2)", "Powf(x+1, y)",
+    "Abs(x-y)", "ReLU(x-y)", "Atan(x*y)", "Asin(0.5*x*y)", "Acos(0.5*x*y)", "Atan2(x, y+0.1)", "XLogX(x+y)",
+    "SinXDivX(x+y+0.1)", "Clamp(x-y, -0.2, 0.3)", "IfElse(x-y, x*y, x+y)", "Mod(3*x, y+1, 0.1)", "Sum(x*y)",
+    "SumT(Sum(x), 3)*y", "SqNorm2(x-y)", "(x|y)", "Max(x*y)", "Min(x-y)", "Elem(x,1)*y",
+    "ElemT(Elem(x,0)*Elem(y,2), 4, 2)", "Extract(Concat(x,y), 1, 4)", "ExtractT(x*y, 1, 5)", "Concat(x*y, x)",
+    "MatVecMult(A, x*y)", "VecMatMult(x+y, A)", "TensorProd(x, y)", "Normalize(x-y+0.1)", "Norm2(x-y)",
+    "WeightedSqDist(S, x, y)", "x*p - y", "Exp(x)*Exp(-y) + x*x*y",
+];
+
+struct Case {
+    inputs: Vec<Vec<f64>>,
+}
+
+impl Case {
+    fn new() -> Case {
+        let mut inputs = vec![random(3 * N, 11), random(3 * M, 12), random(2 * M, 13), random(6, 14), random(9, 15)];
+        inputs.push(vec![0.7]);
+        Case { inputs }
+    }
+    fn rows(k: usize) -> usize {
+        [N, M, M, 1, 1, 1][k]
+    }
+    fn view<'a>(data: &'a [Vec<f64>], extra: Option<&'a [f64]>, e_rows: usize) -> Vec<Input<'a>> {
+        let mut v: Vec<Input> = data
+            .iter()
+            .enumerate()
+            .map(|(k, d)| Input { data: d, nrow: Case::rows(k), ncol: d.len() / Case::rows(k) })
+            .collect();
+        if let Some(e) = extra {
+            v.push(Input { data: e, nrow: e_rows, ncol: e.len() / e_rows });
+        }
+        v
+    }
+}
+
+fn options() -> RunOptions {
+    RunOptions { precision: Precision::F64, backend: Backend::Cpu, ..Default::default() }
+}
+
+fn args(extra: &str) -> Vec<String> {
+    let mut a: Vec<String> = ARGS.iter().map(|s| s.to_string()).collect();
+    a.push(extra.to_string());
+    a
+}
+
+/// Checks d/dv of sum_i <F_i, e_i> for the variable at `position` against finite differences.
+fn check(formula: &str, case: &Case, position: usize, name: &str) {
+    let forward = Operator::new(&format!("Sum_Reduction({formula}, 0)"), &args("e = Vi(1)")[..6]).unwrap();
+    let dim = forward.formula.output_dim();
+    let e = random(N * dim, 99);
+    let objective = |inputs: &[Vec<f64>]| -> f64 {
+        let out = forward.run(&Case::view(inputs, None, 0), &options()).unwrap();
+        out.values.unwrap().iter().zip(&e).map(|(a, b)| a * b).sum()
+    };
+    // The gradient operator: i-variables and parameters reduce over j (axis 0), j-variables over i.
+    let axis = if position == 1 || position == 2 { 1 } else { 0 };
+    let text = format!("Sum_Reduction(Grad({formula}, {name}, e), {axis})");
+    let grad = Operator::new(&text, &args(&format!("e = Vi({dim})"))).unwrap_or_else(|e| panic!("{text}: {e}"));
+    let out = grad.run(&Case::view(&case.inputs, Some(&e), N), &options()).unwrap();
+    let mut got = out.values.unwrap();
+    let len = case.inputs[position].len();
+    if position >= 3 {
+        // A parameter: the gradient sums over the rows i.
+        got = (0..len).map(|c| (0..N).map(|i| got[i + N * c]).sum()).collect();
+    }
+    assert_eq!(got.len(), len, "{text}");
+    let h = 1e-6;
+    for k in 0..len {
+        let mut plus = case.inputs.clone();
+        plus[position][k] += h;
+        let mut minus = case.inputs.clone();
+        minus[position][k] -= h;
+        let fd = (objective(&plus) - objective(&minus)) / (2.0 * h);
+        let err = (got[k] - fd).abs() / (1.0 + fd.abs());
+        assert!(err < 1e-6, "{text}: component {k}: gradient {} vs finite differences {fd}", got[k]);
+    }
+}
+
+#[test]
+fn gradients_match_finite_differences() {
+    let case = Case::new();
+    for formula in FORMULAS {
+        check(formula, &case, 0, "x");
+        check(formula, &case, 1, "y");
+        if formula.contains('b') {
+            check(formula, &case, 2, "b");
+        }
+        for (position, name) in [(3, "A"), (4, "S"), (5, "p")] {
+            if formula.contains(name) {
+                check(formula, &case, position, name);
+            }
+        }
+    }
+}
+
+#[test]
+fn second_order_and_zero_gradients() {
+    let case = Case::new();
+    // The gradient of a gradient (Hessian-vector products): d/dx <Grad(F, x, e), e2>.
+    check("Grad(Exp(-p*SqDist(x,y))*b, x, b*b)", &case, 0, "x");
+    check("Grad(Exp(-p*SqDist(x,y))*b, x, b*b)", &case, 1, "y");
+    check("Grad(Exp(-p*SqDist(x,y))*b, x, b*b)", &case, 5, "p");
+    check("Grad(SqDist(x,y)*(x|y), y, p)", &case, 0, "x");
+    // A formula that does not depend on the variable has a zero gradient of its dimension.
+    let grad = Operator::new("Sum_Reduction(Grad(Concat(y,y), x, e), 0)", &args("e = Vi(6)")).unwrap();
+    let e = random(6 * N, 5);
+    let out = grad.run(&Case::view(&case.inputs, Some(&e), N), &options()).unwrap();
+    assert_eq!((out.nrow, out.dim), (N, 3));
+    assert!(out.values.unwrap().iter().all(|&v| v == 0.0));
+}
+
+#[test]
+fn gradient_of_the_gaussian_kernel_stays_small() {
+    // Forward: Sub, SqNorm2, Mul(p), Neg, Exp, Mul(b) on top of the inputs; the gradient in x adds
+    // the adjoint chain, shared with the forward nodes.
+    let text = "Sum_Reduction(Grad(Exp(-p*SqDist(x,y))*b, x, e), 0)";
+    let op = Operator::new(text, &args("e = Vi(2)")).unwrap();
+    let plan = engine::plan::Plan::new(&op.formula);
+    let computed = plan.pair.len() + plan.inner.len() + plan.outer.len() + plan.constant.len();
+    assert!(computed <= 14, "the simplified gradient computes {computed} nodes: {:?}", op.formula.graph.nodes);
+}
