@@ -53,7 +53,7 @@ keops_kernel <- function(formula, args, sum_scheme = "auto") {
   }
   info <- rust_result(.Call(wrap__keops_parse, formula, args))
   force(sum_scheme)
-  function(input = list()) {
+  op <- function(input = list()) {
     inputs <- prepare_inputs(input, info)
     opts <- get_rkeops_options()
     res <- rust_result(.Call(wrap__keops_run, formula, args, inputs, opts$precision,
@@ -62,6 +62,9 @@ keops_kernel <- function(formula, args, sum_scheme = "auto") {
     .rkeops_env$last_run <- list(backend = res$backend, timings = res$timings)
     shape_result(res, info)
   }
+  # What keops_grad() needs to build the gradient's formula.
+  attr(op, "rkeops") <- list(formula = formula, args = args, sum_scheme = sum_scheme, info = info)
+  op
 }
 
 # What computed the last reduction, and the seconds spent in each of its phases (conversion,
