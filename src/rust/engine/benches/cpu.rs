@@ -23,18 +23,23 @@ fn median_time(reps: usize, mut f: impl FnMut()) -> f64 {
 
 fn main() {
     let n: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(20_000);
-    let cases: [(&str, &str, &[&str], usize); 4] = [
+    let cases: [(&str, &str, &[&str], usize); 5] = [
         ("gauss D=3", "Sum_Reduction(Exp(-SqDist(x,y))*b, 0)", &["x = Vi(3)", "y = Vj(3)", "b = Vj(1)"], 3),
         ("gauss D=64", "Sum_Reduction(Exp(-SqDist(x,y))*b, 0)", &["x = Vi(64)", "y = Vj(64)", "b = Vj(1)"], 64),
         ("argkmin K=10 D=3", "ArgKMin_Reduction(SqDist(x,y), 10, 0)", &["x = Vi(3)", "y = Vj(3)"], 3),
         ("logsumexp D=3", "LogSumExp_Reduction(-SqDist(x,y) + b, 0)", &["x = Vi(3)", "y = Vj(3)", "b = Vj(1)"], 3),
+        // The gradient in x of the Gaussian sum (issue 4: at most 2 x the forward time).
+        ("gauss grad_x D=3", "Sum_Reduction(Grad(Exp(-SqDist(x,y))*b, x, e), 0)", &["x = Vi(3)", "y = Vj(3)", "b = Vj(1)", "e = Vi(1)"], 3),
     ];
     for (name, formula, args, d) in cases {
         let (x, y, b) = (random(n * d, 1), random(n * d, 2), random(n, 3));
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         let op = Operator::new(formula, &args).unwrap();
         let mut inputs = vec![Input { data: &x, nrow: n, ncol: d }, Input { data: &y, nrow: n, ncol: d }];
-        if args.len() == 3 {
+        if args.len() >= 3 {
+            inputs.push(Input { data: &b, nrow: n, ncol: 1 });
+        }
+        if args.len() == 4 {
             inputs.push(Input { data: &b, nrow: n, ncol: 1 });
         }
         for precision in [Precision::F32, Precision::F64] {
