@@ -12,10 +12,14 @@
 #' the whole reduction). Applying `keops_grad()` to a gradient gives second derivatives
 #' (Hessian-vector products).
 #'
-#' @param op An operator made by [keops_kernel()] or by `keops_grad()`; so far its reduction must be
-#'   `Sum_Reduction`.
+#' @param op An operator made by [keops_kernel()] or by `keops_grad()`. Sum, LogSumExp,
+#'   LogSumExpWeight and SumSoftMaxWeight reductions (through their forward result, numerically
+#'   stable); Min, Max, Min_ArgMin, Max_ArgMax and KMin (of a scalar formula), whose gradient flows
+#'   to the selected j (to every j on an exact tie); ArgMin, ArgMax and ArgKMin have a zero gradient.
+#'   Only gradients of Sum reductions can be differentiated again.
 #' @param var The variable: its name in `args` (`"x"`) or its 1-based position among the inputs.
-#' @return An operator: a function of one argument, the list of `op`'s inputs followed by `e`.
+#' @return An operator: a function of one argument, the list of `op`'s inputs followed by `e`
+#'   (for a KMin, `e` is `N x K`).
 #' @export
 #' @examples
 #' x <- matrix(runif(30), 10, 3); y <- matrix(runif(60), 20, 3); b <- matrix(runif(20), 20, 1)
@@ -30,26 +34,91 @@ keops_grad <- function(op, var) {
     stop("'op' must be an operator made by keops_kernel() or keops_grad()", call. = FALSE)
   }
   info <- spec$info
-  if (info$reduction != "Sum") {
-    stop("keops_grad() differentiates Sum_Reduction so far, not ", info$reduction, "_Reduction",
-         call. = FALSE)
-  }
   k <- grad_variable(var, info)
   parts <- reduction_arguments(spec$formula)
-  axis <- info$axis
-  # The gradient flowing back is indexed like the output; it needs a name no variable has.
-  eta <- "eta"
-  while (eta %in% info$names) eta <- paste0(eta, "_")
-  output_category <- if (axis == 0L) "Vi" else "Vj"
+  f <- parts[1L]
+  v <- info$names[k]
   category <- info$categories[k]
+  n_inputs <- length(info$names)
+  # Names for the new inputs that no variable has.
+  fresh <- function(base) {
+    while (base %in% info$names) base <- paste0(base, "_")
+    base
+  }
+  eta <- fresh("eta")
+  out_category <- if (info$axis == 0L) "Vi" else "Vj"
+  declare <- function(name, dim) sprintf("%s = %s(%d)", name, out_category, dim)
+  # Each reduction's gradient is a sum over the reduced index of Grad terms, possibly using the
+  # forward results (`extra`: name -> function of the inputs computing it, with its dimension).
+  extra <- list()
+  g_formula <- NULL
+  if (info$reduction == "Sum") {
+    terms <- sprintf("Grad(%s, %s, %s)", f, v, eta)
+  } else if (info$reduction %in% c("LogSumExp", "SumSoftMaxWeight", "LogSumExpWeight")) {
+    lse <- fresh("lse")
+    # The weights: Name_Reduction(f, g, axis), or KeOps' LogSumExp_Reduction(f, axis, g).
+    g_formula <- if (length(parts) < 3L) NULL else
+      if (startsWith(trimws(spec$formula), "LogSumExp_Reduction")) parts[3L] else parts[2L]
+    lse_op <- keops_kernel(sprintf("LogSumExp_Reduction(%s, %d)", f, info$axis), spec$args, spec$sum_scheme)
+    softmax <- sprintf("Exp(%s - %s)", f, lse)
+    extra[[lse]] <- list(run = lse_op, dim = 1L)
+    if (is.null(g_formula)) {
+      terms <- sprintf("Grad(%s, %s, %s * %s)", f, v, eta, softmax)
+    } else {
+      out <- fresh("out")
+      extra[[out]] <- list(run = op, dim = info$dim)
+      if (info$reduction == "SumSoftMaxWeight") {
+        terms <- c(sprintf("Grad(%s, %s, %s * %s)", g_formula, v, eta, softmax),
+                   sprintf("Grad(%s, %s, %s * (%s | %s - %s))", f, v, softmax, eta, g_formula, out))
+      } else {
+        # log sum_j exp(f) g_c: weights exp(f - out_c) per component.
+        w <- sprintf("Exp(%s - %s)", f, out)
+        terms <- c(sprintf("Grad(%s, %s, Sum(%s * %s * %s))", f, v, eta, w, g_formula),
+                   sprintf("Grad(%s, %s, %s * %s)", g_formula, v, eta, w))
+      }
+    }
+  } else if (info$reduction %in% c("Min", "Max", "MinArgMin", "MaxArgMax")) {
+    # The gradient flows to the selected j (where F equals the result).
+    out <- fresh("out")
+    run <- if (info$reduction %in% c("MinArgMin", "MaxArgMax")) function(x) op(x)$values else op
+    extra[[out]] <- list(run = run, dim = info$dim)
+    terms <- sprintf("Grad(%s, %s, %s * Equal(%s, %s))", f, v, eta, f, out)
+  } else if (info$reduction %in% c("KMin", "KMinArgKMin") && info$dim == 1L) {
+    out <- fresh("out")
+    run <- if (info$reduction == "KMinArgKMin") function(x) op(x)$values else op
+    extra[[out]] <- list(run = run, dim = info$k)
+    picks <- sprintf("Elem(%s, %d) * Equal(%s, Elem(%s, %d))", eta, seq_len(info$k) - 1L, f, out,
+                     seq_len(info$k) - 1L)
+    terms <- sprintf("Grad(%s, %s, %s)", f, v, paste(picks, collapse = " + "))
+  } else if (info$reduction %in% c("ArgMin", "ArgMax", "ArgKMin")) {
+    # Indices do not move with the inputs: a zero gradient of the variable's shape.
+    dim <- info$dims[k]
+    return(function(input = list()) {
+      rows <- if (category == "Pm") 1L else NROW(input[[k]])
+      matrix(0, rows, dim)
+    })
+  } else {
+    stop("keops_grad() does not differentiate ", info$reduction, "_Reduction of a ",
+         info$dim, "-dimensional formula yet", call. = FALSE)
+  }
+  eta_dim <- if (info$reduction %in% c("KMin", "KMinArgKMin")) info$k else info$dim
   new_axis <- if (category == "Vi" || category == "Pm") 0L else 1L
-  formula <- sprintf("Sum_Reduction(Grad(%s, %s, %s), %d)", parts[1L], info$names[k], eta, new_axis)
-  args <- c(spec$args, sprintf("%s = %s(%d)", eta, output_category, info$dim))
+  formula <- sprintf("Sum_Reduction(%s, %d)", paste(terms, collapse = " + "), new_axis)
+  args <- c(spec$args, declare(eta, eta_dim),
+            vapply(names(extra), function(n) declare(n, extra[[n]]$dim), ""))
   grad <- keops_kernel(formula, args, spec$sum_scheme)
-  if (category != "Pm") return(grad)
-  # A parameter's gradient sums over the whole reduction.
-  summed <- function(input = list()) matrix(colSums(grad(input)), nrow = 1L)
-  summed
+  if (length(extra) == 0L && category != "Pm") return(grad)
+  function(input = list()) {
+    if (!is.list(input) || length(input) != n_inputs + 1L) {
+      stop("the gradient operator takes a list of ", n_inputs + 1L, " inputs (",
+           paste(c(info$names, "e"), collapse = ", "), ")", call. = FALSE)
+    }
+    forward <- input[seq_len(n_inputs)]
+    saved <- lapply(extra, function(x) matrix(x$run(forward), ncol = x$dim))
+    res <- grad(c(unname(input), unname(saved)))
+    # A parameter's gradient sums over the whole reduction.
+    if (category == "Pm") matrix(colSums(res), nrow = 1L) else res
+  }
 }
 
 # The 1-based position of `var` (a name or a position) among the variables of `info`.

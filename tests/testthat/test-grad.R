@@ -65,6 +65,47 @@ test_that("keops_grad() errors name what is wrong", {
   expect_error(keops_grad(op, "z"), "'var' = \"z\" is not a variable")
   expect_error(keops_grad(op, 5), "from 1 to 2")
   expect_error(keops_grad(function(l) 1, "x"), "made by keops_kernel")
-  mn <- keops_kernel("Min_Reduction(SqDist(x,y), 0)", c("x = Vi(3)", "y = Vj(3)"))
-  expect_error(keops_grad(mn, "x"), "Sum_Reduction so far")
+  km <- keops_kernel("KMin_Reduction(x - y, 2, 0)", c("x = Vi(3)", "y = Vj(3)"))
+  expect_error(keops_grad(km, "x"), "KMin_Reduction of a 3-dimensional formula")
+})
+
+test_that("gradients of LogSumExp, SumSoftMaxWeight and LogSumExpWeight match finite differences", {
+  local_precision("float64")
+  set.seed(403)
+  N <- 9; M <- 23
+  x <- matrix(runif(2 * N), N, 2); y <- matrix(runif(2 * M), M, 2); g <- matrix(runif(2 * M) + 0.5, M, 2)
+  args <- c("x = Vi(2)", "y = Vj(2)", "g = Vj(2)")
+  for (formula in c("LogSumExp_Reduction(50 - 10*SqDist(x,y), 0)",
+                    "SumSoftMaxWeight_Reduction(-10*SqDist(x,y), g, 0)",
+                    "LogSumExpWeight_Reduction(-10*SqDist(x,y), g, 0)",
+                    "LogSumExp_Reduction(-10*SqDist(x,y), 0, g)",
+                    "SumSoftMaxWeight_Reduction(-10*SqDist(x,y), g*y, 1)")) {
+    op <- keops_kernel(formula, args)
+    out <- op(list(x, y, g))
+    e <- matrix(rnorm(length(out)), nrow(out))
+    S <- function(x, y, g) sum(op(list(x, y, g)) * e)
+    expect_gradient(keops_grad(op, "x")(list(x, y, g, e)), finite_differences(function(v) S(v, y, g), x))
+    expect_gradient(keops_grad(op, "y")(list(x, y, g, e)), finite_differences(function(v) S(x, v, g), y))
+    expect_gradient(keops_grad(op, "g")(list(x, y, g, e)), finite_differences(function(v) S(x, y, v), g))
+  }
+})
+
+test_that("gradients of Min, Max and KMin flow to the selected j; Arg reductions have none", {
+  local_precision("float64")
+  set.seed(404)
+  N <- 8; M <- 31
+  x <- matrix(runif(2 * N), N, 2); y <- matrix(runif(2 * M), M, 2)
+  args <- c("x = Vi(2)", "y = Vj(2)")
+  for (formula in c("Min_Reduction(SqDist(x,y), 0)", "Max_Reduction(x*y, 0)",
+                    "KMin_Reduction(SqDist(x,y), 3, 0)", "Min_ArgMin_Reduction(SqDist(x,y), 1)")) {
+    op <- keops_kernel(formula, args)
+    value <- function(x, y) { r <- op(list(x, y)); if (is.list(r)) r$values else r }
+    out <- value(x, y)
+    e <- matrix(rnorm(length(out)), nrow(out))
+    S <- function(x, y) sum(value(x, y) * e)
+    expect_gradient(keops_grad(op, "x")(list(x, y, e)), finite_differences(function(v) S(v, y), x))
+    expect_gradient(keops_grad(op, "y")(list(x, y, e)), finite_differences(function(v) S(x, v), y))
+  }
+  am <- keops_kernel("ArgMin_Reduction(SqDist(x,y), 0)", args)
+  expect_identical(keops_grad(am, "y")(list(x, y, matrix(1, N, 1))), matrix(0, M, 2))
 })
