@@ -74,19 +74,22 @@ test_that("gradients of LogSumExp, SumSoftMaxWeight and LogSumExpWeight match fi
   set.seed(403)
   N <- 9; M <- 23
   x <- matrix(runif(2 * N), N, 2); y <- matrix(runif(2 * M), M, 2); g <- matrix(runif(2 * M) + 0.5, M, 2)
-  args <- c("x = Vi(2)", "y = Vj(2)", "g = Vj(2)")
-  for (formula in c("LogSumExp_Reduction(50 - 10*SqDist(x,y), 0)",
-                    "SumSoftMaxWeight_Reduction(-10*SqDist(x,y), g, 0)",
-                    "LogSumExpWeight_Reduction(-10*SqDist(x,y), g, 0)",
-                    "LogSumExp_Reduction(-10*SqDist(x,y), 0, g)",
-                    "SumSoftMaxWeight_Reduction(-10*SqDist(x,y), g*y, 1)")) {
+  s <- 10
+  args <- c("x = Vi(2)", "y = Vj(2)", "g = Vj(2)", "s = Pm(1)")
+  for (formula in c("LogSumExp_Reduction(50 - s*SqDist(x,y), 0)",
+                    "SumSoftMaxWeight_Reduction(-s*SqDist(x,y), g, 0)",
+                    "LogSumExpWeight_Reduction(-s*SqDist(x,y), g, 0)",
+                    "LogSumExp_Reduction(-s*SqDist(x,y), 0, g)",
+                    "SumSoftMaxWeight_Reduction(-s*SqDist(x,y), g*y, 1)")) {
     op <- keops_kernel(formula, args)
-    out <- op(list(x, y, g))
+    out <- op(list(x, y, g, s))
     e <- matrix(rnorm(length(out)), nrow(out))
-    S <- function(x, y, g) sum(op(list(x, y, g)) * e)
-    expect_gradient(keops_grad(op, "x")(list(x, y, g, e)), finite_differences(function(v) S(v, y, g), x))
-    expect_gradient(keops_grad(op, "y")(list(x, y, g, e)), finite_differences(function(v) S(x, v, g), y))
-    expect_gradient(keops_grad(op, "g")(list(x, y, g, e)), finite_differences(function(v) S(x, y, v), g))
+    S <- function(x, y, g, s) sum(op(list(x, y, g, s)) * e)
+    inputs <- list(x, y, g, s, e)
+    expect_gradient(keops_grad(op, "x")(inputs), finite_differences(function(v) S(v, y, g, s), x))
+    expect_gradient(keops_grad(op, "y")(inputs), finite_differences(function(v) S(x, v, g, s), y))
+    expect_gradient(keops_grad(op, "g")(inputs), finite_differences(function(v) S(x, y, v, s), g))
+    expect_gradient(keops_grad(op, "s")(inputs), matrix(finite_differences(function(v) S(x, y, g, v), s), 1))
   }
 })
 
@@ -94,20 +97,24 @@ test_that("gradients of Min, Max and KMin flow to the selected j; Arg reductions
   local_precision("float64")
   set.seed(404)
   N <- 8; M <- 31
-  x <- matrix(runif(2 * N), N, 2); y <- matrix(runif(2 * M), M, 2)
-  args <- c("x = Vi(2)", "y = Vj(2)")
-  for (formula in c("Min_Reduction(SqDist(x,y), 0)", "Max_Reduction(x*y, 0)",
-                    "KMin_Reduction(SqDist(x,y), 3, 0)", "Min_ArgMin_Reduction(SqDist(x,y), 1)")) {
+  x <- matrix(runif(2 * N), N, 2); y <- matrix(runif(2 * M), M, 2); w <- c(0.7, 1.3)
+  args <- c("x = Vi(2)", "y = Vj(2)", "w = Pm(2)")
+  for (formula in c("Min_Reduction(WeightedSqDist(w, x, y), 0)", "Max_Reduction(x*y*w, 0)",
+                    "KMin_Reduction(WeightedSqDist(w, x, y), 3, 0)",
+                    "Min_ArgMin_Reduction(WeightedSqDist(w, x, y), 1)")) {
     op <- keops_kernel(formula, args)
-    value <- function(x, y) { r <- op(list(x, y)); if (is.list(r)) r$values else r }
-    out <- value(x, y)
+    value <- function(x, y, w) { r <- op(list(x, y, w)); if (is.list(r)) r$values else r }
+    out <- value(x, y, w)
     e <- matrix(rnorm(length(out)), nrow(out))
-    S <- function(x, y) sum(value(x, y) * e)
-    expect_gradient(keops_grad(op, "x")(list(x, y, e)), finite_differences(function(v) S(v, y), x))
-    expect_gradient(keops_grad(op, "y")(list(x, y, e)), finite_differences(function(v) S(x, v), y))
+    S <- function(x, y, w) sum(value(x, y, w) * e)
+    inputs <- list(x, y, w, e)
+    expect_gradient(keops_grad(op, "x")(inputs), finite_differences(function(v) S(v, y, w), x))
+    expect_gradient(keops_grad(op, "y")(inputs), finite_differences(function(v) S(x, v, w), y))
+    expect_gradient(keops_grad(op, "w")(inputs), matrix(finite_differences(function(v) S(x, y, v), w), 1))
   }
-  am <- keops_kernel("ArgMin_Reduction(SqDist(x,y), 0)", args)
-  expect_identical(keops_grad(am, "y")(list(x, y, matrix(1, N, 1))), matrix(0, M, 2))
+  am <- keops_kernel("ArgMin_Reduction(WeightedSqDist(w, x, y), 0)", args)
+  expect_identical(keops_grad(am, "y")(list(x, y, w, matrix(1, N, 1))), matrix(0, M, 2))
+  expect_identical(keops_grad(am, "w")(list(x, y, w, matrix(1, N, 1))), matrix(0, 1, 2))
 })
 
 test_that("every differentiable operation: gradients in x, y and the parameters match finite differences", {

@@ -134,3 +134,43 @@ fn gradient_of_the_gaussian_kernel_stays_small() {
     // of them and adds 7 (the adjoint chain and the 2 of the square): 12, and nothing for zeros.
     assert_eq!(computed, 12, "the simplified gradient: {:?}", op.formula.graph.nodes);
 }
+
+/// Gradients of the other reductions, built from the forward result as `keops_grad()` builds them in
+/// R: for LogSumExp, sum_j Grad(F, v, e Exp(F - lse)); for Min, sum_j Grad(F, v, e Equal(F, min)).
+#[test]
+fn reductions_through_their_forward_results() {
+    let case = Case::new();
+    let f = "-p*SqDist(x,y) + Elem(b, 0)";
+    for (reduction, weight) in [("LogSumExp_Reduction", "e * Exp(F - r)"), ("Min_Reduction", "e * Equal(F, r)")] {
+        let forward = Operator::new(&format!("{reduction}({f}, 0)"), &args("e = Vi(1)")[..6]).unwrap();
+        let result = forward.run(&Case::view(&case.inputs, None, 0), &options()).unwrap().values.unwrap();
+        let e = random(N, 98);
+        let objective = |inputs: &[Vec<f64>]| -> f64 {
+            let out = forward.run(&Case::view(inputs, None, 0), &options()).unwrap().values.unwrap();
+            out.iter().zip(&e).map(|(a, b)| a * b).sum()
+        };
+        let weight = weight.replace('F', &format!("({f})"));
+        for (position, name, axis) in [(0, "x", 0), (1, "y", 1), (2, "b", 1), (5, "p", 0)] {
+            let text = format!("Sum_Reduction(Grad({f}, {name}, {weight}), {axis})");
+            let mut a = args("e = Vi(1)");
+            a.push("r = Vi(1)".into());
+            let grad = Operator::new(&text, &a).unwrap_or_else(|err| panic!("{text}: {err}"));
+            let mut inputs = Case::view(&case.inputs, Some(&e), N);
+            inputs.push(Input { data: &result, nrow: N, ncol: 1 });
+            let mut got = grad.run(&inputs, &options()).unwrap().values.unwrap();
+            let len = case.inputs[position].len();
+            if position == 5 {
+                got = vec![got.iter().sum()];
+            }
+            let h = 1e-6;
+            for k in 0..len {
+                let (mut plus, mut minus) = (case.inputs.clone(), case.inputs.clone());
+                plus[position][k] += h;
+                minus[position][k] -= h;
+                let fd = (objective(&plus) - objective(&minus)) / (2.0 * h);
+                let err = (got[k] - fd).abs() / (1.0 + fd.abs());
+                assert!(err < 1e-6, "{reduction} in {name}, component {k}: {} vs {fd}", got[k]);
+            }
+        }
+    }
+}
