@@ -14,12 +14,12 @@
 #'
 #' @param op An operator made by [keops_kernel()] or by `keops_grad()`. Sum, LogSumExp,
 #'   LogSumExpWeight and SumSoftMaxWeight reductions (through their forward result, numerically
-#'   stable); Min, Max, Min_ArgMin, Max_ArgMax and KMin (of a scalar formula), whose gradient flows
+#'   stable); Min, Max, Min_ArgMin, Max_ArgMax, KMin and KMin_ArgKMin, whose gradient flows
 #'   to the selected j (to every j on an exact tie); ArgMin, ArgMax and ArgKMin have a zero gradient.
 #'   Only gradients of Sum reductions can be differentiated again.
 #' @param var The variable: its name in `args` (`"x"`) or its 1-based position among the inputs.
 #' @return An operator: a function of one argument, the list of `op`'s inputs followed by `e`
-#'   (for a KMin, `e` is `N x K`).
+#'   (for a KMin, `e` is shaped like its values: `N x K`, or `N x K x d`).
 #' @export
 #' @examples
 #' x <- matrix(runif(30), 10, 3); y <- matrix(runif(60), 20, 3); b <- matrix(runif(20), 20, 1)
@@ -83,13 +83,19 @@ keops_grad <- function(op, var) {
     run <- if (info$reduction %in% c("MinArgMin", "MaxArgMax")) function(x) op(x)$values else op
     extra[[out]] <- list(run = run, dim = info$dim)
     terms <- sprintf("Grad(%s, %s, %s * Equal(%s, %s))", f, v, eta, f, out)
-  } else if (info$reduction %in% c("KMin", "KMinArgKMin") && info$dim == 1L) {
+  } else if (info$reduction %in% c("KMin", "KMinArgKMin")) {
+    # The N x K x d results and gradients travel as N x (K d) matrices, column k + K c; component
+    # c of the weight is sum_k e[k + K c] [F_c == out[k + K c]].
     out <- fresh("out")
+    K <- info$k
     run <- if (info$reduction == "KMinArgKMin") function(x) op(x)$values else op
-    extra[[out]] <- list(run = run, dim = info$k)
-    picks <- sprintf("Elem(%s, %d) * Equal(%s, Elem(%s, %d))", eta, seq_len(info$k) - 1L, f, out,
-                     seq_len(info$k) - 1L)
-    terms <- sprintf("Grad(%s, %s, %s)", f, v, paste(picks, collapse = " + "))
+    extra[[out]] <- list(run = run, dim = K * info$dim)
+    components <- vapply(seq_len(info$dim) - 1L, function(c) {
+      at <- seq_len(K) - 1L + K * c
+      paste(sprintf("Elem(%s, %d) * Equal(Elem(%s, %d), Elem(%s, %d))", eta, at, f, c, out, at), collapse = " + ")
+    }, "")
+    weight <- Reduce(function(a, b) sprintf("Concat(%s, %s)", a, b), components)
+    terms <- sprintf("Grad(%s, %s, %s)", f, v, weight)
   } else if (info$reduction %in% c("ArgMin", "ArgMax", "ArgKMin")) {
     # Indices do not move with the inputs: a zero gradient of the variable's shape.
     dim <- info$dims[k]
@@ -101,7 +107,7 @@ keops_grad <- function(op, var) {
     stop("keops_grad() does not differentiate ", info$reduction, "_Reduction of a ",
          info$dim, "-dimensional formula yet", call. = FALSE)
   }
-  eta_dim <- if (info$reduction %in% c("KMin", "KMinArgKMin")) info$k else info$dim
+  eta_dim <- if (info$reduction %in% c("KMin", "KMinArgKMin")) info$k * info$dim else info$dim
   new_axis <- if (category == "Vi" || category == "Pm") 0L else 1L
   formula <- sprintf("Sum_Reduction(%s, %d)", paste(terms, collapse = " + "), new_axis)
   args <- c(spec$args, declare(eta, eta_dim),
@@ -115,7 +121,9 @@ keops_grad <- function(op, var) {
     }
     forward <- input[seq_len(n_inputs)]
     saved <- lapply(extra, function(x) matrix(x$run(forward), ncol = x$dim))
-    res <- grad(c(unname(input), unname(saved)))
+    e <- input[[n_inputs + 1L]]
+    if (length(dim(e)) == 3L) e <- matrix(e, nrow = dim(e)[1L])
+    res <- grad(c(unname(forward), list(e), unname(saved)))
     # A parameter's gradient sums over the whole reduction.
     if (category == "Pm") matrix(colSums(res), nrow = 1L) else res
   }
