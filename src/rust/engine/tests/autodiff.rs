@@ -135,41 +135,71 @@ fn gradient_of_the_gaussian_kernel_stays_small() {
     assert_eq!(computed, 12, "the simplified gradient: {:?}", op.formula.graph.nodes);
 }
 
-/// Gradients of the other reductions, built from the forward result as `keops_grad()` builds them in
-/// R: for LogSumExp, sum_j Grad(F, v, e Exp(F - lse)); for Min, sum_j Grad(F, v, e Equal(F, min)).
+/// Gradients of the other reductions, built from the forward results as `keops_grad()` builds them
+/// in R (`r`: the reduction's result, `l`: its log-sum-exp), against finite differences.
 #[test]
 fn reductions_through_their_forward_results() {
     let case = Case::new();
-    let f = "-p*SqDist(x,y) + Elem(b, 0)";
-    for (reduction, weight) in [("LogSumExp_Reduction", "e * Exp(F - r)"), ("Min_Reduction", "e * Equal(F, r)")] {
-        let forward = Operator::new(&format!("{reduction}({f}, 0)"), &args("e = Vi(1)")[..6]).unwrap();
-        let result = forward.run(&Case::view(&case.inputs, None, 0), &options()).unwrap().values.unwrap();
-        let e = random(N, 98);
+    let f = "(-p*SqDist(x,y) + Elem(b, 0))";
+    let g = "(b*b)";
+    // (forward, its dimension per row, gradient weight or terms, K)
+    let cases = [
+        (format!("LogSumExp_Reduction({f}, 0)"), 1, format!("Grad({f}, V, e * Exp({f} - l))"), 1),
+        (format!("Min_Reduction({f}, 0)"), 1, format!("Grad({f}, V, e * Equal({f}, r))"), 1),
+        (format!("Max_Reduction({f}, 0)"), 1, format!("Grad({f}, V, e * Equal({f}, r))"), 1),
+        (
+            format!("SumSoftMaxWeight_Reduction({f}, {g}, 0)"),
+            2,
+            format!("Grad({g}, V, e * Exp({f} - l)) + Grad({f}, V, Exp({f} - l) * (e | {g} - r))"),
+            1,
+        ),
+        (
+            format!("LogSumExpWeight_Reduction({f}, {g}, 0)"),
+            2,
+            format!("Grad({f}, V, Sum(e * Exp({f} - r) * {g})) + Grad({g}, V, e * Exp({f} - r))"),
+            1,
+        ),
+        (
+            format!("KMin_Reduction({f}, 3, 0)"),
+            1,
+            format!(
+                "Grad({f}, V, Elem(e, 0) * Equal({f}, Elem(r, 0)) + Elem(e, 1) * Equal({f}, Elem(r, 1)) + \
+                 Elem(e, 2) * Equal({f}, Elem(r, 2)))"
+            ),
+            3,
+        ),
+    ];
+    let lse = Operator::new(&format!("LogSumExp_Reduction({f}, 0)"), &args("e = Vi(1)")[..6]).unwrap();
+    let l = lse.run(&Case::view(&case.inputs, None, 0), &options()).unwrap().values.unwrap();
+    for (text, dim, terms, k) in cases {
+        let forward = Operator::new(&text, &args("e = Vi(1)")[..6]).unwrap();
+        let r = forward.run(&Case::view(&case.inputs, None, 0), &options()).unwrap().values.unwrap();
+        let e = random(N * dim * k, 98);
         let objective = |inputs: &[Vec<f64>]| -> f64 {
             let out = forward.run(&Case::view(inputs, None, 0), &options()).unwrap().values.unwrap();
             out.iter().zip(&e).map(|(a, b)| a * b).sum()
         };
-        let weight = weight.replace('F', &format!("({f})"));
         for (position, name, axis) in [(0, "x", 0), (1, "y", 1), (2, "b", 1), (5, "p", 0)] {
-            let text = format!("Sum_Reduction(Grad({f}, {name}, {weight}), {axis})");
-            let mut a = args("e = Vi(1)");
-            a.push("r = Vi(1)".into());
-            let grad = Operator::new(&text, &a).unwrap_or_else(|err| panic!("{text}: {err}"));
+            let grad_text = format!("Sum_Reduction({}, {axis})", terms.replace('V', name));
+            let mut a = args(&format!("e = Vi({})", dim * k));
+            a.push(format!("r = Vi({})", dim * k));
+            a.push("l = Vi(1)".into());
+            let grad = Operator::new(&grad_text, &a).unwrap_or_else(|err| panic!("{grad_text}: {err}"));
             let mut inputs = Case::view(&case.inputs, Some(&e), N);
-            inputs.push(Input { data: &result, nrow: N, ncol: 1 });
+            inputs.push(Input { data: &r, nrow: N, ncol: dim * k });
+            inputs.push(Input { data: &l, nrow: N, ncol: 1 });
             let mut got = grad.run(&inputs, &options()).unwrap().values.unwrap();
-            let len = case.inputs[position].len();
             if position == 5 {
                 got = vec![got.iter().sum()];
             }
             let h = 1e-6;
-            for k in 0..len {
+            for c in 0..case.inputs[position].len() {
                 let (mut plus, mut minus) = (case.inputs.clone(), case.inputs.clone());
-                plus[position][k] += h;
-                minus[position][k] -= h;
+                plus[position][c] += h;
+                minus[position][c] -= h;
                 let fd = (objective(&plus) - objective(&minus)) / (2.0 * h);
-                let err = (got[k] - fd).abs() / (1.0 + fd.abs());
-                assert!(err < 1e-6, "{reduction} in {name}, component {k}: {} vs {fd}", got[k]);
+                let err = (got[c] - fd).abs() / (1.0 + fd.abs());
+                assert!(err < 1e-6, "{text} in {name}, component {c}: {} vs {fd}", got[c]);
             }
         }
     }
