@@ -1,0 +1,217 @@
+# LazyTensor objects: symbolic matrices built with ordinary R operators, turned into KeOps formula
+# strings and run through keops_kernel() at reduction time.
+#
+# A LazyTensor is a list with
+#   formula  the formula text, where variable k (0-based) is written as the placeholder "@k@";
+#   vars     the list of the data of its variables (matrices for Vi / Vj, vectors for Pm);
+#   cats     their categories ("Vi", "Vj" or "Pm");
+#   args     their declarations, "V0 = Vi(3)", ... (names V0, V1, ... in the order of vars);
+#   dimres   the dimension of the formula.
+# Combining two LazyTensors merges their variables (the same data in the same category is one
+# variable, compared with identical()) and renumbers the placeholders of the second one.
+
+#' Symbolic matrices: LazyTensor objects
+#'
+#' `Vi()`, `Vj()` and `Pm()` wrap R data into `LazyTensor` objects: `Vi(x)` stands for the
+#' variable \eqn{x_i} (one row of `x` per index `i`), `Vj(y)` for \eqn{y_j} (one row per `j`)
+#' and `Pm(p)` for a parameter shared by all `(i, j)`. Combining them with R operators and
+#' functions (`+`, `*`, `exp()`, [sqdist()], ...) builds a symbolic `N x M` matrix
+#' `F(x_i, y_j, p)` that is never stored; a reduction ([sum.LazyTensor()], [argmin()], [Kmin()],
+#' [logsumexp()], `%*%`, ...) computes it with the engine of [keops_kernel()].
+#'
+#' @param x A numeric matrix (one row per index, one column per dimension) or a numeric vector
+#'   (a matrix with one column); for `LazyTensor()` without `index`, or `Pm()`, a numeric vector
+#'   (a parameter of dimension `length(x)`).
+#' @param index `"i"` (the same as `Vi()`), `"j"` (`Vj()`) or `NA` (a parameter, `Pm()`).
+#' @return A `LazyTensor`: a list with `formula` (the formula, variables written `@k@`;
+#'   `print()` names them `V0`, `V1`, ...), `vars` (the data of the variables), `args` (their
+#'   declarations, such as `"V0 = Vi(3)"`) and `dimres` (the dimension of the formula).
+#' @export
+#' @examples
+#' x <- matrix(runif(30), 10, 3)
+#' y <- matrix(runif(60), 20, 3)
+#' K <- exp(-sqdist(Vi(x), Vj(y)))   # the 10 x 20 Gaussian kernel matrix, symbolic
+#' K
+#' sum(K, index = "j")               # its row sums, a 10 x 1 matrix
+#' LazyTensor(x, index = "i")        # the same as Vi(x)
+LazyTensor <- function(x, index = NA) {
+  if (is.LazyTensor(x)) return(x)
+  if (length(index) != 1L || !(is.na(index) || index %in% c("i", "j"))) {
+    stop("'index' must be \"i\", \"j\" or NA (a parameter)", call. = FALSE)
+  }
+  if (is.na(index)) Pm(x) else if (index == "i") Vi(x) else Vj(x)
+}
+
+#' @rdname LazyTensor
+#' @export
+Vi <- function(x) lazy_variable(x, "Vi", deparse1(substitute(x)))
+
+#' @rdname LazyTensor
+#' @export
+Vj <- function(x) lazy_variable(x, "Vj", deparse1(substitute(x)))
+
+#' @rdname LazyTensor
+#' @export
+Pm <- function(x) lazy_variable(x, "Pm", deparse1(substitute(x)))
+
+lazy_variable <- function(x, cat, label) {
+  if (is.LazyTensor(x)) stop("'", label, "' is already a LazyTensor", call. = FALSE)
+  if (is.data.frame(x)) x <- as.matrix(x)
+  if (!(is.numeric(x) || is.logical(x)) || length(x) == 0L || length(dim(x)) > 2L) {
+    what <- if (cat == "Pm") "a non-empty numeric vector" else "a numeric matrix or vector"
+    stop(sprintf("%s(): '%s' must be %s", cat, label, what), call. = FALSE)
+  }
+  if (cat == "Pm") {
+    x <- as.vector(x)
+    storage.mode(x) <- "double"
+    d <- length(x)
+  } else {
+    if (is.null(dim(x))) x <- matrix(x, ncol = 1L)
+    storage.mode(x) <- "double"
+    attributes(x) <- list(dim = dim(x))
+    d <- ncol(x)
+    if (d == 0L || nrow(x) == 0L) stop(sprintf("%s(): '%s' has no rows or no columns", cat, label),
+                                       call. = FALSE)
+  }
+  new_lazy("@0@", list(x), cat, d)
+}
+
+new_lazy <- function(formula, vars, cats, dimres) {
+  args <- if (length(vars)) {
+    sprintf("V%d = %s(%d)", seq_along(vars) - 1L, cats, vapply(vars, lazy_var_dim, 1L))
+  } else character(0)
+  structure(list(formula = formula, vars = vars, cats = cats, args = args,
+                 dimres = as.integer(dimres)), class = "LazyTensor")
+}
+
+lazy_var_dim <- function(v) if (is.matrix(v)) ncol(v) else length(v)
+
+# A constant written in the formula language: integers as integers, other numbers with enough
+# digits to round-trip; negative ones in parentheses.
+lazy_number <- function(x) {
+  if (!is.numeric(x) && !is.logical(x) || length(x) != 1L || !is.finite(x)) {
+    stop("a number mixed with a LazyTensor must be a single finite number", call. = FALSE)
+  }
+  x <- as.double(x)
+  a <- abs(x)
+  txt <- if (a == round(a) && a < 1e15) {
+    sprintf("%.0f", a)
+  } else {
+    s <- sprintf("%.15g", a)
+    if (as.double(s) != a) s <- sprintf("%.17g", a)
+    s
+  }
+  if (x < 0) paste0("(-", txt, ")") else txt
+}
+
+# Anything that can take part in a formula: a LazyTensor, a number (a constant) or a numeric
+# vector of length > 1 (a parameter).
+as_lazy <- function(x, label = "argument") {
+  if (is.LazyTensor(x)) return(x)
+  if ((is.numeric(x) || is.logical(x)) && is.null(dim(x)) && length(x) == 1L) {
+    return(new_lazy(lazy_number(x), list(), character(0), 1L))
+  }
+  if ((is.numeric(x) || is.logical(x)) && is.null(dim(x)) && length(x) > 1L) {
+    return(lazy_variable(x, "Pm", label))
+  }
+  stop(sprintf("'%s' must be a LazyTensor or a number, not %s", label, class(x)[1L]), call. = FALSE)
+}
+
+# Requires a LazyTensor, naming the argument in the error.
+need_lazy <- function(x, label, fun) {
+  if (!is.LazyTensor(x)) {
+    stop(sprintf("%s(): '%s' must be a LazyTensor (made with Vi(), Vj(), Pm() or LazyTensor()), not %s",
+                 fun, label, class(x)[1L]), call. = FALSE)
+  }
+  x
+}
+
+# Renumbers the placeholders of `formula`: @k@ becomes @map[k + 1]@.
+remap_placeholders <- function(formula, map) {
+  m <- gregexpr("@[0-9]+@", formula)
+  found <- regmatches(formula, m)[[1L]]
+  if (length(found) == 0L) return(formula)
+  k <- as.integer(gsub("@", "", found, fixed = TRUE))
+  regmatches(formula, m) <- list(sprintf("@%d@", map[k + 1L]))
+  formula
+}
+
+# Merges the variables of several LazyTensors; returns the merged lists and the formulas of the
+# inputs renumbered against them.
+lazy_merge <- function(xs) {
+  vars <- list()
+  cats <- character(0)
+  formulas <- character(length(xs))
+  for (n in seq_along(xs)) {
+    x <- xs[[n]]
+    map <- integer(length(x$vars))
+    for (k in seq_along(x$vars)) {
+      hit <- 0L
+      for (q in seq_along(vars)) {
+        if (cats[q] == x$cats[k] && identical(vars[[q]], x$vars[[k]])) {
+          hit <- q
+          break
+        }
+      }
+      if (hit == 0L) {
+        vars[[length(vars) + 1L]] <- x$vars[[k]]
+        cats <- c(cats, x$cats[k])
+        hit <- length(vars)
+      }
+      map[k] <- hit - 1L
+    }
+    formulas[n] <- remap_placeholders(x$formula, map)
+  }
+  list(vars = vars, cats = cats, formulas = formulas)
+}
+
+# Builds a LazyTensor from a template over the formulas of its inputs: `fmt` is a function of the
+# renumbered formula strings returning the new formula text.
+lazy_combine <- function(xs, fmt, dimres) {
+  m <- lazy_merge(xs)
+  new_lazy(do.call(fmt, as.list(m$formulas)), m$vars, m$cats, dimres)
+}
+
+# The formula with the placeholders written as V0, V1, ...
+lazy_formula_text <- function(x) gsub("@([0-9]+)@", "V\\1", x$formula)
+
+#' @rdname is.LazyParameter
+#' @export
+is.LazyTensor <- function(x) inherits(x, "LazyTensor")
+
+#' Tests on LazyTensor objects
+#'
+#' `is.LazyTensor()` tells whether `x` is a [LazyTensor]; `is.LazyVector()` whether it is a
+#' LazyTensor indexed by neither `i` nor `j` (made of parameters and constants only), and
+#' `is.LazyParameter()` whether it is such a LazyTensor of dimension 1.
+#' @param x Any R object.
+#' @return `TRUE` or `FALSE`.
+#' @export
+#' @examples
+#' is.LazyTensor(Vi(matrix(1:6, 3)))   # TRUE
+#' is.LazyParameter(Pm(0.5))           # TRUE
+#' is.LazyVector(Pm(c(1, 2, 3)))       # TRUE
+#' is.LazyVector(Vj(1:3))              # FALSE
+is.LazyParameter <- function(x) is.LazyVector(x) && x$dimres == 1L
+
+#' @rdname is.LazyParameter
+#' @export
+is.LazyVector <- function(x) is.LazyTensor(x) && all(x$cats == "Pm")
+
+#' @export
+print.LazyTensor <- function(x, ...) {
+  cat("LazyTensor of dimension ", x$dimres, "\n", sep = "")
+  cat("formula: ", lazy_formula_text(x), "\n", sep = "")
+  if (length(x$vars)) {
+    sizes <- vapply(seq_along(x$vars), function(k) {
+      v <- x$vars[[k]]
+      if (x$cats[k] == "Pm") sprintf("vector of length %d", length(v))
+      else sprintf("%d x %d matrix", nrow(v), ncol(v))
+    }, "")
+    cat("variables:\n")
+    cat(paste0("  ", x$args, "  (", sizes, ")", collapse = "\n"), "\n", sep = "")
+  } else {
+    cat("variables: none\n")
+  }
+  invisible(x)
+}
