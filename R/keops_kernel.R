@@ -56,9 +56,10 @@ keops_kernel <- function(formula, args, sum_scheme = "auto") {
   op <- function(input = list()) {
     inputs <- prepare_inputs(input, info)
     opts <- get_rkeops_options()
+    # 0 threads: the engine uses every core (parallel::detectCores() would cost a millisecond a call).
+    threads <- if (is.null(opts$ncore)) 0L else opts$ncore
     res <- rust_result(.Call(wrap__keops_run, formula, args, inputs, opts$precision,
-                             rkeops_ncore(), sum_scheme, opts$backend, opts$device,
-                             rkeops_cache_dir()))
+                             threads, sum_scheme, opts$backend, opts$device, rkeops_cache_dir()))
     .rkeops_env$last_run <- list(backend = res$backend, timings = res$timings)
     shape_result(res, info)
   }
