@@ -12,6 +12,7 @@ elementwise_dim <- function(dims, what) {
 
 # A function of the formulas of `xs` named `name`: "Name(a, b, ...)", elementwise.
 lazy_call <- function(name, xs, dimres = NULL, extra = NULL) {
+  no_complex(xs, paste0(name, "()"))
   if (is.null(dimres)) dimres <- elementwise_dim(vapply(xs, function(x) x$dimres, 1L), name)
   lazy_combine(xs, function(...) {
     paste0(name, "(", paste(c(...), collapse = ", "), if (length(extra)) ", ",
@@ -50,6 +51,10 @@ whole_number <- function(n, label, fun, min = -Inf) {
 #' sum(s, index = "j")
 Ops.LazyTensor <- function(e1, e2) {
   g <- .Generic
+  if (is.ComplexLazyTensor(e1) || is.complex(e1) ||
+      (!missing(e2) && (is.ComplexLazyTensor(e2) || is.complex(e2)))) {
+    return(complex_ops(e1, e2, g))   # see lazytensor-complex.R
+  }
   if (missing(e2)) {
     x <- need_lazy(e1, "e1", g)
     if (g == "-") return(lazy_combine(list(x), function(a) paste0("(-", a, ")"), x$dimres))

@@ -25,6 +25,7 @@ lazy_axis <- function(index, fun) {
 # Builds "Name_Reduction(f, [middle,] axis)" and runs it on the variables of x.
 lazy_reduce <- function(x, name, index, fun, middle = NULL, weight = NULL) {
   need_lazy(x, "x", fun)
+  no_complex(list(x, weight), paste0(fun, "()"))
   axis <- lazy_axis(index, fun)
   if (!is.null(weight)) {
     m <- lazy_merge(list(x, weight))
@@ -166,6 +167,7 @@ sumsoftmaxweight <- function(x, weight, index) {
 # a new j-variable after the variables of K.
 lazy_matvec <- function(K, fun) {
   need_lazy(K, "x", fun)
+  no_complex(list(K), paste0(fun, "()"))
   need_dim1(K, fun)
   for (cat in c("Vi", "Vj")) {
     if (!cat %in% K$cats) {
@@ -206,6 +208,7 @@ lazy_matvec <- function(K, fun) {
 `%*%` <- function(x, y) {
   if (is.LazyTensor(y)) stop("'%*%': only a LazyTensor times a matrix is supported", call. = FALSE)
   if (!is.LazyTensor(x)) return(base::`%*%`(x, y))
+  if (is.ComplexLazyTensor(x) || is.complex(y)) return(complex_matvec(x, y))
   lazy_matvec(x, "%*%")(y)
 }
 
@@ -283,6 +286,7 @@ solve.LazyTensor <- function(a, b, alpha = 0, eps = 1e-6, maxiter = 10 * NROW(b)
 #' g <- grad(f, matrix(1, 10, 1), "Sum", xi, "j")   # 10 x 3
 grad <- function(f, gradin, opstr = "Sum", var, index) {
   need_lazy(f, "f", "grad")
+  no_complex(list(f), "grad()")
   axis <- lazy_axis(index, "grad")
   if (!is.character(opstr) || length(opstr) != 1L || is.na(opstr)) {
     stop("grad(): 'opstr' must be the name of a reduction, such as \"Sum\"", call. = FALSE)

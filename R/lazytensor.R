@@ -57,6 +57,7 @@ Pm <- function(x) lazy_variable(x, "Pm", deparse1(substitute(x)))
 lazy_variable <- function(x, cat, label) {
   if (is.LazyTensor(x)) stop("'", label, "' is already a LazyTensor", call. = FALSE)
   if (is.data.frame(x)) x <- as.matrix(x)
+  if (is.complex(x)) return(complex_variable(x, cat, label))   # see lazytensor-complex.R
   if (!(is.numeric(x) || is.logical(x)) || length(x) == 0L || length(dim(x)) > 2L) {
     what <- if (cat == "Pm") "a non-empty numeric vector" else "a numeric matrix or vector"
     stop(sprintf("%s(): '%s' must be %s", cat, label, what), call. = FALSE)
