@@ -216,3 +216,20 @@ print.LazyTensor <- function(x, ...) {
   }
   invisible(x)
 }
+
+#' Dimensions of a LazyTensor
+#'
+#' A LazyTensor is a symbolic `N x M` matrix of `d`-dimensional values.
+#' @param x A [LazyTensor].
+#' @return `c(N, M, d)`: the rows of its i-variables, of its j-variables (`NA` where it has none) and
+#'   the dimension of its values.
+#' @export
+#' @examples
+#' dim(sqdist(Vi(matrix(runif(30), 10)), Vj(matrix(runif(60), 20))))   # 10 20 1
+dim.LazyTensor <- function(x) {
+  rows <- function(category) {
+    k <- match(category, x$cats)
+    if (is.na(k)) NA_integer_ else NROW(x$vars[[k]])
+  }
+  c(rows("Vi"), rows("Vj"), as.integer(x$dimres))
+}

@@ -327,3 +327,11 @@ test_that("LazyTensor errors are clear", {
   expect_keops_error(grad(D, matrix(1, N, 1), "Sum", Vi(d$u), "j"), "not a variable")
   expect_keops_error(square(d$x), "square", "'x'")
 })
+
+test_that("dim() gives the rows of the i- and j-variables and the dimension of the values", {
+  x <- matrix(runif(30), 10, 3); y <- matrix(runif(60), 20, 3)
+  expect_identical(dim(rkeops::sqdist(Vi(x), Vj(y))), c(10L, 20L, 1L))
+  expect_identical(dim(Vi(x) - Vj(y)), c(10L, 20L, 3L))
+  expect_identical(dim(Vi(x) * Pm(2)), c(10L, NA, 3L))
+  expect_identical(dim(Pm(c(1, 2))), c(NA, NA, 2L))
+})
