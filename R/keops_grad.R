@@ -15,7 +15,8 @@
 #' @param op An operator made by [keops_kernel()] or by `keops_grad()`. Sum, LogSumExp,
 #'   LogSumExpWeight and SumSoftMaxWeight reductions (through their forward result, numerically
 #'   stable); Min, Max, Min_ArgMin, Max_ArgMax, KMin and KMin_ArgKMin, whose gradient flows
-#'   to the selected j (to every j on an exact tie); ArgMin, ArgMax and ArgKMin have a zero gradient.
+#'   to the selected j (found by the forward pass's indices: exact in float64 and float32 up to
+#'   2^24 reduced rows, in float16 up to 2048); ArgMin, ArgMax and ArgKMin have a zero gradient.
 #'   Only gradients of Sum reductions can be differentiated again.
 #' @param var The variable: its name in `args` (`"x"`) or its 1-based position among the inputs.
 #' @return An operator: a function of one argument, the list of `op`'s inputs followed by `e`
@@ -47,7 +48,7 @@ keops_grad <- function(op, var) {
   }
   eta <- fresh("eta")
   out_category <- if (info$axis == 0L) "Vi" else "Vj"
-  declare <- function(name, dim) sprintf("%s = %s(%d)", name, out_category, dim)
+  declare <- function(name, dim, category = out_category) sprintf("%s = %s(%d)", name, category, dim)
   # Each reduction's gradient is a sum over the reduced index of Grad terms, possibly using the
   # forward results (`extra`: name -> function of the inputs computing it, with its dimension).
   extra <- list()
@@ -77,22 +78,30 @@ keops_grad <- function(op, var) {
                    sprintf("Grad(%s, %s, %s * %s)", g_formula, v, eta, w))
       }
     }
-  } else if (info$reduction %in% c("Min", "Max", "MinArgMin", "MaxArgMax")) {
-    # The gradient flows to the selected j (where F equals the result).
-    out <- fresh("out")
-    run <- if (info$reduction %in% c("MinArgMin", "MaxArgMax")) function(x) op(x)$values else op
-    extra[[out]] <- list(run = run, dim = info$dim)
-    terms <- sprintf("Grad(%s, %s, %s * Equal(%s, %s))", f, v, eta, f, out)
-  } else if (info$reduction %in% c("KMin", "KMinArgKMin")) {
-    # The N x K x d results and gradients travel as N x (K d) matrices, column k + K c; component
-    # c of the weight is sum_k e[k + K c] [F_c == out[k + K c]].
-    out <- fresh("out")
+  } else if (info$reduction %in% c("Min", "Max", "MinArgMin", "MaxArgMax", "KMin", "KMinArgKMin")) {
+    # The gradient flows to the selected j: the forward pass's indices `sel` (0-based, N x (K d),
+    # column k + K c) are compared with the index of each reduced row, `jj` = 0, 1, ... Integers
+    # compare exactly on every backend (comparing values would depend on how each kernel rounds).
     K <- info$k
-    run <- if (info$reduction == "KMinArgKMin") function(x) op(x)$values else op
-    extra[[out]] <- list(run = run, dim = K * info$dim)
+    selection <- switch(info$reduction, Min = , MinArgMin = "ArgMin", Max = , MaxArgMax = "ArgMax", "ArgKMin")
+    index_formula <- if (selection == "ArgKMin") {
+      sprintf("ArgKMin_Reduction(%s, %d, %d)", f, K, info$axis)
+    } else {
+      sprintf("%s_Reduction(%s, %d)", selection, f, info$axis)
+    }
+    index_op <- keops_kernel(index_formula, spec$args)
+    sel <- fresh("sel")
+    jj <- fresh("jj")
+    reduced_category <- if (info$axis == 0L) "Vj" else "Vi"
+    reduced <- match(reduced_category, info$categories)
+    extra[[sel]] <- list(run = function(x) index_op(x) - 1, dim = K * info$dim)
+    extra[[jj]] <- list(run = function(x) {
+      rows <- if (is.na(reduced)) 1L else NROW(x[[reduced]])
+      seq_len(rows) - 1
+    }, dim = 1L, category = reduced_category)
     components <- vapply(seq_len(info$dim) - 1L, function(c) {
       at <- seq_len(K) - 1L + K * c
-      paste(sprintf("Elem(%s, %d) * Equal(Elem(%s, %d), Elem(%s, %d))", eta, at, f, c, out, at), collapse = " + ")
+      paste(sprintf("Elem(%s, %d) * Equal(%s, Elem(%s, %d))", eta, at, jj, sel, at), collapse = " + ")
     }, "")
     weight <- Reduce(function(a, b) sprintf("Concat(%s, %s)", a, b), components)
     terms <- sprintf("Grad(%s, %s, %s)", f, v, weight)
@@ -111,7 +120,9 @@ keops_grad <- function(op, var) {
   new_axis <- if (category == "Vi" || category == "Pm") 0L else 1L
   formula <- sprintf("Sum_Reduction(%s, %d)", paste(terms, collapse = " + "), new_axis)
   args <- c(spec$args, declare(eta, eta_dim),
-            vapply(names(extra), function(n) declare(n, extra[[n]]$dim), ""))
+            vapply(names(extra), function(n) {
+              declare(n, extra[[n]]$dim, if (is.null(extra[[n]]$category)) out_category else extra[[n]]$category)
+            }, ""))
   grad <- keops_kernel(formula, args, spec$sum_scheme)
   if (length(extra) == 0L && category != "Pm") return(grad)
   function(input = list()) {

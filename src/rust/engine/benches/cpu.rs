@@ -29,7 +29,12 @@ fn main() {
         ("argkmin K=10 D=3", "ArgKMin_Reduction(SqDist(x,y), 10, 0)", &["x = Vi(3)", "y = Vj(3)"], 3),
         ("logsumexp D=3", "LogSumExp_Reduction(-SqDist(x,y) + b, 0)", &["x = Vi(3)", "y = Vj(3)", "b = Vj(1)"], 3),
         // The gradient in x of the Gaussian sum (issue 4: at most 2 x the forward time).
-        ("gauss grad_x D=3", "Sum_Reduction(Grad(Exp(-SqDist(x,y))*b, x, e), 0)", &["x = Vi(3)", "y = Vj(3)", "b = Vj(1)", "e = Vi(1)"], 3),
+        (
+            "gauss grad_x D=3",
+            "Sum_Reduction(Grad(Exp(-SqDist(x,y))*b, x, e), 0)",
+            &["x = Vi(3)", "y = Vj(3)", "b = Vj(1)", "e = Vi(1)"],
+            3,
+        ),
     ];
     for (name, formula, args, d) in cases {
         let (x, y, b) = (random(n * d, 1), random(n * d, 2), random(n, 3));

@@ -12,14 +12,48 @@ const M: usize = 11;
 
 /// Formulas covering the differentiable operations (inputs in [0, 1), away from kinks).
 const FORMULAS: [&str; 42] = [
-    "Exp(-p*SqDist(x,y))*b", "x*y", "x/(y+0.5)", "Log(x+y+0.1)", "Sin(x)*Cos(y)", "Sqrt(x+y+0.1)",
-    "Rsqrt(x+y+0.1)", "Inv(x+y+0.1)", "Square(x-y)", "Pow(x-y, 3)", "Pow(x+y, -2)", "Powf(x+1, y)",
-    "Abs(x-y)", "ReLU(x-y)", "Atan(x*y)", "Asin(0.5*x*y)", "Acos(0.5*x*y)", "Atan2(x, y+0.1)", "XLogX(x+y)",
-    "SinXDivX(x+y+0.1)", "Clamp(x-y, -0.2, 0.3)", "IfElse(x-y, x*y, x+y)", "Mod(3*x, y+1, 0.1)", "Sum(x*y)",
-    "SumT(Sum(x), 3)*y", "SqNorm2(x-y)", "(x|y)", "Max(x*y)", "Min(x-y)", "Elem(x,1)*y",
-    "ElemT(Elem(x,0)*Elem(y,2), 4, 2)", "Extract(Concat(x,y), 1, 4)", "ExtractT(x*y, 1, 5)", "Concat(x*y, x)",
-    "MatVecMult(A, x*y)", "VecMatMult(x+y, A)", "TensorProd(x, y)", "Normalize(x-y+0.1)", "Norm2(x-y)",
-    "WeightedSqDist(S, x, y)", "x*p - y", "Exp(x)*Exp(-y) + x*x*y",
+    "Exp(-p*SqDist(x,y))*b",
+    "x*y",
+    "x/(y+0.5)",
+    "Log(x+y+0.1)",
+    "Sin(x)*Cos(y)",
+    "Sqrt(x+y+0.1)",
+    "Rsqrt(x+y+0.1)",
+    "Inv(x+y+0.1)",
+    "Square(x-y)",
+    "Pow(x-y, 3)",
+    "Pow(x+y, -2)",
+    "Powf(x+1, y)",
+    "Abs(x-y)",
+    "ReLU(x-y)",
+    "Atan(x*y)",
+    "Asin(0.5*x*y)",
+    "Acos(0.5*x*y)",
+    "Atan2(x, y+0.1)",
+    "XLogX(x+y)",
+    "SinXDivX(x+y+0.1)",
+    "Clamp(x-y, -0.2, 0.3)",
+    "IfElse(x-y, x*y, x+y)",
+    "Mod(3*x, y+1, 0.1)",
+    "Sum(x*y)",
+    "SumT(Sum(x), 3)*y",
+    "SqNorm2(x-y)",
+    "(x|y)",
+    "Max(x*y)",
+    "Min(x-y)",
+    "Elem(x,1)*y",
+    "ElemT(Elem(x,0)*Elem(y,2), 4, 2)",
+    "Extract(Concat(x,y), 1, 4)",
+    "ExtractT(x*y, 1, 5)",
+    "Concat(x*y, x)",
+    "MatVecMult(A, x*y)",
+    "VecMatMult(x+y, A)",
+    "TensorProd(x, y)",
+    "Normalize(x-y+0.1)",
+    "Norm2(x-y)",
+    "WeightedSqDist(S, x, y)",
+    "x*p - y",
+    "Exp(x)*Exp(-y) + x*x*y",
 ];
 
 struct Case {
@@ -136,7 +170,8 @@ fn gradient_of_the_gaussian_kernel_stays_small() {
 }
 
 /// Gradients of the other reductions, built from the forward results as `keops_grad()` builds them
-/// in R (`r`: the reduction's result, `l`: its log-sum-exp), against finite differences.
+/// in R (`r`: the reduction's result, `l`: its log-sum-exp; for selections `r` holds the 0-based
+/// indices of the selected j and `jj` the index of each j), against finite differences.
 #[test]
 fn reductions_through_their_forward_results() {
     let case = Case::new();
@@ -145,8 +180,8 @@ fn reductions_through_their_forward_results() {
     // (forward, its dimension per row, gradient weight or terms, K)
     let cases = [
         (format!("LogSumExp_Reduction({f}, 0)"), 1, format!("Grad({f}, V, e * Exp({f} - l))"), 1),
-        (format!("Min_Reduction({f}, 0)"), 1, format!("Grad({f}, V, e * Equal({f}, r))"), 1),
-        (format!("Max_Reduction({f}, 0)"), 1, format!("Grad({f}, V, e * Equal({f}, r))"), 1),
+        (format!("Min_Reduction({f}, 0)"), 1, format!("Grad({f}, V, e * Equal(jj, r))"), 1),
+        (format!("Max_Reduction({f}, 0)"), 1, format!("Grad({f}, V, e * Equal(jj, r))"), 1),
         (
             format!("SumSoftMaxWeight_Reduction({f}, {g}, 0)"),
             2,
@@ -163,8 +198,8 @@ fn reductions_through_their_forward_results() {
             format!("KMin_Reduction({f}, 3, 0)"),
             1,
             format!(
-                "Grad({f}, V, Elem(e, 0) * Equal({f}, Elem(r, 0)) + Elem(e, 1) * Equal({f}, Elem(r, 1)) + \
-                 Elem(e, 2) * Equal({f}, Elem(r, 2)))"
+                "Grad({f}, V, Elem(e, 0) * Equal(jj, Elem(r, 0)) + Elem(e, 1) * Equal(jj, Elem(r, 1)) + \
+                 Elem(e, 2) * Equal(jj, Elem(r, 2)))"
             ),
             3,
         ),
@@ -173,7 +208,18 @@ fn reductions_through_their_forward_results() {
     let l = lse.run(&Case::view(&case.inputs, None, 0), &options()).unwrap().values.unwrap();
     for (text, dim, terms, k) in cases {
         let forward = Operator::new(&text, &args("e = Vi(1)")[..6]).unwrap();
-        let r = forward.run(&Case::view(&case.inputs, None, 0), &options()).unwrap().values.unwrap();
+        let out = forward.run(&Case::view(&case.inputs, None, 0), &options()).unwrap();
+        let selection = ["Min", "Max", "KMin"].iter().any(|s| text.starts_with(&format!("{s}_")));
+        let r: Vec<f64> = if selection {
+            let index_text =
+                text.replacen("Min_", "ArgMin_", 1).replacen("Max_", "ArgMax_", 1).replacen("KArgMin_", "ArgKMin_", 1);
+            let index_op = Operator::new(&index_text, &args("e = Vi(1)")[..6]).unwrap();
+            let indices = index_op.run(&Case::view(&case.inputs, None, 0), &options()).unwrap().indices.unwrap();
+            indices.iter().map(|&i| (i - 1) as f64).collect()
+        } else {
+            out.values.unwrap()
+        };
+        let jj: Vec<f64> = (0..M).map(|j| j as f64).collect();
         let e = random(N * dim * k, 98);
         let objective = |inputs: &[Vec<f64>]| -> f64 {
             let out = forward.run(&Case::view(inputs, None, 0), &options()).unwrap().values.unwrap();
@@ -184,10 +230,12 @@ fn reductions_through_their_forward_results() {
             let mut a = args(&format!("e = Vi({})", dim * k));
             a.push(format!("r = Vi({})", dim * k));
             a.push("l = Vi(1)".into());
+            a.push("jj = Vj(1)".into());
             let grad = Operator::new(&grad_text, &a).unwrap_or_else(|err| panic!("{grad_text}: {err}"));
             let mut inputs = Case::view(&case.inputs, Some(&e), N);
             inputs.push(Input { data: &r, nrow: N, ncol: dim * k });
             inputs.push(Input { data: &l, nrow: N, ncol: 1 });
+            inputs.push(Input { data: &jj, nrow: M, ncol: 1 });
             let mut got = grad.run(&inputs, &options()).unwrap().values.unwrap();
             if position == 5 {
                 got = vec![got.iter().sum()];
