@@ -234,17 +234,7 @@ print.ComplexLazyTensor <- function(x, ...) {
   cat("ComplexLazyTensor of complex dimension ", x$cdim, " (real dimension ", x$dimres,
       ", real and imaginary parts interleaved)\n", sep = "")
   cat("formula: ", lazy_formula_text(x), "\n", sep = "")
-  if (length(x$vars)) {
-    sizes <- vapply(seq_along(x$vars), function(k) {
-      v <- x$vars[[k]]
-      if (x$cats[k] == "Pm") sprintf("vector of length %d", length(v))
-      else sprintf("%d x %d matrix", nrow(v), ncol(v))
-    }, "")
-    cat("variables:\n")
-    cat(paste0("  ", x$args, "  (", sizes, ")", collapse = "\n"), "\n", sep = "")
-  } else {
-    cat("variables: none\n")
-  }
+  print_lazy_variables(x)
   invisible(x)
 }
 

@@ -199,10 +199,8 @@ is.LazyParameter <- function(x) is.LazyVector(x) && x$dimres == 1L
 #' @export
 is.LazyVector <- function(x) is.LazyTensor(x) && all(x$cats == "Pm")
 
-#' @export
-print.LazyTensor <- function(x, ...) {
-  cat("LazyTensor of dimension ", x$dimres, "\n", sep = "")
-  cat("formula: ", lazy_formula_text(x), "\n", sep = "")
+# The variables of a LazyTensor with their sizes, for print().
+print_lazy_variables <- function(x) {
   if (length(x$vars)) {
     sizes <- vapply(seq_along(x$vars), function(k) {
       v <- x$vars[[k]]
@@ -214,6 +212,13 @@ print.LazyTensor <- function(x, ...) {
   } else {
     cat("variables: none\n")
   }
+}
+
+#' @export
+print.LazyTensor <- function(x, ...) {
+  cat("LazyTensor of dimension ", x$dimres, "\n", sep = "")
+  cat("formula: ", lazy_formula_text(x), "\n", sep = "")
+  print_lazy_variables(x)
   invisible(x)
 }
 
