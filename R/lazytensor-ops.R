@@ -350,25 +350,24 @@ one_hot <- function(x, D) {
 #' @rdname lazytensor_functions
 #' @export
 matvecmult <- function(m, v) {
-  need_lazy(m, "m", "matvecmult")
-  need_lazy(v, "v", "matvecmult")
-  if (m$dimres %% v$dimres != 0L) {
-    stop(sprintf("matvecmult(): the dimension of 'm' (%d) is not a multiple of that of 'v' (%d)",
-                 m$dimres, v$dimres), call. = FALSE)
-  }
-  lazy_call("MatVecMult", list(m, v), dimres = m$dimres %/% v$dimres)
+  lazy_matrix_product("MatVecMult", "matvecmult", m, v, list(m, v))
 }
 
 #' @rdname lazytensor_functions
 #' @export
 vecmatmult <- function(v, m) {
-  need_lazy(v, "v", "vecmatmult")
-  need_lazy(m, "m", "vecmatmult")
+  lazy_matrix_product("VecMatMult", "vecmatmult", m, v, list(v, m))
+}
+
+# A product of the matrix m (stored column-major in a vector) and the vector v, arguments `args`.
+lazy_matrix_product <- function(op, fun, m, v, args) {
+  need_lazy(m, "m", fun)
+  need_lazy(v, "v", fun)
   if (m$dimres %% v$dimres != 0L) {
-    stop(sprintf("vecmatmult(): the dimension of 'm' (%d) is not a multiple of that of 'v' (%d)",
-                 m$dimres, v$dimres), call. = FALSE)
+    stop(sprintf("%s(): the dimension of 'm' (%d) is not a multiple of that of 'v' (%d)",
+                 fun, m$dimres, v$dimres), call. = FALSE)
   }
-  lazy_call("VecMatMult", list(v, m), dimres = m$dimres %/% v$dimres)
+  lazy_call(op, args, dimres = m$dimres %/% v$dimres)
 }
 
 #' @rdname lazytensor_functions

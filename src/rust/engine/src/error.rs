@@ -32,6 +32,15 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// The message a caught panic carries (panics carry a `String` or a `&str`), for error reports.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown cause".into())
+}
+
 /// The formula with a caret under the offending character, so the user sees where it went wrong.
 fn pointer(formula: &str, pos: usize) -> String {
     let column = formula[..pos.min(formula.len())].chars().count();

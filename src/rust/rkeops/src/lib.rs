@@ -38,14 +38,10 @@ fn guarded(f: impl FnOnce() -> std::result::Result<Robj, String>) -> Robj {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(robj)) => robj,
         Ok(Err(message)) => error(message),
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown cause".into());
-            error(format!("internal error in rkeops (please report it): {what}"))
-        }
+        Err(panic) => error(format!(
+            "internal error in rkeops (please report it): {}",
+            engine::error::panic_message(panic.as_ref())
+        )),
     }
 }
 

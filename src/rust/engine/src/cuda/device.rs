@@ -29,12 +29,7 @@ pub struct Device {
 /// Runs `f`, turning a panic of the CUDA bindings (a missing library or symbol) into an error.
 pub(crate) fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
-        let cause = panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default();
-        Err(Error::Gpu(format!("{what} failed: {cause}")))
+        Err(Error::Gpu(format!("{what} failed: {}", crate::error::panic_message(panic.as_ref()))))
     })
 }
 
