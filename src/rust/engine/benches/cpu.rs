@@ -22,7 +22,11 @@ fn median_time(reps: usize, mut f: impl FnMut()) -> f64 {
 }
 
 fn main() {
-    let n: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(20_000);
+    // Arguments: N, and optionally words that the case names must contain (e.g. `gauss F32`).
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let n: usize = args.iter().find_map(|a| a.parse().ok()).unwrap_or(20_000);
+    let words: Vec<&String> = args.iter().filter(|a| a.parse::<usize>().is_err()).collect();
+    let wanted = |name: &str| words.iter().all(|w| name.contains(w.as_str()));
     let cases: [(&str, &str, &[&str], usize); 5] = [
         ("gauss D=3", "Sum_Reduction(Exp(-SqDist(x,y))*b, 0)", &["x = Vi(3)", "y = Vj(3)", "b = Vj(1)"], 3),
         ("gauss D=64", "Sum_Reduction(Exp(-SqDist(x,y))*b, 0)", &["x = Vi(64)", "y = Vj(64)", "b = Vj(1)"], 64),
@@ -48,6 +52,9 @@ fn main() {
             inputs.push(Input { data: &b, nrow: n, ncol: 1 });
         }
         for precision in [Precision::F32, Precision::F64] {
+            if !wanted(&format!("{name} {precision:?}")) {
+                continue;
+            }
             let opts = RunOptions { precision, backend: Backend::Cpu, ..Default::default() };
             let t = median_time(3, || {
                 op.run(&inputs, &opts).unwrap();

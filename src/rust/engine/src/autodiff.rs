@@ -27,8 +27,8 @@ impl Builder<'_> {
     fn mul(&mut self, a: NodeId, b: NodeId) -> NodeId {
         match (self.constant_of(a), self.constant_of(b)) {
             (Some(x), Some(y)) => self.c(x * y),
-            (Some(x), _) if x == 1.0 => b,
-            (_, Some(y)) if y == 1.0 => a,
+            (Some(1.0), _) => b,
+            (_, Some(1.0)) => a,
             _ => self.op(Op::Mul, vec![a, b]),
         }
     }

@@ -23,9 +23,13 @@ pub trait Real:
     const ONE: Self;
     const INFINITY: Self;
     const NEG_INFINITY: Self;
+    const ZERO_SLICE: &'static [Self];
     fn from_f64(x: f64) -> Self;
     fn to_f64(self) -> f64;
-    fn exp(self) -> Self;
+    /// `fma`: see `math::exp_f32`.
+    fn exp(self, fma: bool) -> Self;
+    /// `self * a + b`, rounded once where `fma` (see `math::exp_f32`).
+    fn madd(self, a: Self, b: Self, fma: bool) -> Self;
     fn ln(self) -> Self;
     fn sin(self) -> Self;
     fn cos(self) -> Self;
@@ -53,6 +57,7 @@ macro_rules! impl_real {
             const ONE: Self = 1.0;
             const INFINITY: Self = <$t>::INFINITY;
             const NEG_INFINITY: Self = <$t>::NEG_INFINITY;
+            const ZERO_SLICE: &'static [Self] = &[0.0];
             #[inline(always)]
             fn from_f64(x: f64) -> Self {
                 x as $t
@@ -62,8 +67,16 @@ macro_rules! impl_real {
                 self as f64
             }
             #[inline(always)]
-            fn exp(self) -> Self {
-                $exp(self)
+            fn exp(self, fma: bool) -> Self {
+                $exp(self, fma)
+            }
+            #[inline(always)]
+            fn madd(self, a: Self, b: Self, fma: bool) -> Self {
+                if fma {
+                    self.mul_add(a, b)
+                } else {
+                    self * a + b
+                }
             }
             #[inline(always)]
             fn ln(self) -> Self {

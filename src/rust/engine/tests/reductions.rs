@@ -1,4 +1,5 @@
-//! Every reduction against a direct double loop, on sizes that are not multiples of the tile, on both
+//! Every reduction against a direct double loop, on sizes that are not multiples of the tile (more
+//! than two CPU tiles of 1024 along the reduced index for the first tests), on both
 //! axes, in float64 and float32.
 
 use engine::{Backend, Input, Operator, Output, Precision, RunOptions, SumScheme};
@@ -58,7 +59,7 @@ fn tolerance(p: Precision) -> f64 {
 
 #[test]
 fn gaussian_sum_both_axes() {
-    let data = Data::new(301, 517, 3);
+    let data = Data::new(301, 2517, 3);
     let args = ["x = Vi(3)", "y = Vj(3)", "b = Vj(2)", "s = Pm(1)"];
     let s = [0.7];
     let inputs = [
@@ -106,7 +107,7 @@ fn select(data: &Data, axis: usize, k: usize, max: bool) -> (Vec<f64>, Vec<i32>)
 
 #[test]
 fn selections_both_axes() {
-    let data = Data::new(263, 389, 2);
+    let data = Data::new(263, 2389, 2);
     let args = ["x = Vi(2)", "y = Vj(2)"];
     let inputs = [Input { data: &data.x, nrow: data.n, ncol: 2 }, Input { data: &data.y, nrow: data.m, ncol: 2 }];
     for axis in [0, 1] {
@@ -168,7 +169,7 @@ fn vector_valued_selection_is_per_component() {
 
 #[test]
 fn log_sum_exp_and_soft_max() {
-    let data = Data::new(129, 1000, 3);
+    let data = Data::new(129, 2100, 3);
     let args = ["x = Vi(3)", "y = Vj(3)", "b = Vj(2)"];
     let inputs = [
         Input { data: &data.x, nrow: data.n, ncol: 3 },
@@ -291,7 +292,7 @@ fn input_errors_name_the_variable() {
 
 #[test]
 fn float16_storage_is_float32_arithmetic_on_rounded_inputs() {
-    let data = Data::new(301, 517, 3);
+    let data = Data::new(301, 2517, 3);
     let round = |v: &[f64]| -> Vec<f64> { v.iter().map(|&x| half::f16::from_f64(x).to_f64()).collect() };
     let (xr, yr, br) = (round(&data.x), round(&data.y), round(&data.b));
     let args = ["x = Vi(3)", "y = Vj(3)", "b = Vj(2)"];
@@ -310,4 +311,34 @@ fn float16_storage_is_float32_arithmetic_on_rounded_inputs() {
     // And the rounding is real: float16 differs from float32 on the original inputs.
     let direct = run3(&data.x, &data.y, &data.b, Precision::F32);
     assert_ne!(half.values, direct.values);
+}
+
+/// The evaluator is compiled for several instruction sets and picks one at run time: each one the
+/// machine has must give the same results (RKEOPS_CPU_ISA caps the choice).
+#[test]
+fn every_instruction_set() {
+    let data = Data::new(97, 2300, 3);
+    let args = ["x = Vi(3)", "y = Vj(3)", "b = Vj(1)"];
+    let inputs = [
+        Input { data: &data.x, nrow: data.n, ncol: 3 },
+        Input { data: &data.y, nrow: data.m, ncol: 3 },
+        Input { data: &data.b[..data.m], nrow: data.m, ncol: 1 },
+    ];
+    let gauss: Vec<f64> =
+        (0..data.n).map(|i| (0..data.m).map(|j| (-data.sqdist(i, j)).exp() * data.b[j]).sum()).collect();
+    let lse: Vec<f64> =
+        (0..data.n).map(|i| (0..data.m).map(|j| (data.b[j] - data.sqdist(i, j)).exp()).sum::<f64>().ln()).collect();
+    let (_, nearest) = select(&data, 0, 4, false);
+    for isa in ["baseline", "avx2", "best"] {
+        std::env::set_var("RKEOPS_CPU_ISA", isa);
+        for p in [Precision::F64, Precision::F32] {
+            let out = run("Sum_Reduction(Exp(-SqDist(x,y))*b, 0)", &args, &inputs, p, 2);
+            assert_close(out.values.as_ref().unwrap(), &gauss, tolerance(p), &format!("gaussian, {isa}"));
+            let out = run("LogSumExp_Reduction(b - SqDist(x,y), 0)", &args, &inputs, p, 2);
+            assert_close(out.values.as_ref().unwrap(), &lse, tolerance(p), &format!("log-sum-exp, {isa}"));
+            let out = run("ArgKMin_Reduction(SqDist(x,y), 4, 0)", &args, &inputs, p, 2);
+            assert_eq!(out.indices.as_ref().unwrap(), &nearest, "4 nearest, {isa}");
+        }
+    }
+    std::env::remove_var("RKEOPS_CPU_ISA");
 }

@@ -25,6 +25,12 @@ pub struct Arg<'a, T> {
 impl<'a, T: Real> Arg<'a, T> {
     pub const EMPTY: Arg<'static, T> = Arg { data: &[], dim: 0, stride: 0, vector: false };
 
+    /// The scalar 0, for the second argument of one-argument sums.
+    #[inline(always)]
+    pub fn zero() -> Arg<'static, T> {
+        Arg { data: T::ZERO_SLICE, dim: 1, stride: 1, vector: false }
+    }
+
     /// Component `c`; a dimension-1 argument is broadcast to every component.
     #[inline(always)]
     pub fn lane(&self, c: usize, len: usize) -> Lane<'a, T> {
@@ -92,17 +98,17 @@ pub fn fold1<T: Real>(out: &mut [T], len: usize, a: Lane<T>, f: impl Fn(T, T) ->
 
 /// `out += a * b`.
 #[inline(always)]
-pub fn mul_add<T: Real>(out: &mut [T], len: usize, a: Lane<T>, b: Lane<T>) {
+pub fn mul_add<T: Real>(out: &mut [T], len: usize, a: Lane<T>, b: Lane<T>, fma: bool) {
     let out = &mut out[..len];
     match (a, b) {
         (Lane::Vector(x), Lane::Vector(y)) => {
             for ((o, &x), &y) in out.iter_mut().zip(x).zip(y) {
-                *o = *o + x * y;
+                *o = x.madd(y, *o, fma);
             }
         }
         (Lane::Scalar(s), Lane::Vector(v)) | (Lane::Vector(v), Lane::Scalar(s)) => {
             for (o, &v) in out.iter_mut().zip(v) {
-                *o = *o + s * v;
+                *o = s.madd(v, *o, fma);
             }
         }
         (Lane::Scalar(x), Lane::Scalar(y)) => {
@@ -128,5 +134,44 @@ pub fn at<T: Real>(a: Lane<T>, t: usize) -> T {
     match a {
         Lane::Vector(x) => x[t],
         Lane::Scalar(x) => x,
+    }
+}
+
+/// `out[t] = sum over components c of f(a_c[t], b_c[t])`, e.g. a squared distance, with `add(s, x, y)`
+/// returning `s + f(x, y)`: one pass per component, with no intermediate vector stored.
+#[inline(always)]
+pub fn sum_components<T: Real>(
+    out: &mut [T],
+    len: usize,
+    dim: usize,
+    a: &Arg<T>,
+    b: &Arg<T>,
+    add: impl Fn(T, T, T) -> T,
+) {
+    let out = &mut out[..len];
+    out.fill(T::ZERO);
+    for c in 0..dim {
+        match (a.lane(c, len), b.lane(c, len)) {
+            (Lane::Vector(x), Lane::Vector(y)) => {
+                for ((o, &x), &y) in out.iter_mut().zip(x).zip(y) {
+                    *o = add(*o, x, y);
+                }
+            }
+            (Lane::Scalar(x), Lane::Vector(y)) => {
+                for (o, &y) in out.iter_mut().zip(y) {
+                    *o = add(*o, x, y);
+                }
+            }
+            (Lane::Vector(x), Lane::Scalar(y)) => {
+                for (o, &x) in out.iter_mut().zip(x) {
+                    *o = add(*o, x, y);
+                }
+            }
+            (Lane::Scalar(x), Lane::Scalar(y)) => {
+                for o in out.iter_mut() {
+                    *o = add(*o, x, y);
+                }
+            }
+        }
     }
 }

@@ -2,6 +2,8 @@
 //! loop over the tile in structure-of-arrays layout, threads over blocks of output rows. Memory is
 //! O(inputs + outputs + threads x tile), never N x M.
 
+mod fusion;
+mod isa;
 mod lanes;
 mod ops;
 
@@ -17,7 +19,7 @@ use lanes::Arg;
 use reducers::Accumulator;
 
 /// Reduced indices per tile: the tile's buffers (a few per node) stay in L1/L2.
-pub const TILE: usize = 256;
+pub const TILE: usize = 1024;
 
 /// What the evaluator returns: `width` values and indices per output row, rows one after the other.
 pub struct RowMajor {
@@ -38,7 +40,8 @@ pub fn evaluate<T: Real>(formula: &Formula, inputs: &Inputs<T>, scheme: SumSchem
     let red = &formula.reduction;
     let acc = Accumulator::new(formula, scheme);
     let (n_out, n_red) = if red.axis == 0 { (inputs.n_i, inputs.n_j) } else { (inputs.n_j, inputs.n_i) };
-    let plan = Plan::new(formula);
+    let mut plan = Plan::new(formula);
+    let sq_dists = fusion::fuse_sq_dists(formula, &mut plan);
     let width = acc.width();
     let mut values = vec![0.0; n_out * width];
     let mut indices = vec![0; n_out * width];
@@ -49,15 +52,9 @@ pub fn evaluate<T: Real>(formula: &Formula, inputs: &Inputs<T>, scheme: SumSchem
     let blocks = Mutex::new(
         values.chunks_mut(rows_per_block * width).zip(indices.chunks_mut(rows_per_block * width)).enumerate(),
     );
-    let ctx = Context { formula, plan: &plan, acc: &acc, inputs, n_out, n_red, rows_per_block };
-    let work = || {
-        let mut ws = Workspace::new(&ctx);
-        loop {
-            let next = blocks.lock().map(|mut it| it.next()).unwrap_or(None);
-            let Some((b, (vals, idx))) = next else { break };
-            ws.reduce_rows(&ctx, b * rows_per_block, vals, idx);
-        }
-    };
+    let ctx = Context { formula, plan: &plan, sq_dists: &sq_dists, acc: &acc, inputs, n_out, n_red, rows_per_block };
+    let level = isa::Level::detect();
+    let work = || isa::run(level, Worker { ctx: &ctx, blocks: &blocks });
     if threads == 1 {
         work();
     } else {
@@ -73,11 +70,33 @@ pub fn evaluate<T: Real>(formula: &Formula, inputs: &Inputs<T>, scheme: SumSchem
 struct Context<'a, T> {
     formula: &'a Formula,
     plan: &'a Plan,
+    sq_dists: &'a fusion::SqDists,
     acc: &'a Accumulator,
     inputs: &'a Inputs<'a, T>,
     n_out: usize,
     n_red: usize,
     rows_per_block: usize,
+}
+
+type Blocks<'v> =
+    Mutex<std::iter::Enumerate<std::iter::Zip<std::slice::ChunksMut<'v, f64>, std::slice::ChunksMut<'v, i32>>>>;
+
+/// One thread's work: blocks of output rows taken from the shared queue until none is left.
+struct Worker<'a, 'v, T> {
+    ctx: &'a Context<'a, T>,
+    blocks: &'a Blocks<'v>,
+}
+
+impl<T: Real> isa::Kernel for Worker<'_, '_, T> {
+    #[inline(always)]
+    fn run(self, fma: bool) {
+        let mut ws = Workspace::new(self.ctx);
+        loop {
+            let next = self.blocks.lock().map(|mut it| it.next()).unwrap_or(None);
+            let Some((b, (vals, idx))) = next else { break };
+            ws.reduce_rows(self.ctx, b * self.ctx.rows_per_block, vals, idx, fma);
+        }
+    }
 }
 
 /// One thread's buffers: a tile of values for every computed node, the reduction states of a block
@@ -106,13 +125,14 @@ impl<T: Real> Workspace<T> {
         };
         let frame = Frame { row: 0, j0: 0, len: 1 };
         for &id in &ctx.plan.constant {
-            ws.compute(ctx, id, &frame);
+            ws.compute(ctx, id, &frame, false);
         }
         ws
     }
 
     /// Reduces the rows `first ..` (as many as `values` holds) over the whole reduced range.
-    fn reduce_rows(&mut self, ctx: &Context<T>, first: usize, values: &mut [f64], indices: &mut [i32]) {
+    #[inline(always)]
+    fn reduce_rows(&mut self, ctx: &Context<T>, first: usize, values: &mut [f64], indices: &mut [i32], fma: bool) {
         let (acc, plan, red) = (ctx.acc, ctx.plan, &ctx.formula.reduction);
         let width = acc.width();
         let rows = values.len() / width.max(1);
@@ -124,20 +144,20 @@ impl<T: Real> Workspace<T> {
             let len = TILE.min(ctx.n_red - j0);
             let tile = Frame { row: first, j0, len };
             for &id in &plan.inner {
-                self.compute(ctx, id, &tile);
+                self.compute(ctx, id, &tile, fma);
             }
             for r in 0..rows {
                 let frame = Frame { row: first + r, j0, len };
                 for &id in &plan.outer {
-                    self.compute(ctx, id, &Frame { len: 1, ..frame });
+                    self.compute(ctx, id, &Frame { len: 1, ..frame }, fma);
                 }
                 for &id in &plan.pair {
-                    self.compute(ctx, id, &frame);
+                    self.compute(ctx, id, &frame, fma);
                 }
                 let f = view(ctx, &self.buffers, red.f, &frame);
                 let g = red.g.map_or(Arg::EMPTY, |g| view(ctx, &self.buffers, g, &frame));
                 let state = &mut self.states[r * state_len..(r + 1) * state_len];
-                acc.accumulate(state, &f, &g, len, j0, &mut self.scratch);
+                acc.accumulate(state, &f, &g, len, j0, &mut self.scratch, fma);
             }
         }
         for r in 0..rows {
@@ -147,20 +167,27 @@ impl<T: Real> Workspace<T> {
         debug_assert!(first + rows <= ctx.n_out);
     }
 
-    fn compute(&mut self, ctx: &Context<T>, id: usize, frame: &Frame) {
+    #[inline(always)]
+    fn compute(&mut self, ctx: &Context<T>, id: usize, frame: &Frame, fma: bool) {
         let node = &ctx.formula.graph.nodes[id];
         let mut out = std::mem::take(&mut self.buffers[id]);
-        let mut args = [Arg::EMPTY; 3];
-        for (slot, &a) in args.iter_mut().zip(&node.args) {
-            *slot = view(ctx, &self.buffers, a, frame);
-        }
         let len = if ctx.plan.roles[id].is_some_and(Role::varies_in_tile) { frame.len } else { 1 };
-        ops::eval(node.op, &args, &mut out, node.dim, len, &mut self.scratch);
+        if let Some([a, b]) = ctx.sq_dists[id] {
+            let (a, b) = (view(ctx, &self.buffers, a, frame), view(ctx, &self.buffers, b, frame));
+            ops::sq_dist(&a, &b, &mut out, len, fma);
+        } else {
+            let mut args = [Arg::EMPTY; 3];
+            for (slot, &a) in args.iter_mut().zip(&node.args) {
+                *slot = view(ctx, &self.buffers, a, frame);
+            }
+            ops::eval(node.op, &args, &mut out, node.dim, len, &mut self.scratch, fma);
+        }
         self.buffers[id] = out;
     }
 }
 
 /// The values of node `id` over the current tile: inputs in place, other nodes from their buffer.
+#[inline(always)]
 fn view<'a, T: Real>(ctx: &'a Context<T>, buffers: &'a [Vec<T>], id: usize, frame: &Frame) -> Arg<'a, T> {
     let node = &ctx.formula.graph.nodes[id];
     let role = ctx.plan.roles[id].expect("only needed nodes are viewed");

@@ -1,6 +1,6 @@
 //! One tight loop per operation of the graph, over the lanes of a tile.
 
-use super::lanes::{at, copy, fold1, map1, map2, mul_add, Arg};
+use super::lanes::{at, copy, fold1, map1, map2, mul_add, sum_components, Arg};
 use crate::formula::Op;
 use crate::real::Real;
 
@@ -12,9 +12,17 @@ fn bool_to<T: Real>(b: bool) -> T {
     }
 }
 
+/// SqNorm2(a - b) in one pass, without storing the difference.
+#[inline(always)]
+pub fn sq_dist<T: Real>(a: &Arg<T>, b: &Arg<T>, out: &mut [T], len: usize, fma: bool) {
+    sum_components(out, len, a.dim.max(b.dim), a, b, |s, x, y| (x - y).madd(x - y, s, fma));
+}
+
 /// Evaluates `op` on `args` into `out` (`dim` components of `len` values each, component-major).
-/// `scratch` holds at least `len` values, for the operations that need a running value.
-pub fn eval<T: Real>(op: Op, args: &[Arg<T>; 3], out: &mut [T], dim: usize, len: usize, scratch: &mut [T]) {
+/// `scratch` holds at least `len` values, for the operations that need a running value; `fma` says
+/// whether multiply-adds may be fused.
+#[inline(always)]
+pub fn eval<T: Real>(op: Op, args: &[Arg<T>; 3], out: &mut [T], dim: usize, len: usize, scratch: &mut [T], fma: bool) {
     let [a, b, c] = args;
     macro_rules! unary {
         ($f:expr) => {
@@ -40,7 +48,7 @@ pub fn eval<T: Real>(op: Op, args: &[Arg<T>; 3], out: &mut [T], dim: usize, len:
         Op::Atan => unary!(|x: T| x.atan()),
         Op::Cos => unary!(|x: T| x.cos()),
         Op::Sin => unary!(|x: T| x.sin()),
-        Op::Exp => unary!(|x: T| x.exp()),
+        Op::Exp => unary!(|x: T| x.exp(fma)),
         Op::Log => unary!(|x: T| x.ln()),
         Op::Floor => unary!(|x: T| x.floor()),
         Op::Inv => unary!(|x: T| T::ONE / x),
@@ -118,25 +126,9 @@ pub fn eval<T: Real>(op: Op, args: &[Arg<T>; 3], out: &mut [T], dim: usize, len:
                 }
             }
         }
-        Op::Sum => {
-            copy(out, len, a.lane(0, len));
-            for k in 1..a.dim {
-                fold1(out, len, a.lane(k, len), |s, x| s + x);
-            }
-        }
-        Op::SqNorm2 => {
-            out[..len].fill(T::ZERO);
-            for k in 0..a.dim {
-                let l = a.lane(k, len);
-                mul_add(out, len, l, l);
-            }
-        }
-        Op::Dot => {
-            out[..len].fill(T::ZERO);
-            for k in 0..a.dim.max(b.dim) {
-                mul_add(out, len, a.lane(k, len), b.lane(k, len));
-            }
-        }
+        Op::Sum => sum_components(out, len, a.dim, a, &Arg::zero(), |s, x, _| s + x),
+        Op::SqNorm2 => sum_components(out, len, a.dim, a, &Arg::zero(), |s, x, _| x.madd(x, s, fma)),
+        Op::Dot => sum_components(out, len, a.dim.max(b.dim), a, b, |s, x, y| x.madd(y, s, fma)),
         Op::Max | Op::Min => {
             copy(out, len, a.lane(0, len));
             for k in 1..a.dim {
@@ -208,7 +200,7 @@ pub fn eval<T: Real>(op: Op, args: &[Arg<T>; 3], out: &mut [T], dim: usize, len:
                 let o = &mut out[k * len..];
                 o[..len].fill(T::ZERO);
                 for l in 0..p {
-                    mul_add(o, len, a.lane(k + n * l, len), b.lane(l, len));
+                    mul_add(o, len, a.lane(k + n * l, len), b.lane(l, len), fma);
                 }
             }
         }
@@ -219,7 +211,7 @@ pub fn eval<T: Real>(op: Op, args: &[Arg<T>; 3], out: &mut [T], dim: usize, len:
                 let o = &mut out[l * len..];
                 o[..len].fill(T::ZERO);
                 for k in 0..n {
-                    mul_add(o, len, a.lane(k, len), b.lane(k + n * l, len));
+                    mul_add(o, len, a.lane(k, len), b.lane(k + n * l, len), fma);
                 }
             }
         }

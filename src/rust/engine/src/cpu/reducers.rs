@@ -17,6 +17,7 @@ pub struct Accumulator {
 }
 
 /// The values of a lane as a slice, materialising a lane that is constant over the tile.
+#[inline(always)]
 fn as_slice<'a, T: Real>(lane: Lane<'a, T>, len: usize, scratch: &'a mut [T]) -> &'a [T] {
     match lane {
         Lane::Vector(x) => x,
@@ -68,6 +69,21 @@ fn tile_dot<T: Real>(x: &[T], y: &[T]) -> T {
 #[inline(always)]
 fn better<T: Real>(x: T, best: T, max: bool) -> bool {
     (if max { x > best } else { x < best }) || (x.is_nan() && !best.is_nan())
+}
+
+/// Terms per chunk in the selections' first, vectorised look.
+const SCAN: usize = 32;
+
+/// Whether some term of `chunk` may beat `worst`: `!(x >= worst)` is `better(x, worst)` when
+/// `worst` is a number (NaN included, which must win), and true when `worst` is NaN.
+#[inline(always)]
+#[allow(clippy::neg_cmp_op_on_partial_ord)] // the negation is what lets NaN through
+fn any_candidate<T: Real>(chunk: &[T], worst: T, max: bool) -> bool {
+    if max {
+        chunk.iter().fold(false, |hit, &x| hit | !(x <= worst))
+    } else {
+        chunk.iter().fold(false, |hit, &x| hit | !(x >= worst))
+    }
 }
 
 impl Accumulator {
@@ -124,6 +140,8 @@ impl Accumulator {
     }
 
     /// Adds the terms `j0 .. j0 + len` of one output row to its state.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     pub fn accumulate<T: Real>(
         &self,
         state: &mut [f64],
@@ -132,6 +150,7 @@ impl Accumulator {
         len: usize,
         j0: usize,
         scratch: &mut [T],
+        fma: bool,
     ) {
         use ReductionKind::*;
         match self.kind {
@@ -139,10 +158,11 @@ impl Accumulator {
             Min | ArgMin | MinArgMin => self.accumulate_select(state, f, len, j0, 1, false, scratch),
             Max | ArgMax | MaxArgMax => self.accumulate_select(state, f, len, j0, 1, true, scratch),
             KMin | ArgKMin | KMinArgKMin => self.accumulate_select(state, f, len, j0, self.k, false, scratch),
-            LogSumExp | LogSumExpWeight | SumSoftMaxWeight => self.accumulate_exp(state, f, g, len, scratch),
+            LogSumExp | LogSumExpWeight | SumSoftMaxWeight => self.accumulate_exp(state, f, g, len, scratch, fma),
         }
     }
 
+    #[inline(always)]
     fn accumulate_sum<T: Real>(&self, state: &mut [f64], f: &Arg<T>, len: usize) {
         for c in 0..self.dim {
             let lane = f.lane(c, len);
@@ -173,6 +193,7 @@ impl Accumulator {
 
     /// The `k` smallest (or largest) values of each component with their indices, kept sorted;
     /// equal values keep the order of their indices.
+    #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn accumulate_select<T: Real>(
         &self,
@@ -190,26 +211,43 @@ impl Accumulator {
             let x = as_slice(f.lane(c, len), len, scratch);
             let (v, ix) = (&mut vals[c * k..(c + 1) * k], &mut idx[c * k..(c + 1) * k]);
             let mut worst = T::from_f64(v[k - 1]);
-            for (t, &xt) in x.iter().enumerate() {
-                if ix[k - 1] >= 0.0 && !better(xt, worst, max) {
+            // Most terms lose to the current k-th best: a chunk is ruled out by one vectorised
+            // comparison, and only chunks with a candidate are looked at term by term.
+            for (chunk_start, chunk) in (0..len).step_by(SCAN).zip(x.chunks(SCAN)) {
+                if ix[k - 1] >= 0.0 && !any_candidate(chunk, worst, max) {
                     continue;
                 }
-                let mut p = k - 1;
-                while p > 0 && (ix[p - 1] < 0.0 || better(xt, T::from_f64(v[p - 1]), max)) {
-                    v[p] = v[p - 1];
-                    ix[p] = ix[p - 1];
-                    p -= 1;
+                for (t, &xt) in (chunk_start..).zip(chunk) {
+                    if ix[k - 1] >= 0.0 && !better(xt, worst, max) {
+                        continue;
+                    }
+                    let mut p = k - 1;
+                    while p > 0 && (ix[p - 1] < 0.0 || better(xt, T::from_f64(v[p - 1]), max)) {
+                        v[p] = v[p - 1];
+                        ix[p] = ix[p - 1];
+                        p -= 1;
+                    }
+                    v[p] = xt.to_f64();
+                    ix[p] = (j0 + t) as f64;
+                    worst = T::from_f64(v[k - 1]);
                 }
-                v[p] = xt.to_f64();
-                ix[p] = (j0 + t) as f64;
-                worst = T::from_f64(v[k - 1]);
             }
         }
     }
 
     /// Online log-sum-exp: the state keeps a running maximum m and sums of exp(f - m) (times the
     /// weights), rescaled whenever m grows, so nothing overflows.
-    fn accumulate_exp<T: Real>(&self, state: &mut [f64], f: &Arg<T>, g: &Arg<T>, len: usize, scratch: &mut [T]) {
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn accumulate_exp<T: Real>(
+        &self,
+        state: &mut [f64],
+        f: &Arg<T>,
+        g: &Arg<T>,
+        len: usize,
+        scratch: &mut [T],
+        fma: bool,
+    ) {
         let (e, rest) = scratch.split_at_mut(len);
         let fx = as_slice(f.lane(0, len), len, rest);
         let tile_max = fx.iter().fold(T::NEG_INFINITY, |m, &x| m.max(x));
@@ -226,7 +264,7 @@ impl Accumulator {
             }
         } else {
             for (e, &x) in e.iter_mut().zip(fx) {
-                *e = (x - tile_max).exp();
+                *e = (x - tile_max).exp(fma);
             }
         }
         let (m_old, m_tile) = (state[0], tile_max.to_f64());
