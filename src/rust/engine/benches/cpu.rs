@@ -28,8 +28,8 @@ fn main() {
     let words: Vec<&String> = args.iter().filter(|a| a.parse::<usize>().is_err()).collect();
     let wanted = |name: &str| words.iter().all(|w| name.contains(w.as_str()));
     let cases: [(&str, &str, &[&str], usize); 5] = [
-        ("gauss D=3", "Sum_Reduction(Exp(-SqDist(x,y))*b, 0)", &["x = Vi(3)", "y = Vj(3)", "b = Vj(1)"], 3),
-        ("gauss D=64", "Sum_Reduction(Exp(-SqDist(x,y))*b, 0)", &["x = Vi(64)", "y = Vj(64)", "b = Vj(1)"], 64),
+        ("gauss sum D=3", "Sum_Reduction(Exp(-SqDist(x,y))*b, 0)", &["x = Vi(3)", "y = Vj(3)", "b = Vj(1)"], 3),
+        ("gauss sum D=64", "Sum_Reduction(Exp(-SqDist(x,y))*b, 0)", &["x = Vi(64)", "y = Vj(64)", "b = Vj(1)"], 64),
         ("argkmin K=10 D=3", "ArgKMin_Reduction(SqDist(x,y), 10, 0)", &["x = Vi(3)", "y = Vj(3)"], 3),
         ("logsumexp D=3", "LogSumExp_Reduction(-SqDist(x,y) + b, 0)", &["x = Vi(3)", "y = Vj(3)", "b = Vj(1)"], 3),
         // The gradient in x of the Gaussian sum (issue 4: at most 2 x the forward time).

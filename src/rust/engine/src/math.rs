@@ -18,8 +18,10 @@ macro_rules! exp_impl {
         pub fn $name(x: $t, fma: bool) -> $t {
             let madd = |a: $t, b: $t, c: $t| if fma { a.mul_add(b, c) } else { a * b + c };
             const LOG2E: $t = std::f64::consts::LOG2_E as $t;
-            // Beyond these bounds the result is 0 or infinity anyway.
-            let xc = x.max($lo).min($hi);
+            // Beyond these bounds the result is 0 or infinity anyway. A NaN x passes both tests
+            // unchanged, makes r and p NaN, and so the result.
+            let xc = if x < $lo { $lo } else { x };
+            let xc = if xc > $hi { $hi } else { xc };
             // Adding the magic number rounds to the nearest integer and leaves it in the low bits.
             let t = madd(xc, LOG2E, $magic);
             let n = t - $magic;
@@ -46,12 +48,7 @@ macro_rules! exp_impl {
             let half = nb >> 1;
             let s1 = <$t>::from_bits(half << $mantissa);
             let s2 = <$t>::from_bits((nb - half) << $mantissa);
-            let y = p * s1 * s2;
-            if x.is_nan() {
-                x
-            } else {
-                y
-            }
+            p * s1 * s2
         }
     };
 }

@@ -1,18 +1,33 @@
-//! Operations the CPU evaluator fuses: SqNorm2(a - b), the squared distance at the heart of most
-//! kernels, is computed in one pass over a and b without storing their difference.
+//! Operations the CPU evaluator fuses, to save a pass over the tile and its stores:
+//! - SqNorm2(a - b), the squared distance at the heart of most kernels, is computed in one pass over
+//!   a and b, without storing their difference;
+//! - Exp(-a) and Exp(s * a), with s one number per tile (Exp(-g * SqDist(x, y))), in one pass;
+//! - a Sum reduction of a product a * b (a kernel times its weights) is accumulated as a dot product
+//!   of a and b, without storing the product.
+//!
+//! A node is absorbed only where nothing else uses it.
 
 use crate::formula::{Formula, NodeId, Op};
 use crate::plan::Plan;
+use crate::reduction::ReductionKind;
+use crate::reduction::SumScheme;
 
-/// For every node, the arguments `[a, b]` when the node is a squared distance computed fused.
-pub type SqDists = Vec<Option<[NodeId; 2]>>;
+pub struct Fusions {
+    /// For every node, the arguments `[a, b]` when the node is a squared distance computed fused.
+    pub sq_dists: Vec<Option<[NodeId; 2]>>,
+    /// For every node, `(a, s)` when the node is Exp(s * a) computed fused (`s` None for Exp(-a)).
+    pub scaled_exps: Vec<Option<(NodeId, Option<NodeId>)>>,
+    /// The factors `[a, b]` when the reduction is the sum of their product.
+    pub product_sum: Option<[NodeId; 2]>,
+}
 
-/// Finds the fusable squared distances and drops the differences they absorb from `plan`.
-pub fn fuse_sq_dists(formula: &Formula, plan: &mut Plan) -> SqDists {
+/// Finds what can be fused and drops the nodes it absorbs from `plan`.
+pub fn fuse(formula: &Formula, plan: &mut Plan, scheme: SumScheme) -> Fusions {
     let nodes = &formula.graph.nodes;
+    let red = &formula.reduction;
     let mut uses = vec![0usize; nodes.len()];
-    uses[formula.reduction.f] += 1;
-    if let Some(g) = formula.reduction.g {
+    uses[red.f] += 1;
+    if let Some(g) = red.g {
         uses[g] += 1;
     }
     for (id, node) in nodes.iter().enumerate() {
@@ -22,19 +37,49 @@ pub fn fuse_sq_dists(formula: &Formula, plan: &mut Plan) -> SqDists {
             }
         }
     }
-    let mut fused = vec![None; nodes.len()];
+    let mut sq_dists = vec![None; nodes.len()];
     for (id, node) in nodes.iter().enumerate() {
         if plan.roles[id].is_none() || node.op != Op::SqNorm2 {
             continue;
         }
         let diff = node.args[0];
         if nodes[diff].op == Op::Sub && uses[diff] == 1 {
-            fused[id] = Some([nodes[diff].args[0], nodes[diff].args[1]]);
+            sq_dists[id] = Some([nodes[diff].args[0], nodes[diff].args[1]]);
             plan.roles[diff] = None;
         }
     }
+    let mut scaled_exps = vec![None; nodes.len()];
+    for (id, node) in nodes.iter().enumerate() {
+        // Element-wise operations keep the dimension: a dimension-1 Exp has dimension-1 arguments.
+        if plan.roles[id].is_none() || node.op != Op::Exp || node.dim != 1 {
+            continue;
+        }
+        let arg = node.args[0];
+        let one_per_tile = |n: NodeId| nodes[n].dim == 1 && plan.roles[n].is_some_and(|r| !r.varies_in_tile());
+        let fused = match (nodes[arg].op, &nodes[arg].args[..]) {
+            (Op::Neg, &[a]) => Some((a, None)),
+            (Op::Mul, &[s, a]) | (Op::Mul, &[a, s]) if one_per_tile(s) => Some((a, Some(s))),
+            _ => None,
+        };
+        if uses[arg] == 1 && fused.is_some() {
+            scaled_exps[id] = fused;
+            plan.roles[arg] = None;
+        }
+    }
+    // The other sum schemes accumulate term by term in a set order: no fused form.
+    let blocked = matches!(scheme, SumScheme::Auto | SumScheme::BlockSum);
+    let f = red.f;
+    let product_sum = (red.kind == ReductionKind::Sum
+        && blocked
+        && nodes[f].op == Op::Mul
+        && uses[f] == 1
+        && plan.roles[f].is_some_and(|r| r.varies_in_tile()))
+    .then(|| {
+        plan.roles[f] = None;
+        [nodes[f].args[0], nodes[f].args[1]]
+    });
     for list in [&mut plan.constant, &mut plan.outer, &mut plan.inner, &mut plan.pair] {
         list.retain(|&id| plan.roles[id].is_some());
     }
-    fused
+    Fusions { sq_dists, scaled_exps, product_sum }
 }

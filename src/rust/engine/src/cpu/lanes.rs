@@ -138,7 +138,9 @@ pub fn at<T: Real>(a: Lane<T>, t: usize) -> T {
 }
 
 /// `out[t] = sum over components c of f(a_c[t], b_c[t])`, e.g. a squared distance, with `add(s, x, y)`
-/// returning `s + f(x, y)`: one pass per component, with no intermediate vector stored.
+/// returning `s + f(x, y)`, summed in the order of the components. No intermediate vector is stored,
+/// and the common case of a value per tile against a value per index (x_i - y_j) takes up to four
+/// components per pass over the output.
 #[inline(always)]
 pub fn sum_components<T: Real>(
     out: &mut [T],
@@ -149,28 +151,74 @@ pub fn sum_components<T: Real>(
     add: impl Fn(T, T, T) -> T,
 ) {
     let out = &mut out[..len];
-    out.fill(T::ZERO);
-    for c in 0..dim {
-        match (a.lane(c, len), b.lane(c, len)) {
-            (Lane::Vector(x), Lane::Vector(y)) => {
-                for ((o, &x), &y) in out.iter_mut().zip(x).zip(y) {
-                    *o = add(*o, x, y);
-                }
+    let mut c = 0;
+    while c < dim {
+        let first = c == 0;
+        // Components c .. c + group: a value per tile against a value per index, in either order.
+        let pairing = |k: usize| match (a.lane(k, len), b.lane(k, len)) {
+            (Lane::Scalar(s), Lane::Vector(v)) => Some((s, v, true)),
+            (Lane::Vector(v), Lane::Scalar(s)) => Some((s, v, false)),
+            _ => None,
+        };
+        let order = pairing(c).map(|p| p.2);
+        let group = (c..dim.min(c + 4)).take_while(|&k| pairing(k).map(|p| p.2) == order && order.is_some()).count();
+        let column = |k: usize| pairing(c + k).map(|(s, v, _)| (s, v)).unwrap();
+        match (group, order) {
+            (4, Some(true)) => pass(out, first, [column(0), column(1), column(2), column(3)], |o, s, v| add(o, s, v)),
+            (4, Some(false)) => pass(out, first, [column(0), column(1), column(2), column(3)], |o, s, v| add(o, v, s)),
+            (3, Some(true)) => pass(out, first, [column(0), column(1), column(2)], |o, s, v| add(o, s, v)),
+            (3, Some(false)) => pass(out, first, [column(0), column(1), column(2)], |o, s, v| add(o, v, s)),
+            (2, Some(true)) => pass(out, first, [column(0), column(1)], |o, s, v| add(o, s, v)),
+            (2, Some(false)) => pass(out, first, [column(0), column(1)], |o, s, v| add(o, v, s)),
+            _ => {
+                one_component(out, first, a.lane(c, len), b.lane(c, len), &add);
+                c += 1;
+                continue;
             }
-            (Lane::Scalar(x), Lane::Vector(y)) => {
-                for (o, &y) in out.iter_mut().zip(y) {
-                    *o = add(*o, x, y);
-                }
+        }
+        c += group;
+    }
+}
+
+/// `out[t] (+)= sum over g of add(., s_g, v_g[t])`, in one pass.
+#[inline(always)]
+fn pass<T: Real, const G: usize>(out: &mut [T], first: bool, columns: [(T, &[T]); G], add: impl Fn(T, T, T) -> T) {
+    let n = out.len();
+    let s = columns.map(|(s, _)| s);
+    let v = columns.map(|(_, v)| &v[..n]);
+    for (t, o) in out.iter_mut().enumerate() {
+        let mut acc = if first { T::ZERO } else { *o };
+        for g in 0..G {
+            acc = add(acc, s[g], v[g][t]);
+        }
+        *o = acc;
+    }
+}
+
+#[inline(always)]
+fn one_component<T: Real>(out: &mut [T], first: bool, a: Lane<T>, b: Lane<T>, add: &impl Fn(T, T, T) -> T) {
+    if first {
+        out.fill(T::ZERO);
+    }
+    match (a, b) {
+        (Lane::Vector(x), Lane::Vector(y)) => {
+            for ((o, &x), &y) in out.iter_mut().zip(x).zip(y) {
+                *o = add(*o, x, y);
             }
-            (Lane::Vector(x), Lane::Scalar(y)) => {
-                for (o, &x) in out.iter_mut().zip(x) {
-                    *o = add(*o, x, y);
-                }
+        }
+        (Lane::Scalar(x), Lane::Vector(y)) => {
+            for (o, &y) in out.iter_mut().zip(y) {
+                *o = add(*o, x, y);
             }
-            (Lane::Scalar(x), Lane::Scalar(y)) => {
-                for o in out.iter_mut() {
-                    *o = add(*o, x, y);
-                }
+        }
+        (Lane::Vector(x), Lane::Scalar(y)) => {
+            for (o, &x) in out.iter_mut().zip(x) {
+                *o = add(*o, x, y);
+            }
+        }
+        (Lane::Scalar(x), Lane::Scalar(y)) => {
+            for o in out.iter_mut() {
+                *o = add(*o, x, y);
             }
         }
     }

@@ -41,7 +41,7 @@ pub fn evaluate<T: Real>(formula: &Formula, inputs: &Inputs<T>, scheme: SumSchem
     let acc = Accumulator::new(formula, scheme);
     let (n_out, n_red) = if red.axis == 0 { (inputs.n_i, inputs.n_j) } else { (inputs.n_j, inputs.n_i) };
     let mut plan = Plan::new(formula);
-    let sq_dists = fusion::fuse_sq_dists(formula, &mut plan);
+    let fusions = fusion::fuse(formula, &mut plan, scheme);
     let width = acc.width();
     let mut values = vec![0.0; n_out * width];
     let mut indices = vec![0; n_out * width];
@@ -52,7 +52,7 @@ pub fn evaluate<T: Real>(formula: &Formula, inputs: &Inputs<T>, scheme: SumSchem
     let blocks = Mutex::new(
         values.chunks_mut(rows_per_block * width).zip(indices.chunks_mut(rows_per_block * width)).enumerate(),
     );
-    let ctx = Context { formula, plan: &plan, sq_dists: &sq_dists, acc: &acc, inputs, n_out, n_red, rows_per_block };
+    let ctx = Context { formula, plan: &plan, fusions: &fusions, acc: &acc, inputs, n_out, n_red, rows_per_block };
     let level = isa::Level::detect();
     let work = || isa::run(level, Worker { ctx: &ctx, blocks: &blocks });
     if threads == 1 {
@@ -70,7 +70,7 @@ pub fn evaluate<T: Real>(formula: &Formula, inputs: &Inputs<T>, scheme: SumSchem
 struct Context<'a, T> {
     formula: &'a Formula,
     plan: &'a Plan,
-    sq_dists: &'a fusion::SqDists,
+    fusions: &'a fusion::Fusions,
     acc: &'a Accumulator,
     inputs: &'a Inputs<'a, T>,
     n_out: usize,
@@ -154,10 +154,15 @@ impl<T: Real> Workspace<T> {
                 for &id in &plan.pair {
                     self.compute(ctx, id, &frame, fma);
                 }
-                let f = view(ctx, &self.buffers, red.f, &frame);
-                let g = red.g.map_or(Arg::EMPTY, |g| view(ctx, &self.buffers, g, &frame));
                 let state = &mut self.states[r * state_len..(r + 1) * state_len];
-                acc.accumulate(state, &f, &g, len, j0, &mut self.scratch, fma);
+                if let Some([a, b]) = ctx.fusions.product_sum {
+                    let (a, b) = (view(ctx, &self.buffers, a, &frame), view(ctx, &self.buffers, b, &frame));
+                    acc.accumulate_product_sum(state, &a, &b, len, fma);
+                } else {
+                    let f = view(ctx, &self.buffers, red.f, &frame);
+                    let g = red.g.map_or(Arg::EMPTY, |g| view(ctx, &self.buffers, g, &frame));
+                    acc.accumulate(state, &f, &g, len, j0, &mut self.scratch, fma);
+                }
             }
         }
         for r in 0..rows {
@@ -172,9 +177,13 @@ impl<T: Real> Workspace<T> {
         let node = &ctx.formula.graph.nodes[id];
         let mut out = std::mem::take(&mut self.buffers[id]);
         let len = if ctx.plan.roles[id].is_some_and(Role::varies_in_tile) { frame.len } else { 1 };
-        if let Some([a, b]) = ctx.sq_dists[id] {
+        if let Some([a, b]) = ctx.fusions.sq_dists[id] {
             let (a, b) = (view(ctx, &self.buffers, a, frame), view(ctx, &self.buffers, b, frame));
             ops::sq_dist(&a, &b, &mut out, len, fma);
+        } else if let Some((a, s)) = ctx.fusions.scaled_exps[id] {
+            let a = view(ctx, &self.buffers, a, frame);
+            let s = s.map(|s| view(ctx, &self.buffers, s, frame));
+            ops::scaled_exp(&a, s.as_ref(), &mut out, len, fma);
         } else {
             let mut args = [Arg::EMPTY; 3];
             for (slot, &a) in args.iter_mut().zip(&node.args) {

@@ -1,6 +1,6 @@
 //! One tight loop per operation of the graph, over the lanes of a tile.
 
-use super::lanes::{at, copy, fold1, map1, map2, mul_add, sum_components, Arg};
+use super::lanes::{at, copy, fold1, map1, map2, mul_add, sum_components, Arg, Lane};
 use crate::formula::Op;
 use crate::real::Real;
 
@@ -16,6 +16,17 @@ fn bool_to<T: Real>(b: bool) -> T {
 #[inline(always)]
 pub fn sq_dist<T: Real>(a: &Arg<T>, b: &Arg<T>, out: &mut [T], len: usize, fma: bool) {
     sum_components(out, len, a.dim.max(b.dim), a, b, |s, x, y| (x - y).madd(x - y, s, fma));
+}
+
+/// Exp(s * a) in one pass, with `s` one number per tile; Exp(-a) where `s` is None.
+#[inline(always)]
+pub fn scaled_exp<T: Real>(a: &Arg<T>, s: Option<&Arg<T>>, out: &mut [T], len: usize, fma: bool) {
+    let scale = match s.map(|s| s.lane(0, 1)) {
+        None => -T::ONE,
+        Some(Lane::Scalar(s)) => s,
+        Some(Lane::Vector(_)) => unreachable!("the scale of a fused Exp is one number per tile"),
+    };
+    map1(out, len, a.lane(0, len), |x| (scale * x).exp(fma));
 }
 
 /// Evaluates `op` on `args` into `out` (`dim` components of `len` values each, component-major).

@@ -48,18 +48,18 @@ pub fn tile_sum<T: Real>(x: &[T]) -> T {
 }
 
 #[inline(always)]
-fn tile_dot<T: Real>(x: &[T], y: &[T]) -> T {
+fn tile_dot<T: Real>(x: &[T], y: &[T], fma: bool) -> T {
     let mut acc = [T::ZERO; 8];
     let (cx, cy) = (x.chunks_exact(8), y.chunks_exact(8));
     let (rx, ry) = (cx.remainder(), cy.remainder());
     for (a, b) in cx.zip(cy) {
         for k in 0..8 {
-            acc[k] = acc[k] + a[k] * b[k];
+            acc[k] = a[k].madd(b[k], acc[k], fma);
         }
     }
     let mut s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
     for (&a, &b) in rx.iter().zip(ry) {
-        s = s + a * b;
+        s = a.madd(b, s, fma);
     }
     s
 }
@@ -71,19 +71,16 @@ fn better<T: Real>(x: T, best: T, max: bool) -> bool {
     (if max { x > best } else { x < best }) || (x.is_nan() && !best.is_nan())
 }
 
-/// Terms per chunk in the selections' first, vectorised look.
+/// Terms per chunk in the selections' first, vectorised look (at most 64: one bit each).
 const SCAN: usize = 32;
 
-/// Whether some term of `chunk` may beat `worst`: `!(x >= worst)` is `better(x, worst)` when
-/// `worst` is a number (NaN included, which must win), and true when `worst` is NaN.
+/// The terms of `chunk` that may beat `worst`, one bit each: `!(x >= worst)` is `better(x, worst)`
+/// when `worst` is a number (NaN included, which must win), and true when `worst` is NaN.
 #[inline(always)]
 #[allow(clippy::neg_cmp_op_on_partial_ord)] // the negation is what lets NaN through
-fn any_candidate<T: Real>(chunk: &[T], worst: T, max: bool) -> bool {
-    if max {
-        chunk.iter().fold(false, |hit, &x| hit | !(x <= worst))
-    } else {
-        chunk.iter().fold(false, |hit, &x| hit | !(x >= worst))
-    }
+fn candidate_mask<T: Real>(chunk: &[T], worst: T, max: bool) -> u64 {
+    let hit = |x: T| if max { !(x <= worst) } else { !(x >= worst) };
+    chunk.iter().enumerate().fold(0, |mask, (u, &x)| mask | (u64::from(hit(x)) << u))
 }
 
 impl Accumulator {
@@ -191,6 +188,19 @@ impl Accumulator {
         }
     }
 
+    /// Adds the terms of a Sum reduction of `a * b` (see `fusion`), by blocks like `accumulate_sum`.
+    #[inline(always)]
+    pub fn accumulate_product_sum<T: Real>(&self, state: &mut [f64], a: &Arg<T>, b: &Arg<T>, len: usize, fma: bool) {
+        for (c, s) in state[..self.dim].iter_mut().enumerate() {
+            let term = match (a.lane(c, len), b.lane(c, len)) {
+                (Lane::Vector(x), Lane::Vector(y)) => tile_dot(x, y, fma),
+                (Lane::Scalar(s), Lane::Vector(v)) | (Lane::Vector(v), Lane::Scalar(s)) => s * tile_sum(v),
+                (Lane::Scalar(x), Lane::Scalar(y)) => x * y * T::from_f64(len as f64),
+            };
+            *s += term.to_f64();
+        }
+    }
+
     /// The `k` smallest (or largest) values of each component with their indices, kept sorted;
     /// equal values keep the order of their indices.
     #[inline(always)]
@@ -212,12 +222,13 @@ impl Accumulator {
             let (v, ix) = (&mut vals[c * k..(c + 1) * k], &mut idx[c * k..(c + 1) * k]);
             let mut worst = T::from_f64(v[k - 1]);
             // Most terms lose to the current k-th best: a chunk is ruled out by one vectorised
-            // comparison, and only chunks with a candidate are looked at term by term.
+            // comparison, and only its candidates are looked at one by one.
             for (chunk_start, chunk) in (0..len).step_by(SCAN).zip(x.chunks(SCAN)) {
-                if ix[k - 1] >= 0.0 && !any_candidate(chunk, worst, max) {
-                    continue;
-                }
-                for (t, &xt) in (chunk_start..).zip(chunk) {
+                let mut candidates = if ix[k - 1] >= 0.0 { candidate_mask(chunk, worst, max) } else { u64::MAX };
+                while candidates != 0 {
+                    let u = candidates.trailing_zeros() as usize;
+                    candidates &= candidates - 1;
+                    let Some(&xt) = chunk.get(u) else { break };
                     if ix[k - 1] >= 0.0 && !better(xt, worst, max) {
                         continue;
                     }
@@ -228,7 +239,7 @@ impl Accumulator {
                         p -= 1;
                     }
                     v[p] = xt.to_f64();
-                    ix[p] = (j0 + t) as f64;
+                    ix[p] = (j0 + chunk_start + u) as f64;
                     worst = T::from_f64(v[k - 1]);
                 }
             }
@@ -281,7 +292,7 @@ impl Accumulator {
         }
         for c in 0..self.gdim {
             let s = match g.lane(c, len) {
-                Lane::Vector(w) => tile_dot(e, w),
+                Lane::Vector(w) => tile_dot(e, w, fma),
                 Lane::Scalar(w) => tile_sum(e) * w,
             };
             sums[slot + c] = sums[slot + c] * old_scale + s.to_f64() * tile_scale;
