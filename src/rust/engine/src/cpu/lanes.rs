@@ -163,13 +163,11 @@ pub fn sum_components<T: Real>(
         let order = pairing(c).map(|p| p.2);
         let group = (c..dim.min(c + 4)).take_while(|&k| pairing(k).map(|p| p.2) == order && order.is_some()).count();
         let column = |k: usize| pairing(c + k).map(|(s, v, _)| (s, v)).unwrap();
-        match (group, order) {
-            (4, Some(true)) => pass(out, first, [column(0), column(1), column(2), column(3)], |o, s, v| add(o, s, v)),
-            (4, Some(false)) => pass(out, first, [column(0), column(1), column(2), column(3)], |o, s, v| add(o, v, s)),
-            (3, Some(true)) => pass(out, first, [column(0), column(1), column(2)], |o, s, v| add(o, s, v)),
-            (3, Some(false)) => pass(out, first, [column(0), column(1), column(2)], |o, s, v| add(o, v, s)),
-            (2, Some(true)) => pass(out, first, [column(0), column(1)], |o, s, v| add(o, s, v)),
-            (2, Some(false)) => pass(out, first, [column(0), column(1)], |o, s, v| add(o, v, s)),
+        let scalar_first = order == Some(true);
+        match group {
+            4 => pass::<T, 4>(out, first, std::array::from_fn(column), scalar_first, &add),
+            3 => pass::<T, 3>(out, first, std::array::from_fn(column), scalar_first, &add),
+            2 => pass::<T, 2>(out, first, std::array::from_fn(column), scalar_first, &add),
             _ => {
                 one_component(out, first, a.lane(c, len), b.lane(c, len), &add);
                 c += 1;
@@ -180,18 +178,48 @@ pub fn sum_components<T: Real>(
     }
 }
 
-/// `out[t] (+)= sum over g of add(., s_g, v_g[t])`, in one pass.
+/// `out[t] (+)= sum over g of add(., s_g, v_g[t])` (arguments swapped unless `scalar_first`), in
+/// one pass.
 #[inline(always)]
-fn pass<T: Real, const G: usize>(out: &mut [T], first: bool, columns: [(T, &[T]); G], add: impl Fn(T, T, T) -> T) {
+fn pass<T: Real, const G: usize>(
+    out: &mut [T],
+    first: bool,
+    columns: [(T, &[T]); G],
+    scalar_first: bool,
+    add: &impl Fn(T, T, T) -> T,
+) {
+    if scalar_first {
+        pass_in_order(out, first, columns, add);
+    } else {
+        pass_in_order(out, first, columns, &|acc, s, v| add(acc, v, s));
+    }
+}
+
+#[inline(always)]
+fn pass_in_order<T: Real, const G: usize>(
+    out: &mut [T],
+    first: bool,
+    columns: [(T, &[T]); G],
+    add: &impl Fn(T, T, T) -> T,
+) {
     let n = out.len();
     let s = columns.map(|(s, _)| s);
     let v = columns.map(|(_, v)| &v[..n]);
-    for (t, o) in out.iter_mut().enumerate() {
-        let mut acc = if first { T::ZERO } else { *o };
+    let sum = |mut acc: T, t: usize| {
         for g in 0..G {
             acc = add(acc, s[g], v[g][t]);
         }
-        *o = acc;
+        acc
+    };
+    // Two loops rather than a test in one: each vectorises on its own.
+    if first {
+        for (t, o) in out.iter_mut().enumerate() {
+            *o = sum(T::ZERO, t);
+        }
+    } else {
+        for (t, o) in out.iter_mut().enumerate() {
+            *o = sum(*o, t);
+        }
     }
 }
 

@@ -157,7 +157,7 @@ impl<T: Real> Workspace<T> {
                 let state = &mut self.states[r * state_len..(r + 1) * state_len];
                 if let Some([a, b]) = ctx.fusions.product_sum {
                     let (a, b) = (view(ctx, &self.buffers, a, &frame), view(ctx, &self.buffers, b, &frame));
-                    acc.accumulate_product_sum(state, &a, &b, len, fma);
+                    acc.accumulate_product_sum(state, &a, &b, len, &mut self.scratch, fma);
                 } else {
                     let f = view(ctx, &self.buffers, red.f, &frame);
                     let g = red.g.map_or(Arg::EMPTY, |g| view(ctx, &self.buffers, g, &frame));

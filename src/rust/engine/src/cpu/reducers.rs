@@ -28,40 +28,53 @@ fn as_slice<'a, T: Real>(lane: Lane<'a, T>, len: usize, scratch: &'a mut [T]) ->
     }
 }
 
-/// Sum of a tile in the working precision, with eight independent partial sums (vectorisable,
-/// and more accurate than one running sum).
+/// Sum of a tile by halves: each level adds the upper half onto the lower one in a single
+/// vectorised pass, into `buf` (at least half as long as `x`). Pairwise summation: more accurate
+/// than a running sum, and no horizontal reduction for the compiler to get wrong.
 #[inline(always)]
-pub fn tile_sum<T: Real>(x: &[T]) -> T {
-    let mut acc = [T::ZERO; 8];
-    let chunks = x.chunks_exact(8);
-    let rest = chunks.remainder();
-    for ch in chunks {
-        for k in 0..8 {
-            acc[k] = acc[k] + ch[k];
-        }
+pub fn tile_sum<T: Real>(x: &[T], buf: &mut [T]) -> T {
+    let (lo, hi) = x.split_at(x.len() - x.len() / 2);
+    if lo.is_empty() {
+        return T::ZERO;
     }
-    let mut s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for &r in rest {
-        s = s + r;
+    let buf = &mut buf[..lo.len()];
+    buf.copy_from_slice(lo);
+    for (b, &h) in buf.iter_mut().zip(hi) {
+        *b = *b + h;
     }
-    s
+    fold_halves(buf)
+}
+
+/// Sum of `x[t] * y[t]` over a tile, by halves like `tile_sum`.
+#[inline(always)]
+fn tile_dot<T: Real>(x: &[T], y: &[T], buf: &mut [T], fma: bool) -> T {
+    let n = x.len().min(y.len());
+    let m = n - n / 2;
+    if m == 0 {
+        return T::ZERO;
+    }
+    let buf = &mut buf[..m];
+    for ((b, &x), &y) in buf.iter_mut().zip(&x[..m]).zip(&y[..m]) {
+        *b = x * y;
+    }
+    for ((b, &x), &y) in buf.iter_mut().zip(&x[m..n]).zip(&y[m..n]) {
+        *b = x.madd(y, *b, fma);
+    }
+    fold_halves(buf)
 }
 
 #[inline(always)]
-fn tile_dot<T: Real>(x: &[T], y: &[T], fma: bool) -> T {
-    let mut acc = [T::ZERO; 8];
-    let (cx, cy) = (x.chunks_exact(8), y.chunks_exact(8));
-    let (rx, ry) = (cx.remainder(), cy.remainder());
-    for (a, b) in cx.zip(cy) {
-        for k in 0..8 {
-            acc[k] = a[k].madd(b[k], acc[k], fma);
+fn fold_halves<T: Real>(buf: &mut [T]) -> T {
+    let mut n = buf.len();
+    while n > 1 {
+        let h = n / 2;
+        let (lo, hi) = buf[..n].split_at_mut(n - h);
+        for (l, &h) in lo.iter_mut().zip(&*hi) {
+            *l = *l + h;
         }
+        n -= h;
     }
-    let mut s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (&a, &b) in rx.iter().zip(ry) {
-        s = a.madd(b, s, fma);
-    }
-    s
+    buf[0]
 }
 
 /// Whether `x` should replace `best` in a min (`max = false`) or max selection. NaN wins, so that
@@ -151,7 +164,7 @@ impl Accumulator {
     ) {
         use ReductionKind::*;
         match self.kind {
-            Sum => self.accumulate_sum(state, f, len),
+            Sum => self.accumulate_sum(state, f, len, scratch),
             Min | ArgMin | MinArgMin => self.accumulate_select(state, f, len, j0, 1, false, scratch),
             Max | ArgMax | MaxArgMax => self.accumulate_select(state, f, len, j0, 1, true, scratch),
             KMin | ArgKMin | KMinArgKMin => self.accumulate_select(state, f, len, j0, self.k, false, scratch),
@@ -160,11 +173,11 @@ impl Accumulator {
     }
 
     #[inline(always)]
-    fn accumulate_sum<T: Real>(&self, state: &mut [f64], f: &Arg<T>, len: usize) {
+    fn accumulate_sum<T: Real>(&self, state: &mut [f64], f: &Arg<T>, len: usize, scratch: &mut [T]) {
         for c in 0..self.dim {
             let lane = f.lane(c, len);
             match (self.scheme, lane) {
-                (SumScheme::Auto | SumScheme::BlockSum, Lane::Vector(x)) => state[c] += tile_sum(x).to_f64(),
+                (SumScheme::Auto | SumScheme::BlockSum, Lane::Vector(x)) => state[c] += tile_sum(x, scratch).to_f64(),
                 (SumScheme::Auto | SumScheme::BlockSum, Lane::Scalar(x)) => state[c] += x.to_f64() * len as f64,
                 (SumScheme::DirectSum, lane) => {
                     let mut s = T::from_f64(state[c]);
@@ -190,11 +203,20 @@ impl Accumulator {
 
     /// Adds the terms of a Sum reduction of `a * b` (see `fusion`), by blocks like `accumulate_sum`.
     #[inline(always)]
-    pub fn accumulate_product_sum<T: Real>(&self, state: &mut [f64], a: &Arg<T>, b: &Arg<T>, len: usize, fma: bool) {
+    #[allow(clippy::too_many_arguments)]
+    pub fn accumulate_product_sum<T: Real>(
+        &self,
+        state: &mut [f64],
+        a: &Arg<T>,
+        b: &Arg<T>,
+        len: usize,
+        scratch: &mut [T],
+        fma: bool,
+    ) {
         for (c, s) in state[..self.dim].iter_mut().enumerate() {
             let term = match (a.lane(c, len), b.lane(c, len)) {
-                (Lane::Vector(x), Lane::Vector(y)) => tile_dot(x, y, fma),
-                (Lane::Scalar(s), Lane::Vector(v)) | (Lane::Vector(v), Lane::Scalar(s)) => s * tile_sum(v),
+                (Lane::Vector(x), Lane::Vector(y)) => tile_dot(x, y, scratch, fma),
+                (Lane::Scalar(s), Lane::Vector(v)) | (Lane::Vector(v), Lane::Scalar(s)) => s * tile_sum(v, scratch),
                 (Lane::Scalar(x), Lane::Scalar(y)) => x * y * T::from_f64(len as f64),
             };
             *s += term.to_f64();
@@ -287,13 +309,13 @@ impl Accumulator {
         let mut slot = 0;
         if self.kind != ReductionKind::LogSumExpWeight {
             // The plain sum: the result of LogSumExp, the denominator of SumSoftMaxWeight.
-            sums[0] = sums[0] * old_scale + tile_sum(e).to_f64() * tile_scale;
+            sums[0] = sums[0] * old_scale + tile_sum(e, rest).to_f64() * tile_scale;
             slot = 1;
         }
         for c in 0..self.gdim {
             let s = match g.lane(c, len) {
-                Lane::Vector(w) => tile_dot(e, w, fma),
-                Lane::Scalar(w) => tile_sum(e) * w,
+                Lane::Vector(w) => tile_dot(e, w, rest, fma),
+                Lane::Scalar(w) => tile_sum(e, rest) * w,
             };
             sums[slot + c] = sums[slot + c] * old_scale + s.to_f64() * tile_scale;
         }
