@@ -1,5 +1,5 @@
 //! Every reduction against a direct double loop, on sizes that are not multiples of the tile (more
-//! than two CPU tiles of 1024 along the reduced index for the first tests), on both
+//! than two CPU tiles, of 256 to 4096 indices, along the reduced index for the first tests), on both
 //! axes, in float64 and float32.
 
 use engine::{Backend, Input, Operator, Output, Precision, RunOptions, SumScheme};
@@ -59,7 +59,7 @@ fn tolerance(p: Precision) -> f64 {
 
 #[test]
 fn gaussian_sum_both_axes() {
-    let data = Data::new(301, 2517, 3);
+    let data = Data::new(301, 9517, 3);
     let args = ["x = Vi(3)", "y = Vj(3)", "b = Vj(2)", "s = Pm(1)"];
     let s = [0.7];
     let inputs = [
@@ -107,7 +107,7 @@ fn select(data: &Data, axis: usize, k: usize, max: bool) -> (Vec<f64>, Vec<i32>)
 
 #[test]
 fn selections_both_axes() {
-    let data = Data::new(263, 2389, 2);
+    let data = Data::new(263, 9389, 2);
     let args = ["x = Vi(2)", "y = Vj(2)"];
     let inputs = [Input { data: &data.x, nrow: data.n, ncol: 2 }, Input { data: &data.y, nrow: data.m, ncol: 2 }];
     for axis in [0, 1] {
@@ -169,7 +169,7 @@ fn vector_valued_selection_is_per_component() {
 
 #[test]
 fn log_sum_exp_and_soft_max() {
-    let data = Data::new(129, 2100, 3);
+    let data = Data::new(129, 8300, 3);
     let args = ["x = Vi(3)", "y = Vj(3)", "b = Vj(2)"];
     let inputs = [
         Input { data: &data.x, nrow: data.n, ncol: 3 },
@@ -292,7 +292,7 @@ fn input_errors_name_the_variable() {
 
 #[test]
 fn float16_storage_is_float32_arithmetic_on_rounded_inputs() {
-    let data = Data::new(301, 2517, 3);
+    let data = Data::new(301, 9517, 3);
     let round = |v: &[f64]| -> Vec<f64> { v.iter().map(|&x| half::f16::from_f64(x).to_f64()).collect() };
     let (xr, yr, br) = (round(&data.x), round(&data.y), round(&data.b));
     let args = ["x = Vi(3)", "y = Vj(3)", "b = Vj(2)"];
@@ -317,7 +317,7 @@ fn float16_storage_is_float32_arithmetic_on_rounded_inputs() {
 /// machine has must give the same results (RKEOPS_CPU_ISA caps the choice).
 #[test]
 fn every_instruction_set() {
-    let data = Data::new(97, 2300, 3);
+    let data = Data::new(97, 9300, 3);
     let args = ["x = Vi(3)", "y = Vj(3)", "b = Vj(1)"];
     let inputs = [
         Input { data: &data.x, nrow: data.n, ncol: 3 },

@@ -1,4 +1,4 @@
-//! The CPU evaluator: tiles of (one output row) x (TILE reduced indices), every operation one tight
+//! The CPU evaluator: tiles of (one output row) x (`tile_len` reduced indices), every operation one tight
 //! loop over the tile in structure-of-arrays layout, threads over blocks of output rows. Memory is
 //! O(inputs + outputs + threads x tile), never N x M.
 
@@ -18,8 +18,18 @@ use crate::reduction::SumScheme;
 use lanes::Arg;
 use reducers::Accumulator;
 
-/// Reduced indices per tile: the tile's buffers (a few per node) stay in L1/L2.
-pub const TILE: usize = 1024;
+/// Reduced indices per tile: long tiles spread the cost of walking the formula graph, short ones
+/// keep the tile's buffers in L1 (16 KiB each) and the inputs it reads in L2 (1 MiB at most). Measured
+/// on a Zen CPU: 4096 is best for D = 3 in float32, 1024 for D = 64 in float64.
+fn tile_len<T>(formula: &Formula) -> usize {
+    let size = std::mem::size_of::<T>();
+    let reduced = if formula.reduction.axis == 0 { Category::J } else { Category::I };
+    let input_dims: usize = formula.variables.iter().filter(|v| v.category == reduced).map(|v| v.dim).sum();
+    let fit = (16 << 10) / size;
+    let fit = fit.min((1 << 20) / (size * input_dims.max(1)));
+    // A power of two between 256 and 4096.
+    (1usize << fit.max(1).ilog2()).clamp(256, 4096)
+}
 
 /// What the evaluator returns: `width` values and indices per output row, rows one after the other.
 pub struct RowMajor {
@@ -52,7 +62,17 @@ pub fn evaluate<T: Real>(formula: &Formula, inputs: &Inputs<T>, scheme: SumSchem
     let blocks = Mutex::new(
         values.chunks_mut(rows_per_block * width).zip(indices.chunks_mut(rows_per_block * width)).enumerate(),
     );
-    let ctx = Context { formula, plan: &plan, fusions: &fusions, acc: &acc, inputs, n_out, n_red, rows_per_block };
+    let ctx = Context {
+        formula,
+        plan: &plan,
+        fusions: &fusions,
+        tile: tile_len::<T>(formula),
+        acc: &acc,
+        inputs,
+        n_out,
+        n_red,
+        rows_per_block,
+    };
     let level = isa::Level::detect();
     let work = || isa::run(level, Worker { ctx: &ctx, blocks: &blocks });
     if threads == 1 {
@@ -71,6 +91,7 @@ struct Context<'a, T> {
     formula: &'a Formula,
     plan: &'a Plan,
     fusions: &'a fusion::Fusions,
+    tile: usize,
     acc: &'a Accumulator,
     inputs: &'a Inputs<'a, T>,
     n_out: usize,
@@ -113,7 +134,7 @@ impl<T: Real> Workspace<T> {
         let buffers = (0..graph.nodes.len())
             .map(|id| match ctx.plan.roles[id] {
                 Some(role) if !matches!(graph.nodes[id].op, Op::Input(_)) => {
-                    vec![T::ZERO; graph.dim(id) * if role.varies_in_tile() { TILE } else { 1 }]
+                    vec![T::ZERO; graph.dim(id) * if role.varies_in_tile() { ctx.tile } else { 1 }]
                 }
                 _ => Vec::new(),
             })
@@ -121,7 +142,7 @@ impl<T: Real> Workspace<T> {
         let mut ws = Workspace {
             buffers,
             states: vec![0.0; ctx.rows_per_block * ctx.acc.state_len()],
-            scratch: vec![T::ZERO; 2 * TILE],
+            scratch: vec![T::ZERO; 2 * ctx.tile],
         };
         let frame = Frame { row: 0, j0: 0, len: 1 };
         for &id in &ctx.plan.constant {
@@ -140,8 +161,8 @@ impl<T: Real> Workspace<T> {
         for r in 0..rows {
             acc.init(&mut self.states[r * state_len..(r + 1) * state_len]);
         }
-        for j0 in (0..ctx.n_red).step_by(TILE) {
-            let len = TILE.min(ctx.n_red - j0);
+        for j0 in (0..ctx.n_red).step_by(ctx.tile) {
+            let len = ctx.tile.min(ctx.n_red - j0);
             let tile = Frame { row: first, j0, len };
             for &id in &plan.inner {
                 self.compute(ctx, id, &tile, fma);
