@@ -6,6 +6,9 @@
 #   make demo     run inst/demo/demo.R against ./lib
 #   make test     cargo tests of the engine, then the testthat suite
 #   make check    R CMD build + R CMD check --no-manual
+#   make bench-cpu  time rkeops, pykeops and dense R on the CPU in one run
+#                 (NMAX=1e6 largest N = M, BUDGET=60 seconds per measurement,
+#                 REPS=5, BENCH_OUT=file.md to also write the report)
 #   make doc      regenerate NAMESPACE and man/ with roxygen2
 #   make clean    remove R build products (keeps the cargo target directory)
 #   make distclean  also remove src/rust/target and src/rust/.cargo
@@ -25,7 +28,13 @@ APT_PKGS := r-base-dev r-cran-testthat r-cran-roxygen2 r-cran-knitr r-cran-rmark
 R_PKGS := testthat roxygen2 knitr rmarkdown
 CARGO_MANIFEST := src/rust/Cargo.toml
 
-.PHONY: all deps install demo test check doc clean distclean
+# make bench-cpu settings (see bench/cpu_compare.R).
+NMAX ?= 1e6
+BUDGET ?= 60
+REPS ?= 5
+BENCH_OUT ?=
+
+.PHONY: all deps install demo test check doc clean distclean bench-cpu
 
 all: install
 
@@ -79,6 +88,10 @@ demo: install
 test: install
 	cargo test --release --manifest-path $(CARGO_MANIFEST) -p rkeops-engine
 	R_LIBS=$(LIB_DIR) Rscript tools/run-tests.R tests/testthat
+
+bench-cpu: install
+	NMAX=$(NMAX) BUDGET=$(BUDGET) REPS=$(REPS) BENCH_OUT='$(BENCH_OUT)' \
+		R_LIBS=$(LIB_DIR) Rscript bench/cpu_compare.R
 
 check: deps
 	rm -f rkeops_*.tar.gz
