@@ -220,32 +220,37 @@ mem_n <- min(1e6, nmax)
 mem_m <- min(1e4, nmax)
 rkeops_use_cpu()
 rkeops_use_float32()
-local({
-  set.seed(1)
-  x <- matrix(runif(3 * mem_n), mem_n, 3)
-  y <- matrix(runif(3 * mem_m), mem_m, 3)
-  b <- matrix(rnorm(mem_m), mem_m, 1)
-  op <- gauss_op(3)
-  op(list(x[1:100, ], y[1:100, ], b[1:100, , drop = FALSE]))  # threads and libraries loaded first
+can_reset <- file.access("/proc/self/clear_refs", 2) == 0
+big <- function(v) formatC(v, format = "d", big.mark = ",")
+emit("## Memory")
+emit("")
+emit(sprintf(paste("Float32, D = 3, N = %s%s, M = %s: the peak resident memory of the R process during one call,",
+                   "above what it held before (inputs included; VmHWM reset before the call%s).",
+                   "%sFor scale: x as R doubles is %.1f MB."),
+             big(mem_n), if (mem_n < 1e6) " (NMAX < 10^6)" else "", big(mem_m),
+             if (can_reset) "" else ": could not be reset, a lower bound",
+             if (mem_m < mem_n) "Memory does not depend on M beyond the size of y: M is kept small to keep the call short. " else "",
+             8 * 3 * mem_n / 2^20))
+emit("")
+emit("| case | seconds | peak above before (MB) | result as R holds it (MB) |")
+emit("|---|---|---|---|")
+set.seed(1)
+mem_data <- list(x = matrix(runif(3 * mem_n), mem_n, 3), y = matrix(runif(3 * mem_m), mem_m, 3),
+                 b = matrix(rnorm(mem_m), mem_m, 1))
+for (kind in c("gauss", "argkmin")) local({
+  f <- rkeops_fun(kind, 3)
+  f(lapply(mem_data, function(a) a[1:100, , drop = FALSE]))  # threads and libraries loaded first
   gc()
-  reset <- tryCatch({ writeLines("5", "/proc/self/clear_refs"); TRUE }, error = function(e) FALSE)
+  if (can_reset) writeLines("5", "/proc/self/clear_refs")
   before <- status_mb("VmRSS")
   start <- Sys.time()
-  res <- op(list(x, y, b))
+  res <- f(mem_data)
   secs <- as.numeric(difftime(Sys.time(), start, units = "secs"))
   peak <- status_mb("VmHWM")
-  emit("## Memory")
-  emit("")
-  big <- function(v) formatC(v, format = "d", big.mark = ",")
-  emit(sprintf(paste("Gaussian sum, float32, D = 3, N = %s%s, M = %s, one call (%.3g s): the peak resident memory",
-                     "of the R process rose %.1f MB above the %.1f MB it held before the call (inputs included)%s.",
-                     "%sFor scale: x as R doubles is %.1f MB, the result %.1f MB."),
-               big(mem_n), if (mem_n < 1e6) " (NMAX < 10^6)" else "", big(mem_m), secs, peak - before, before,
-               if (reset) "" else " (VmHWM could not be reset: a lower bound)",
-               if (mem_m < mem_n) "Memory does not depend on M beyond the size of y: M is kept small to keep the call short. " else "",
-               8 * length(x) / 2^20, 8 * length(res) / 2^20))
-  emit("")
+  label <- c(gauss = "Gaussian sum", argkmin = "ArgKMin K=10")[[kind]]
+  emit(sprintf("| %s | %.3g | %.1f | %.1f |", label, secs, peak - before, as.numeric(object.size(res)) / 2^20))
 })
+emit("")
 
 # ---- timings ------------------------------------------------------------------------------------
 

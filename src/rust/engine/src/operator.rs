@@ -162,10 +162,10 @@ impl Operator {
         };
         let red = &self.formula.reduction;
         let nrow = if red.axis == 0 { n_i } else { n_j };
-        let (values, indices) = to_column_major(&rows, nrow);
+        let (values, indices) = to_column_major(rows, nrow);
         Ok(Output {
-            values: red.kind.returns_values().then_some(values),
-            indices: red.kind.returns_indices().then_some(indices),
+            values,
+            indices,
             nrow,
             k: red.k,
             dim: self.formula.output_dim(),
@@ -272,15 +272,20 @@ fn to_f16<U>(x: &[f64], f: impl Fn(half::f16) -> U) -> Vec<U> {
     x.iter().map(|&v| f(half::f16::from_f64(v))).collect()
 }
 
-fn to_column_major(rows: &RowMajor, nrow: usize) -> (Vec<f64>, Vec<i32>) {
-    let w = rows.width;
-    let mut values = vec![0.0; rows.values.len()];
-    let mut indices = vec![0; rows.indices.len()];
-    for r in 0..nrow {
-        for c in 0..w {
-            values[r + nrow * c] = rows.values[r * w + c];
-            indices[r + nrow * c] = rows.indices[r * w + c];
+/// The results in R's order, each buffer freed once transposed (what is not returned is `None`).
+fn to_column_major(rows: RowMajor, nrow: usize) -> (Option<Vec<f64>>, Option<Vec<i32>>) {
+    fn transpose<X: Copy + Default>(rows: Vec<X>, nrow: usize, width: usize) -> Option<Vec<X>> {
+        if rows.is_empty() {
+            return None;
         }
+        let mut columns = vec![X::default(); rows.len()];
+        for (r, row) in rows.chunks(width).enumerate() {
+            for (c, &x) in row.iter().enumerate() {
+                columns[r + nrow * c] = x;
+            }
+        }
+        Some(columns)
     }
-    (values, indices)
+    let RowMajor { values, indices, width } = rows;
+    (transpose(values, nrow, width), transpose(indices, nrow, width))
 }

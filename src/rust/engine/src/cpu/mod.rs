@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use crate::formula::{Category, Formula, Op};
 use crate::plan::{Plan, Role};
 use crate::real::Real;
-use crate::reduction::SumScheme;
+use crate::reduction::{ReductionKind, SumScheme};
 use lanes::Arg;
 use reducers::Accumulator;
 
@@ -31,11 +31,26 @@ fn tile_len<T>(formula: &Formula) -> usize {
     (1usize << fit.max(1).ilog2()).clamp(256, 4096)
 }
 
-/// What the evaluator returns: `width` values and indices per output row, rows one after the other.
+/// What the evaluator returns: `width` values and indices per output row, rows one after the other;
+/// `values` or `indices` is empty when the reduction does not return it.
 pub struct RowMajor {
     pub values: Vec<f64>,
     pub indices: Vec<i32>,
     pub width: usize,
+}
+
+impl RowMajor {
+    /// Room for `n_out` rows of what `kind` returns, and nothing for what it does not (an ArgKMin of
+    /// 10^6 rows needs no 80 MB of values).
+    pub fn new(kind: ReductionKind, n_out: usize, width: usize) -> RowMajor {
+        let len = |wanted: bool| if wanted { n_out * width } else { 0 };
+        RowMajor { values: vec![0.0; len(kind.returns_values())], indices: vec![0; len(kind.returns_indices())], width }
+    }
+}
+
+/// Row `r` of a row-major buffer of `width` columns; empty when the buffer is (an output not wanted).
+pub fn row_of<X>(buf: &mut [X], r: usize, width: usize) -> &mut [X] {
+    buf.get_mut(r * width..(r + 1) * width).unwrap_or_default()
 }
 
 /// The inputs of one call, in the working precision, with the sizes of the two indices.
@@ -53,14 +68,16 @@ pub fn evaluate<T: Real>(formula: &Formula, inputs: &Inputs<T>, scheme: SumSchem
     let mut plan = Plan::new(formula);
     let fusions = fusion::fuse(formula, &mut plan, scheme);
     let width = acc.width();
-    let mut values = vec![0.0; n_out * width];
-    let mut indices = vec![0; n_out * width];
+    let mut out = RowMajor::new(red.kind, n_out, width);
 
     // Enough blocks of rows to keep every thread busy to the end, few enough to amortise a tile.
     let threads = threads.clamp(1, n_out.max(1));
     let rows_per_block = n_out.div_ceil(threads * 8).clamp(1, 64);
+    let mut values = out.values.chunks_mut(rows_per_block * width);
+    let mut indices = out.indices.chunks_mut(rows_per_block * width);
     let blocks = Mutex::new(
-        values.chunks_mut(rows_per_block * width).zip(indices.chunks_mut(rows_per_block * width)).enumerate(),
+        (0..n_out.div_ceil(rows_per_block))
+            .map(move |b| (b, values.next().unwrap_or_default(), indices.next().unwrap_or_default())),
     );
     let ctx = Context {
         formula,
@@ -84,7 +101,7 @@ pub fn evaluate<T: Real>(formula: &Formula, inputs: &Inputs<T>, scheme: SumSchem
             }
         });
     }
-    RowMajor { values, indices, width }
+    out
 }
 
 struct Context<'a, T> {
@@ -99,22 +116,22 @@ struct Context<'a, T> {
     rows_per_block: usize,
 }
 
-type Blocks<'v> =
-    Mutex<std::iter::Enumerate<std::iter::Zip<std::slice::ChunksMut<'v, f64>, std::slice::ChunksMut<'v, i32>>>>;
+/// A block of output rows: its number and where its values and indices go (empty when not wanted).
+type Block<'v> = (usize, &'v mut [f64], &'v mut [i32]);
 
 /// One thread's work: blocks of output rows taken from the shared queue until none is left.
-struct Worker<'a, 'v, T> {
+struct Worker<'a, T, B> {
     ctx: &'a Context<'a, T>,
-    blocks: &'a Blocks<'v>,
+    blocks: &'a Mutex<B>,
 }
 
-impl<T: Real> isa::Kernel for Worker<'_, '_, T> {
+impl<'v, T: Real, B: Iterator<Item = Block<'v>>> isa::Kernel for Worker<'_, T, B> {
     #[inline(always)]
     fn run(self, fma: bool) {
         let mut ws = Workspace::new(self.ctx);
         loop {
             let next = self.blocks.lock().map(|mut it| it.next()).unwrap_or(None);
-            let Some((b, (vals, idx))) = next else { break };
+            let Some((b, vals, idx)) = next else { break };
             ws.reduce_rows(self.ctx, b * self.ctx.rows_per_block, vals, idx, fma);
         }
     }
@@ -156,7 +173,7 @@ impl<T: Real> Workspace<T> {
     fn reduce_rows(&mut self, ctx: &Context<T>, first: usize, values: &mut [f64], indices: &mut [i32], fma: bool) {
         let (acc, plan, red) = (ctx.acc, ctx.plan, &ctx.formula.reduction);
         let width = acc.width();
-        let rows = values.len() / width.max(1);
+        let rows = ctx.rows_per_block.min(ctx.n_out - first);
         let state_len = acc.state_len();
         for r in 0..rows {
             acc.init(&mut self.states[r * state_len..(r + 1) * state_len]);
@@ -188,9 +205,8 @@ impl<T: Real> Workspace<T> {
         }
         for r in 0..rows {
             let state = &self.states[r * state_len..(r + 1) * state_len];
-            acc.finalize::<T>(state, &mut values[r * width..(r + 1) * width], &mut indices[r * width..(r + 1) * width]);
+            acc.finalize::<T>(state, row_of(values, r, width), row_of(indices, r, width));
         }
-        debug_assert!(first + rows <= ctx.n_out);
     }
 
     #[inline(always)]

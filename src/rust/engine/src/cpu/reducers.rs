@@ -378,7 +378,7 @@ impl Accumulator {
     }
 
     /// Writes the results of one row: `width()` values and indices, ordered `k + K c` (so that the
-    /// R array has dimensions n x K x dim).
+    /// R array has dimensions n x K x dim). An empty `values` or `indices` is one the caller does not want.
     pub fn finalize<T: Real>(&self, state: &[f64], values: &mut [f64], indices: &mut [i32]) {
         use ReductionKind::*;
         let round = |x: f64| T::from_f64(x).to_f64();
@@ -390,9 +390,11 @@ impl Accumulator {
             }
             Min | Max | ArgMin | ArgMax | MinArgMin | MaxArgMax | KMin | ArgKMin | KMinArgKMin => {
                 let half = state.len() / 2;
-                for p in 0..half {
-                    values[p] = state[p];
-                    indices[p] = state[half + p] as i32 + 1;
+                if !values.is_empty() {
+                    values.copy_from_slice(&state[..half]);
+                }
+                for (i, s) in indices.iter_mut().zip(&state[half..]) {
+                    *i = *s as i32 + 1;
                 }
             }
             LogSumExp => values[0] = round(state[0] + state[1].ln()),

@@ -11,7 +11,7 @@ use super::codegen::{self, Dtype};
 use super::device::{guarded, Device};
 use crate::cache::DiskCache;
 use crate::cpu::reducers::Accumulator;
-use crate::cpu::{Inputs, RowMajor};
+use crate::cpu::{row_of, Inputs, RowMajor};
 use crate::error::{Error, Result};
 use crate::formula::{Category, Formula};
 use crate::operator::RunOptions;
@@ -250,26 +250,20 @@ fn merge_block(
 /// Finalises every row, on every core.
 fn finish<T: Real>(acc: &Accumulator, states: Vec<f64>, n_out: usize, state_len: usize) -> RowMajor {
     let width = acc.width();
-    let mut values = vec![0.0; n_out * width];
-    let mut indices = vec![0; n_out * width];
+    let mut out = RowMajor::new(acc.kind, n_out, width);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let rows_per_thread = n_out.div_ceil(threads).max(4096);
     std::thread::scope(|s| {
-        let parts = states
-            .chunks(rows_per_thread * state_len)
-            .zip(values.chunks_mut(rows_per_thread * width))
-            .zip(indices.chunks_mut(rows_per_thread * width));
-        for ((st, vals), idx) in parts {
+        let mut values = out.values.chunks_mut(rows_per_thread * width);
+        let mut indices = out.indices.chunks_mut(rows_per_thread * width);
+        for st in states.chunks(rows_per_thread * state_len) {
+            let (vals, idx) = (values.next().unwrap_or_default(), indices.next().unwrap_or_default());
             s.spawn(move || {
                 for (k, state) in st.chunks(state_len).enumerate() {
-                    acc.finalize::<T>(
-                        state,
-                        &mut vals[k * width..(k + 1) * width],
-                        &mut idx[k * width..(k + 1) * width],
-                    );
+                    acc.finalize::<T>(state, row_of(vals, k, width), row_of(idx, k, width));
                 }
             });
         }
     });
-    RowMajor { values, indices, width }
+    out
 }
