@@ -342,3 +342,39 @@ fn every_instruction_set() {
     }
     std::env::remove_var("RKEOPS_CPU_ISA");
 }
+
+#[test]
+fn large_dimensions_group_rows() {
+    // D >= 16: the squared distances of several rows are computed together (cpu/row_block.rs), for
+    // row counts that are not multiples of the group and tiles that are not multiples of its lanes.
+    let data = Data::new(203, 9300, 37);
+    let args = ["x = Vi(37)", "y = Vj(37)", "b = Vj(1)", "s = Pm(1)"];
+    let s = [0.1];
+    let inputs = [
+        Input { data: &data.x, nrow: data.n, ncol: 37 },
+        Input { data: &data.y, nrow: data.m, ncol: 37 },
+        Input { data: &data.b[..data.m], nrow: data.m, ncol: 1 },
+        Input { data: &s, nrow: 1, ncol: 1 },
+    ];
+    let k = |i: usize, j: usize| (-0.1 * data.sqdist(i, j)).exp();
+    let by_row: Vec<f64> = (0..data.n).map(|i| (0..data.m).map(|j| k(i, j) * data.b[j]).sum()).collect();
+    let by_column: Vec<f64> = (0..data.m).map(|j| (0..data.n).map(|i| k(i, j)).sum()).collect();
+    let (_, nearest) = select(&data, 0, 5, false);
+    let (_, nearest_rows) = select(&data, 1, 3, false);
+    for p in [Precision::F64, Precision::F32] {
+        for threads in [1, 2] {
+            let out = run("Sum_Reduction(Exp(-s*SqDist(x,y))*b, 0)", &args, &inputs, p, threads);
+            let grouped = out.values.unwrap();
+            assert_close(&grouped, &by_row, tolerance(p), "gaussian, D = 37");
+            // -(-x) is not an input: its rows are computed one at a time, with the same sums.
+            let out = run("Sum_Reduction(Exp(-s*SqDist(-(-x),y))*b, 0)", &args, &inputs, p, threads);
+            assert_eq!(out.values.unwrap(), grouped, "grouped rows differ from single rows");
+        }
+        let out = run("Sum_Reduction(Exp(-s*SqDist(x,y)), 1)", &args, &inputs, p, 2);
+        assert_close(out.values.as_ref().unwrap(), &by_column, tolerance(p), "gaussian axis 1, D = 37");
+        let out = run("ArgKMin_Reduction(SqDist(x,y), 5, 0)", &args, &inputs, p, 2);
+        assert_eq!(out.indices.unwrap(), nearest, "5 nearest, D = 37");
+        let out = run("ArgKMin_Reduction(SqDist(y,x), 3, 1)", &args, &inputs, p, 2);
+        assert_eq!(out.indices.unwrap(), nearest_rows, "3 nearest along i, D = 37");
+    }
+}

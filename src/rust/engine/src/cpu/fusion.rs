@@ -3,12 +3,16 @@
 //!   a and b, without storing their difference;
 //! - Exp(-a) and Exp(s * a), with s one number per tile (Exp(-g * SqDist(x, y))), in one pass;
 //! - a Sum reduction of a product a * b (a kernel times its weights) is accumulated as a dot product
-//!   of a and b, without storing the product.
+//!   of a and b, without storing the product;
+//! - the squared distance of two inputs of large dimension, one per index, is computed for a group of
+//!   output rows at once (`row_block`).
 //!
 //! A node is absorbed only where nothing else uses it.
 
 use crate::formula::{Formula, NodeId, Op};
-use crate::plan::Plan;
+use super::row_block;
+use crate::formula::Category;
+use crate::plan::{Plan, Role};
 use crate::reduction::ReductionKind;
 use crate::reduction::SumScheme;
 
@@ -19,6 +23,9 @@ pub struct Fusions {
     pub scaled_exps: Vec<Option<(NodeId, Option<NodeId>)>>,
     /// The factors `[a, b]` when the reduction is the sum of their product.
     pub product_sum: Option<[NodeId; 2]>,
+    /// A squared distance computed for groups of rows: `(node, x, y)` with `x` the input of the
+    /// output index and `y` that of the reduced index.
+    pub row_block: Option<(NodeId, NodeId, NodeId)>,
 }
 
 /// Finds what can be fused and drops the nodes it absorbs from `plan`.
@@ -78,8 +85,19 @@ pub fn fuse(formula: &Formula, plan: &mut Plan, scheme: SumScheme) -> Fusions {
         plan.roles[f] = None;
         [nodes[f].args[0], nodes[f].args[1]]
     });
+    let row_block = sq_dists.iter().enumerate().find_map(|(id, pair)| {
+        let [a, b] = (*pair)?;
+        let input = |n: NodeId| matches!(nodes[n].op, Op::Input(p) if formula.variables[p].category != Category::Param);
+        let (x, y) = match (plan.roles[a]?, plan.roles[b]?) {
+            (Role::Outer, Role::Inner) => (a, b),
+            (Role::Inner, Role::Outer) => (b, a),
+            _ => return None,
+        };
+        (input(x) && input(y) && nodes[x].dim == nodes[y].dim && nodes[x].dim >= row_block::MIN_DIM)
+            .then_some((id, x, y))
+    });
     for list in [&mut plan.constant, &mut plan.outer, &mut plan.inner, &mut plan.pair] {
         list.retain(|&id| plan.roles[id].is_some());
     }
-    Fusions { sq_dists, scaled_exps, product_sum }
+    Fusions { sq_dists, scaled_exps, product_sum, row_block }
 }

@@ -6,6 +6,7 @@ mod fusion;
 mod isa;
 mod lanes;
 mod ops;
+mod row_block;
 
 pub mod reducers;
 
@@ -143,6 +144,12 @@ struct Workspace<T> {
     buffers: Vec<Vec<T>>,
     states: Vec<f64>,
     scratch: Vec<T>,
+    /// For `fusions.row_block`: the squared distances of a group of rows, the group's first row, its
+    /// x values, and the tile's y values packed.
+    group: Vec<T>,
+    group_first: usize,
+    group_x: Vec<T>,
+    packed_y: Vec<T>,
 }
 
 impl<T: Real> Workspace<T> {
@@ -160,7 +167,16 @@ impl<T: Real> Workspace<T> {
             buffers,
             states: vec![0.0; ctx.rows_per_block * ctx.acc.state_len()],
             scratch: vec![T::ZERO; 2 * ctx.tile],
+            group: Vec::new(),
+            group_first: 0,
+            group_x: Vec::new(),
+            packed_y: Vec::new(),
         };
+        if let Some((_, x, _)) = ctx.fusions.row_block {
+            ws.group = vec![T::ZERO; row_block::ROWS * ctx.tile];
+            ws.group_x = vec![T::ZERO; row_block::ROWS * graph.dim(x)];
+            ws.packed_y = vec![T::ZERO; ctx.tile * graph.dim(x)];
+        }
         let frame = Frame { row: 0, j0: 0, len: 1 };
         for &id in &ctx.plan.constant {
             ws.compute(ctx, id, &frame, false);
@@ -184,8 +200,18 @@ impl<T: Real> Workspace<T> {
             for &id in &plan.inner {
                 self.compute(ctx, id, &tile, fma);
             }
+            if let Some((_, _, y)) = ctx.fusions.row_block {
+                row_block::pack(&view(ctx, &self.buffers, y, &tile), len, &mut self.packed_y);
+            }
             for r in 0..rows {
                 let frame = Frame { row: first + r, j0, len };
+                if let Some((_, x, y)) = ctx.fusions.row_block.filter(|_| r % row_block::ROWS == 0) {
+                    let (x, y) = (view(ctx, &self.buffers, x, &frame), view(ctx, &self.buffers, y, &frame));
+                    let group = row_block::ROWS.min(rows - r);
+                    let (out, xs) = (&mut self.group, &mut self.group_x);
+                    row_block::sq_dists(&x, &y, &self.packed_y, group, len, out, xs, fma);
+                    self.group_first = first + r;
+                }
                 for &id in &plan.outer {
                     self.compute(ctx, id, &Frame { len: 1, ..frame }, fma);
                 }
@@ -214,7 +240,10 @@ impl<T: Real> Workspace<T> {
         let node = &ctx.formula.graph.nodes[id];
         let mut out = std::mem::take(&mut self.buffers[id]);
         let len = if ctx.plan.roles[id].is_some_and(Role::varies_in_tile) { frame.len } else { 1 };
-        if let Some([a, b]) = ctx.fusions.sq_dists[id] {
+        if ctx.fusions.row_block.is_some_and(|(node, _, _)| node == id) {
+            let q = frame.row - self.group_first;
+            out[..len].copy_from_slice(&self.group[q * len..(q + 1) * len]);
+        } else if let Some([a, b]) = ctx.fusions.sq_dists[id] {
             let (a, b) = (view(ctx, &self.buffers, a, frame), view(ctx, &self.buffers, b, frame));
             ops::sq_dist(&a, &b, &mut out, len, fma);
         } else if let Some((a, s)) = ctx.fusions.scaled_exps[id] {
