@@ -86,14 +86,32 @@ fn better<T: Real>(x: T, best: T, max: bool) -> bool {
 
 /// Terms per chunk in the selections' first, vectorised look (at most 64: one bit each).
 const SCAN: usize = 32;
+/// Terms per block ruled out at once when none of them may enter the selection, as most blocks of a
+/// long reduction are.
+const BLOCK: usize = 256;
 
-/// The terms of `chunk` that may beat `worst`, one bit each: `!(x >= worst)` is `better(x, worst)`
-/// when `worst` is a number (NaN included, which must win), and true when `worst` is NaN.
+/// Whether `x` may beat `worst`: `!(x >= worst)` is `better(x, worst)` when `worst` is a number (NaN
+/// included, which must win), and true when `worst` is NaN.
 #[inline(always)]
 #[allow(clippy::neg_cmp_op_on_partial_ord)] // the negation is what lets NaN through
+fn may_beat<T: Real>(x: T, worst: T, max: bool) -> bool {
+    if max {
+        !(x <= worst)
+    } else {
+        !(x >= worst)
+    }
+}
+
+/// The terms of `chunk` that may beat `worst`, one bit each.
+#[inline(always)]
 fn candidate_mask<T: Real>(chunk: &[T], worst: T, max: bool) -> u64 {
-    let hit = |x: T| if max { !(x <= worst) } else { !(x >= worst) };
-    chunk.iter().enumerate().fold(0, |mask, (u, &x)| mask | (u64::from(hit(x)) << u))
+    chunk.iter().enumerate().fold(0, |mask, (u, &x)| mask | (u64::from(may_beat(x, worst, max)) << u))
+}
+
+/// Whether any term of `block` may beat `worst`.
+#[inline(always)]
+fn any_candidate<T: Real>(block: &[T], worst: T, max: bool) -> bool {
+    block.iter().fold(false, |any, &x| any | may_beat(x, worst, max))
 }
 
 impl Accumulator {
@@ -243,26 +261,32 @@ impl Accumulator {
             let x = as_slice(f.lane(c, len), len, scratch);
             let (v, ix) = (&mut vals[c * k..(c + 1) * k], &mut idx[c * k..(c + 1) * k]);
             let mut worst = T::from_f64(v[k - 1]);
-            // Most terms lose to the current k-th best: a chunk is ruled out by one vectorised
-            // comparison, and only its candidates are looked at one by one.
-            for (chunk_start, chunk) in (0..len).step_by(SCAN).zip(x.chunks(SCAN)) {
-                let mut candidates = if ix[k - 1] >= 0.0 { candidate_mask(chunk, worst, max) } else { u64::MAX };
-                while candidates != 0 {
-                    let u = candidates.trailing_zeros() as usize;
-                    candidates &= candidates - 1;
-                    let Some(&xt) = chunk.get(u) else { break };
-                    if ix[k - 1] >= 0.0 && !better(xt, worst, max) {
-                        continue;
+            // Most terms lose to the current k-th best: a block, then a chunk, is ruled out by
+            // vectorised comparisons, and only the candidates are looked at one by one.
+            for (block_start, block) in (0..len).step_by(BLOCK).zip(x.chunks(BLOCK)) {
+                if ix[k - 1] >= 0.0 && !any_candidate(block, worst, max) {
+                    continue;
+                }
+                for (chunk_start, chunk) in (block_start..len).step_by(SCAN).zip(block.chunks(SCAN)) {
+                    let mut candidates =
+                        if ix[k - 1] >= 0.0 { candidate_mask(chunk, worst, max) } else { u64::MAX };
+                    while candidates != 0 {
+                        let u = candidates.trailing_zeros() as usize;
+                        candidates &= candidates - 1;
+                        let Some(&xt) = chunk.get(u) else { break };
+                        if ix[k - 1] >= 0.0 && !better(xt, worst, max) {
+                            continue;
+                        }
+                        let mut p = k - 1;
+                        while p > 0 && (ix[p - 1] < 0.0 || better(xt, T::from_f64(v[p - 1]), max)) {
+                            v[p] = v[p - 1];
+                            ix[p] = ix[p - 1];
+                            p -= 1;
+                        }
+                        v[p] = xt.to_f64();
+                        ix[p] = (j0 + chunk_start + u) as f64;
+                        worst = T::from_f64(v[k - 1]);
                     }
-                    let mut p = k - 1;
-                    while p > 0 && (ix[p - 1] < 0.0 || better(xt, T::from_f64(v[p - 1]), max)) {
-                        v[p] = v[p - 1];
-                        ix[p] = ix[p - 1];
-                        p -= 1;
-                    }
-                    v[p] = xt.to_f64();
-                    ix[p] = (j0 + chunk_start + u) as f64;
-                    worst = T::from_f64(v[k - 1]);
                 }
             }
         }
