@@ -8,16 +8,24 @@ gpu_status <- function(device = 0L) {
 
 #' Where compiled GPU kernels are kept
 #'
-#' Kernels compiled for the GPU are stored on disk so that a formula is compiled
-#' once, not once per R session. The directory is the environment variable
-#' `RKEOPS_CACHE_DIR` when it is set, else `tools::R_user_dir("rkeops", "cache")`.
-#' Several R processes can share it.
+#' Kernels compiled for the GPU are stored on disk (one `.cubin` file per
+#' generated kernel and GPU architecture) so that a formula is compiled once, not
+#' once per R session. The directory is the environment variable
+#' `RKEOPS_CACHE_DIR` when it is set, else
+#' `tools::R_user_dir("rkeops", "cache")`. It is created when the first kernel
+#' is stored; several R processes can share it. The CPU backend stores nothing.
 #'
-#' @return The path of the cache directory (it may not exist yet).
+#' @return The path of the cache directory, a string (the directory may not
+#'   exist yet).
 #' @seealso [clean_rkeops()]
 #' @export
 #' @examples
+#' rkeops_cache_dir()   # RKEOPS_CACHE_DIR, or tools::R_user_dir("rkeops", "cache")
+#' # move the cache, here to a temporary directory
+#' old <- Sys.getenv("RKEOPS_CACHE_DIR", unset = NA)
+#' Sys.setenv(RKEOPS_CACHE_DIR = file.path(tempdir(), "rkeops-cache"))
 #' rkeops_cache_dir()
+#' if (is.na(old)) Sys.unsetenv("RKEOPS_CACHE_DIR") else Sys.setenv(RKEOPS_CACHE_DIR = old)
 rkeops_cache_dir <- function() {
   dir <- Sys.getenv("RKEOPS_CACHE_DIR")
   if (nzchar(dir)) dir else tools::R_user_dir("rkeops", "cache")
@@ -25,15 +33,24 @@ rkeops_cache_dir <- function() {
 
 #' Empty the cache of compiled GPU kernels
 #'
-#' Removes the compiled kernels from [rkeops_cache_dir()]; they are compiled
-#' again when next used.
+#' Removes the compiled kernels (the `.cubin` files, and `.tmp` files left by
+#' interrupted writes) from [rkeops_cache_dir()]; other files and the
+#' directory itself are kept. The kernels are compiled again when next used.
 #'
-#' @return The number of files removed, invisibly.
+#' @return The number of files removed (0 when the directory does not exist),
+#'   invisibly.
+#' @seealso [rkeops_cache_dir()]
 #' @export
 #' @examples
-#' \dontrun{
-#' clean_rkeops()
-#' }
+#' # here on a cache in a temporary directory, to leave the user's cache alone
+#' old <- Sys.getenv("RKEOPS_CACHE_DIR", unset = NA)
+#' Sys.setenv(RKEOPS_CACHE_DIR = file.path(tempdir(), "rkeops-cache"))
+#' x <- matrix(runif(30), 10, 3)
+#' a <- sum(exp(-sqdist(Vi(x), Vj(x))), index = "j")  # on a GPU, compiled and cached
+#' list.files(rkeops_cache_dir())
+#' n <- clean_rkeops()
+#' n   # the number of kernels removed: 0 without a GPU
+#' if (is.na(old)) Sys.unsetenv("RKEOPS_CACHE_DIR") else Sys.setenv(RKEOPS_CACHE_DIR = old)
 clean_rkeops <- function() {
   res <- rust_result(.Call(wrap__clean_cache, rkeops_cache_dir()))
   invisible(res$removed)

@@ -1,34 +1,57 @@
 #' Gradient of a reduction
 #'
-#' `keops_grad()` turns an operator made by [keops_kernel()] into the operator of its gradient with
-#' respect to one of its variables. The gradient is a formula too: the engine differentiates the
-#' formula symbolically (`Grad(F, v, e)` in the formula language) and compiles the result like any
+#' `keops_grad()` turns an operator made by [keops_kernel()] into the operator
+#' of its gradient with respect to one of its variables. The gradient is a
+#' formula too: the engine differentiates the formula symbolically
+#' (`Grad(F, v, e)` in the formula language) and compiles the result like any
 #' other formula, on the CPU or the GPU.
 #'
-#' For `op` computing `a_i = sum_j F(x_i, y_j, p)` (axis 0), the gradient operator takes the inputs
-#' of `op` followed by `e`, an `N x d` matrix shaped like `op`'s output (the gradient flowing back),
-#' and returns the gradient of `sum_i <a_i, e_i>` with respect to `var`: an `N x dim` matrix for an
-#' i-variable, an `M x dim` matrix for a j-variable, a `1 x dim` matrix for a parameter (summed over
-#' the whole reduction). Applying `keops_grad()` to a gradient gives second derivatives
-#' (Hessian-vector products).
+#' For `op` computing \eqn{a_i = \sum_j F(x_i, y_j, p)}{a_i = sum_j F(x_i, y_j, p)} (axis 0; axis 1 is
+#' symmetric), the gradient operator takes the inputs of `op` followed by `e`,
+#' a matrix shaped like `op`'s output (the gradient flowing back), and returns
+#' the gradient of \eqn{\sum_i \langle a_i, e_i \rangle}{sum_i <a_i, e_i>} with respect to
+#' `var`. Applying `keops_grad()` to a gradient operator gives second
+#' derivatives (Hessian-vector products).
 #'
-#' @param op An operator made by [keops_kernel()] or by `keops_grad()`. Sum, LogSumExp,
-#'   LogSumExpWeight and SumSoftMaxWeight reductions (through their forward result, numerically
-#'   stable); Min, Max, Min_ArgMin, Max_ArgMax, KMin and KMin_ArgKMin, whose gradient flows
-#'   to the selected j (found by the forward pass's indices: exact in float64 and float32 up to
-#'   2^24 reduced rows, in float16 up to 2048); ArgMin, ArgMax and ArgKMin have a zero gradient.
-#'   Only gradients of Sum reductions can be differentiated again.
-#' @param var The variable: its name in `args` (`"x"`) or its 1-based position among the inputs.
-#' @return An operator: a function of one argument, the list of `op`'s inputs followed by `e`
-#'   (for a KMin, `e` is shaped like its values: `N x K`, or `N x K x d`).
+#' @param op An operator made by [keops_kernel()] or by `keops_grad()`.
+#'   Supported reductions: `Sum`; `LogSumExp`, `LogSumExpWeight` and
+#'   `SumSoftMaxWeight` (through their forward result, numerically stable);
+#'   `Min`, `Max`, `Min_ArgMin`, `Max_ArgMax`, `KMin` and `KMin_ArgKMin`,
+#'   whose gradient flows to the selected `j` (found by the forward pass's
+#'   indices: exact in float64, and in float32 up to 2^24 reduced rows, in
+#'   float16 up to 2048); `ArgMin`, `ArgMax` and `ArgKMin` have a zero
+#'   gradient. Only gradients of `Sum` reductions can be differentiated again.
+#' @param var The variable: its name in `args` (`"x"`) or its 1-based
+#'   position among the inputs.
+#' @return An operator: a function of one argument, the list of `op`'s inputs
+#'   followed by `e` (`n x d` like `op`'s result; for a `KMin`, `n x K` or
+#'   `n x K x d` like its values). It returns an `N x dim` matrix for a
+#'   variable `Vi(dim)` (one row per `i`), an `M x dim` matrix for a variable
+#'   `Vj(dim)`, and a `1 x dim` matrix for a parameter `Pm(dim)` (summed over
+#'   the whole reduction).
+#' @seealso [grad()] for LazyTensors.
 #' @export
 #' @examples
-#' x <- matrix(runif(30), 10, 3); y <- matrix(runif(60), 20, 3); b <- matrix(runif(20), 20, 1)
-#' gauss <- keops_kernel("Sum_Reduction(Exp(-SqDist(x,y))*b, 0)",
+#' set.seed(1)
+#' x <- matrix(runif(30), 10, 3); y <- matrix(runif(60), 20, 3)
+#' b <- matrix(runif(20), 20, 1)
+#' gauss <- keops_kernel("Sum_Reduction(Exp(-SqDist(x, y)) * b, 0)",
 #'                       c("x = Vi(3)", "y = Vj(3)", "b = Vj(1)"))
 #' dx <- keops_grad(gauss, "x")
 #' e <- matrix(1, 10, 1)
-#' dx(list(x, y, b, e))   # 10 x 3: the gradient of sum(gauss(list(x, y, b))) in x
+#' g <- dx(list(x, y, b, e))  # 10 x 3: the gradient of sum(gauss(list(x, y, b))) in x
+#' g[1:3, ]
+#' # the same in plain R: -2 sum_j (x_i - y_j) exp(-|x_i - y_j|^2) b_j
+#' D2 <- outer(rowSums(x^2), rowSums(y^2), "+") - 2 * x %*% t(y)
+#' W <- exp(-D2) * rep(b, each = 10)       # W[i, j] = exp(-|x_i - y_j|^2) b_j
+#' all.equal(g, -2 * (x * rowSums(W) - W %*% y), tolerance = 1e-5)
+#' # with respect to b (a j-variable, 20 x 1): sum_i exp(-|x_i - y_j|^2) e_i
+#' all.equal(keops_grad(gauss, 3)(list(x, y, b, e)), t(exp(-D2)) %*% e,
+#'           tolerance = 1e-5)
+#' # second order: d/dx of <dx(x), u>, a Hessian-vector product (10 x 3)
+#' dxx <- keops_grad(dx, "x")
+#' u <- matrix(rnorm(30), 10, 3)
+#' dim(dxx(list(x, y, b, e, u)))
 keops_grad <- function(op, var) {
   spec <- attr(op, "rkeops")
   if (!is.function(op) || is.null(spec)) {

@@ -1,43 +1,121 @@
 #' Define a reduction of a symbolic matrix
 #'
-#' `keops_kernel()` compiles a formula of the KeOps formula language into an R function that
-#' computes the reduction without ever storing the symbolic matrix `M[i, j] = F(x_i, y_j)`.
+#' `keops_kernel()` parses a reduction written in the KeOps formula language
+#' and returns an R function that computes it on given data, without ever
+#' storing the symbolic matrix \eqn{M_{ij} = F(x_i, y_j, p)}{M_ij = F(x_i, y_j, p)}: the formula is
+#' evaluated tile by tile and reduced on the fly, on the CPU or the GPU (see
+#' [get_rkeops_options()]). Syntax errors and dimension mismatches are R errors
+#' raised by `keops_kernel()`; wrong inputs are R errors raised by the
+#' returned function.
 #'
 #' @param formula A single string: a reduction of a formula, such as
-#'   `"Sum_Reduction(Exp(-s * SqDist(x, y)) * b, 0)"`. Axis 0 reduces over `j` (the result has one
-#'   row per `i`), axis 1 reduces over `i` (one row per `j`). Positions inside formulas, as in
-#'   `Elem(x, 0)`, are 0-based as in KeOps.
-#' @param args A character vector declaring the variables: `"x = Vi(3)"` (indexed by `i`, 3 columns),
-#'   `"y = Vj(3)"` (indexed by `j`), `"s = Pm(1)"` (a parameter); `"x = Vi(0, 3)"` gives the
-#'   position in the list of inputs explicitly.
-#' @param sum_scheme How sums are accumulated: `"auto"` (the same as `"block_sum"`: sums of tiles
-#'   combined in float64), `"direct_sum"` (one running sum in the working precision) or
-#'   `"kahan_scheme"` (compensated summation).
+#'   `"Sum_Reduction(Exp(-s * SqDist(x, y)) * b, 0)"`. Its last argument is the
+#'   axis: 0 reduces over `j` (the result has one row per `i`), 1 reduces over
+#'   `i` (one row per `j`). Positions inside formulas, as in `Elem(x, 0)`, are
+#'   0-based as in KeOps.
+#' @param args A character vector declaring the variables of the formula, in
+#'   the order of the inputs: `"x = Vi(3)"` (indexed by `i`, 3 columns),
+#'   `"y = Vj(3)"` (indexed by `j`), `"s = Pm(1)"` (a parameter, the same for
+#'   all `(i, j)`); `"x = Vi(0, 3)"` gives the position of the input
+#'   (0-based) explicitly.
+#' @param sum_scheme How sums (`Sum`, and the sums inside `LogSumExp`, ...)
+#'   are accumulated: `"auto"` (the same as `"block_sum"`: sums of tiles in the
+#'   working precision, combined in float64), `"direct_sum"` (one running sum
+#'   in the working precision) or `"kahan_scheme"` (compensated summation).
 #'
-#' @details Reductions: `Sum`, `Min`, `Max`, `ArgMin`, `ArgMax`, `Min_ArgMin`, `Max_ArgMax`
-#'   (`Name_Reduction(f, axis)`), `KMin`, `ArgKMin`, `KMin_ArgKMin` (`Name_Reduction(f, K, axis)`),
-#'   `LogSumExp` (`LogSumExp_Reduction(f, axis)`), `LogSumExpWeight` and `SumSoftMaxWeight`
-#'   (`Name_Reduction(f, g, axis)`). Indices returned to R are 1-based.
+#' @details
+#' **Reductions** (`f` a formula, `K` a whole number, `axis` 0 or 1):
+#' `Sum`, `Min`, `Max`, `ArgMin`, `ArgMax`, `Min_ArgMin`, `Max_ArgMax`
+#' (`Name_Reduction(f, axis)`, component by component); `KMin`, `ArgKMin`,
+#' `KMin_ArgKMin` (`Name_Reduction(f, K, axis)`: the `K` smallest values, in
+#' increasing order); `LogSumExp_Reduction(f, axis)`
+#' (\eqn{\log \sum_j \exp f_{ij}}{log sum_j exp(f_ij)}, `f` of dimension 1);
+#' `LogSumExpWeight_Reduction(f, g, axis)` (\eqn{\log \sum_j \exp(f_{ij}) g_{ij}}{log sum_j exp(f_ij) g_ij},
+#' also written `LogSumExp_Reduction(f, axis, g)`) and
+#' `SumSoftMaxWeight_Reduction(f, g, axis)`
+#' (\eqn{\sum_j \exp(f_{ij}) g_{ij} / \sum_j \exp(f_{ij})}{sum_j exp(f_ij) g_ij / sum_j exp(f_ij)}). Indices returned to
+#' R are 1-based.
 #'
-#'   Matrices stored in vector variables are column-major, as in R: with `A = Pm(as.vector(A))` for
-#'   an `n x p` matrix, `MatVecMult(A, x)` is `A %*% x`, `VecMatMult(x, A)` is `x %*% A` and
-#'   `TensorProd(a, b)` is `as.vector(outer(a, b))` (KeOps' Python interface is row-major).
+#' **Operations**: `+`, `-`, `*`, `/` (elementwise; an operand of dimension 1
+#' is broadcast), `(a | b)` (scalar product), numbers; elementwise `Exp`,
+#' `Log`, `Sqrt`, `Rsqrt`, `Square`, `Inv`, `Abs`, `Sign`, `Step`, `ReLU`,
+#' `Sin`, `Cos`, `Asin`, `Acos`, `Atan`, `Atan2(y, x)`, `Floor`,
+#' `Round(f, digits)`, `Pow(f, n)`, `Powf(f, g)`, `Clamp(f, a, b)`,
+#' `ClampInt(f, a, b)`, `IfElse(f, a, b)`, `Mod(f, n, d)`, `XLogX`,
+#' `SinXDivX`, `Equal`, `NotEqual`, `LessThan`, `LessOrEqual`; on vectors
+#' `SqNorm2`, `Norm2`, `Normalize`, `SqDist(x, y)`, `WeightedSqNorm(s, x)`,
+#' `WeightedSqDist(s, x, y)`, `Sum`, `Min`, `Max`, `ArgMin`, `ArgMax` (over
+#' the components), `Elem(f, m)`, `ElemT(f, n, m)`, `Extract(f, m, d)`,
+#' `ExtractT(f, m, d)`, `Concat(f, g)`, `OneHot(f, d)`, `SumT(f, d)`,
+#' `MatVecMult(A, x)`, `VecMatMult(x, A)`, `TensorProd(a, b)`, and
+#' `Grad(f, v, e)` (the gradient of `f` with respect to the variable `v`,
+#' contracted with `e`; see [keops_grad()]).
 #'
-#' @return A function of one argument, a list of inputs in the order of `args` (or named after the
-#'   variables, in any order): matrices with one row per `i` or `j` and as many columns as declared,
-#'   and numeric vectors for parameters. It returns an `n x d` matrix; for K-selections an
-#'   `n x K` matrix (`n x K x d` array when `d > 1`); `Min_ArgMin`, `Max_ArgMax` and `KMin_ArgKMin`
-#'   return `list(values =, indices =)`.
+#' Matrices stored in vector variables are column-major, as in R: with
+#' `A = Pm(as.vector(A))` for an `n x p` matrix, `MatVecMult(A, x)` is
+#' `A %*% x`, `VecMatMult(x, A)` is `x %*% A` and `TensorProd(a, b)` is
+#' `as.vector(outer(a, b))` (KeOps' Python interface is row-major).
+#'
+#' @return A function of one argument, `input`: a list of the inputs in the
+#'   order of `args` (or named after the variables, in any order): numeric
+#'   matrices with one row per `i` (`Vi`) or per `j` (`Vj`) and as many columns
+#'   as declared (a vector is a one-column matrix), and numeric vectors for
+#'   parameters (`Pm`). With `N` rows per `i`, `M` per `j`, and `d` the
+#'   dimension of the formula (of `g` for the weighted reductions), the
+#'   function returns, for axis 0 (`n = N`; for axis 1, `n = M`):
+#'   * an `n x d` numeric matrix for `Sum`, `Min`, `Max`, `LogSumExp`
+#'     (`d = 1`), `LogSumExpWeight` and `SumSoftMaxWeight`;
+#'   * an `n x d` integer matrix of 1-based indices for `ArgMin` and `ArgMax`;
+#'   * an `n x K` matrix for `KMin` (numeric) and `ArgKMin` (integer), an
+#'     `n x K x d` array when `d > 1`;
+#'   * `list(values =, indices =)` of two such matrices for `Min_ArgMin`,
+#'     `Max_ArgMax` and `KMin_ArgKMin`.
+#'
+#'   The function computes with the options in force when it is called
+#'   ([get_rkeops_options()]).
+#' @seealso [keops_grad()] for gradients, [LazyTensor] for the same
+#'   computations written with R operators.
 #' @export
 #' @examples
-#' x <- matrix(runif(300), 100, 3)
-#' y <- matrix(runif(600), 200, 3)
+#' set.seed(1)
+#' x <- matrix(runif(300), 100, 3)   # N = 100 points x_i
+#' y <- matrix(runif(600), 200, 3)   # M = 200 points y_j
 #' b <- matrix(rnorm(200), 200, 1)
+#' D2 <- outer(rowSums(x^2), rowSums(y^2), "+") - 2 * x %*% t(y)  # dense |x_i - y_j|^2
+#'
+#' # Gaussian kernel sum a_i = sum_j exp(-s |x_i - y_j|^2) b_j: a 100 x 1 matrix
 #' gauss <- keops_kernel("Sum_Reduction(Exp(-s * SqDist(x, y)) * b, 0)",
 #'                       c("x = Vi(3)", "y = Vj(3)", "b = Vj(1)", "s = Pm(1)"))
-#' res <- gauss(list(x, y, b, 0.5))
-#' knn <- keops_kernel("ArgKMin_Reduction(SqDist(x, y), 5, 0)", c("x = Vi(3)", "y = Vj(3)"))
-#' head(knn(list(x, y)))
+#' a <- gauss(list(x, y, b, 0.5))
+#' head(a, 3)
+#' all.equal(a, exp(-0.5 * D2) %*% b, tolerance = 1e-5)   # float32 by default
+#' # inputs named after the variables, in any order
+#' all.equal(gauss(list(s = 0.5, b = b, x = x, y = y)), a)
+#'
+#' # the 5 nearest x_i of each y_j (axis 1): a 200 x 5 integer matrix
+#' knn <- keops_kernel("ArgKMin_Reduction(SqDist(x, y), 5, 1)",
+#'                     c("x = Vi(3)", "y = Vj(3)"))
+#' idx <- knn(list(x, y))
+#' head(idx, 3)
+#' all(idx == t(apply(D2, 2, order))[, 1:5])
+#'
+#' # nearest y_j of each x_i, with its squared distance
+#' nn <- keops_kernel("Min_ArgMin_Reduction(SqDist(x, y), 0)",
+#'                    c("x = Vi(3)", "y = Vj(3)"))(list(x, y))
+#' str(nn)
+#' all(nn$indices == apply(D2, 1, which.min))
+#'
+#' # log-sum-exp over i (one row per j)
+#' lse <- keops_kernel("LogSumExp_Reduction(-SqDist(x, y), 1)",
+#'                     c("x = Vi(3)", "y = Vj(3)"))
+#' all.equal(lse(list(x, y)), matrix(log(colSums(exp(-D2)))), tolerance = 1e-5)
+#' # a 2 x 3 matrix as a parameter (column-major): sum_j A (x_i - y_j)
+#' A <- matrix(rnorm(6), 2, 3)
+#' mv <- keops_kernel("Sum_Reduction(MatVecMult(A, x - y), 0)",
+#'                    c("A = Pm(6)", "x = Vi(3)", "y = Vj(3)"))
+#' all.equal(mv(list(as.vector(A), x, y)),
+#'           (x * nrow(y) - rep(colSums(y), each = nrow(x))) %*% t(A),
+#'           tolerance = 1e-5)
 keops_kernel <- function(formula, args, sum_scheme = "auto") {
   if (!is.character(formula) || length(formula) != 1L || is.na(formula)) {
     stop("'formula' must be a single string, such as \"Sum_Reduction(Exp(-SqDist(x, y)) * b, 0)\"",

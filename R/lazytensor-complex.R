@@ -11,23 +11,43 @@
 #' Complex LazyTensor objects
 #'
 #' `Vi()`, `Vj()`, `Pm()` and `LazyTensor()` applied to complex data give a
-#' `ComplexLazyTensor` (a `LazyTensor` of complex numbers, stored by the engine as a real
-#' variable of twice the dimension, real and imaginary parts interleaved). `Re()`, `Im()`,
-#' `Mod()` (also `abs()`) and `Arg()` give real LazyTensors; `Conj()`, `exp()`, `+`, `-`, `*`
-#' and `/` (with complex or real LazyTensors and numbers, complex ones included) give
-#' ComplexLazyTensors; `exp1j(x)` is \eqn{e^{ix} = \cos x + i \sin x} for a real LazyTensor
-#' `x`. `sum(z, index)` returns a complex matrix and `z %*% b` (for `z` of complex dimension 1
-#' and a real or complex matrix `b`) the complex matrix \eqn{\sum_j z_{ij} b_j}.
-#' @param x A real LazyTensor (for `exp1j()`), or any R object (for `is.ComplexLazyTensor()`).
-#' @return A ComplexLazyTensor, or `TRUE` / `FALSE` for `is.ComplexLazyTensor()`.
+#' `ComplexLazyTensor`: a [LazyTensor] of complex numbers, held by the engine
+#' as a real variable of twice the dimension (real and imaginary parts
+#' interleaved). On them:
+#' * `Re()`, `Im()`, `Mod()` (also `abs()`) and `Arg()` give real LazyTensors;
+#' * `Conj()`, `exp()`, unary `-`, and `+`, `-`, `*`, `/` (with complex or real
+#'   LazyTensors and numbers, complex ones included) and `z^2` give
+#'   ComplexLazyTensors;
+#' * `exp1j(x)` is \eqn{e^{ix} = \cos x + i \sin x}{exp(ix) = cos(x) + i sin(x)} for a real LazyTensor `x`;
+#' * `sum(z, index)` reduces over `i` or `j` and `z %*% b` (for `z` of complex
+#'   dimension 1 and a real or complex matrix `b`) computes
+#'   \eqn{\sum_j z_{ij} b_j}{sum_j z_ij b_j}.
+#'
+#' Other operations (comparisons, `min()`, `argmin()`, `sqdist()`, ...) are
+#' errors; apply them to `Re(z)`, `Mod(z)`, ... instead.
+#' @param x A real LazyTensor (for `exp1j()`), a ComplexLazyTensor (for
+#'   `sum()`), or any R object (for `is.ComplexLazyTensor()`).
+#' @return `exp1j()`: a ComplexLazyTensor of the dimension of `x`;
+#'   `is.ComplexLazyTensor()`: `TRUE` or `FALSE`; `sum()`: an `n x d` complex
+#'   matrix (`n = N` for `index = "j"`, `M` for `index = "i"`, `d` the complex
+#'   dimension).
 #' @name ComplexLazyTensor
 #' @examples
+#' set.seed(1)
 #' x <- matrix(runif(10), 10, 1); y <- matrix(runif(20), 20, 1)
 #' w <- complex(real = rnorm(20), imaginary = rnorm(20))
-#' K <- exp1j(-sqdist(Vi(x), Vj(y))) * Vj(w)
-#' K
-#' sum(K, index = "j")             # a 10 x 1 complex matrix
-#' Mod(Vi(x + 1i))                 # a real LazyTensor
+#' # sum_j exp(-i |x_i - y_j|^2) w_j, a complex kernel sum
+#' Z <- exp1j(-sqdist(Vi(x), Vj(y))) * Vj(w)
+#' Z
+#' a <- sum(Z, index = "j")             # a 10 x 1 complex matrix
+#' D2 <- outer(x[, 1], y[, 1], "-")^2
+#' all.equal(a, exp(-1i * D2) %*% w, tolerance = 1e-5)
+#' all.equal(exp1j(-sqdist(Vi(x), Vj(y))) %*% w, a, tolerance = 1e-5)
+#' # real functions of complex data
+#' z <- complex(real = x, imaginary = 1)
+#' is.ComplexLazyTensor(Vi(z))
+#' all.equal(sum(Mod(Vi(z)) * Vj(y), index = "j"), as.matrix(Mod(z) * sum(y)),
+#'           tolerance = 1e-5)
 NULL
 
 #' @rdname ComplexLazyTensor

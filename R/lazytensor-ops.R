@@ -36,19 +36,37 @@ whole_number <- function(n, label, fun, min = -Inf) {
 
 #' Arithmetic and comparison operators for LazyTensor objects
 #'
-#' `+`, `-`, `*`, `/` (and unary minus) act elementwise; the dimensions of the operands must be
-#' equal, or one of them 1. Numbers mix freely with LazyTensors. `x^n` is `Square(x)` for
-#' `n = 2`, `Sqrt(x)` for `n = 0.5`, `Pow(x, n)` for other whole `n` and `Powf(x, n)` otherwise.
-#' Comparisons (`==`, `!=`, `<`, `<=`, `>`, `>=`) give 1 or 0. `x | y` is the scalar product of
-#' two LazyTensors of the same dimension.
-#' @param e1,e2 LazyTensors or numbers.
-#' @return A LazyTensor.
+#' `+`, `-`, `*`, `/` (and unary `-` and `+`) act elementwise; the dimensions
+#' of the operands must be equal, or one of them 1 (it is then repeated).
+#' Numbers mix with LazyTensors as constants, numeric vectors of length more
+#' than 1 as parameters ([Pm()]). `x^p` is `Square(x)` for `p = 2`, `Sqrt(x)`
+#' for `p = 0.5`, `Pow(x, p)` for another whole number `p` and `Powf(x, p)`
+#' otherwise (`p` a number or a LazyTensor; `NaN` where `x < 0` and `p` is
+#' not a whole number).
+#' Comparisons (`==`, `!=`, `<`, `<=`, `>`, `>=`) give 1 where
+#' true and 0 elsewhere. `x | y` is the scalar product of two LazyTensors of
+#' the same dimension. Other operators (`!`, `&`, `%%`, `%/%`) are errors. With
+#' a [ComplexLazyTensor] or a complex number, `+`, `-`, `*`, `/` are complex
+#' operations.
+#' @param e1,e2 LazyTensors or numbers (at least one is a LazyTensor).
+#' @return A LazyTensor: of dimension 1 for `x | y`, of the larger of the two
+#'   dimensions otherwise.
 #' @export
 #' @examples
+#' set.seed(1)
 #' x <- matrix(runif(30), 10, 3); y <- matrix(runif(60), 20, 3)
-#' D <- (Vi(x) - Vj(y))^2 / 2 + 1
-#' s <- (Vi(x) | Vj(y))       # scalar products, dimension 1
-#' sum(s, index = "j")
+#' xi <- Vi(x); yj <- Vj(y)
+#' D <- (xi - yj)^2 / 2 + 1        # 10 x 20 matrix of 3-D vectors
+#' D
+#' # its sums over j, and the same in plain R
+#' dense <- sapply(1:3, function(k) rowSums(outer(x[, k], y[, k], "-")^2 / 2 + 1))
+#' all.equal(sum(D, index = "j"), dense, tolerance = 1e-5)
+#' s <- (xi | yj)                   # scalar products x_i . y_j, dimension 1
+#' all.equal(sum(s, index = "j"), x %*% t(y) %*% rep(1, 20), tolerance = 1e-5)
+#' # comparisons: the number of y_j closer than 0.5 to each x_i
+#' close <- sum(sqdist(xi, yj) < 0.25, index = "j")
+#' D2 <- outer(rowSums(x^2), rowSums(y^2), "+") - 2 * x %*% t(y)
+#' all(close == rowSums(D2 < 0.25))
 Ops.LazyTensor <- function(e1, e2) {
   g <- .Generic
   if (is.ComplexLazyTensor(e1) || is.complex(e1) ||
@@ -101,15 +119,25 @@ lazy_power <- function(e1, e2) {
 
 #' Elementwise mathematical functions of LazyTensor objects
 #'
-#' `abs`, `sqrt`, `exp`, `log`, `sin`, `cos`, `acos`, `asin`, `atan`, `sign`, `floor` and
-#' `round(x, digits = 0)` act on each component of a LazyTensor.
+#' `abs`, `sqrt`, `exp`, `log`, `sin`, `cos`, `acos`, `asin`, `atan`, `sign`,
+#' `floor` and `round(x, digits = 0)` act on each component of a LazyTensor.
+#' Other functions of the `Math` group (`tan`, `cumsum`, ...) are errors. For
+#' a [ComplexLazyTensor], `exp()` and `abs()` are defined.
 #' @param x A LazyTensor.
-#' @param ... `digits` for `round()`.
-#' @return A LazyTensor.
+#' @param ... `digits` for `round()`: a whole number of decimal places.
+#' @return A LazyTensor of the dimension of `x`.
 #' @export
 #' @examples
-#' x <- matrix(runif(30), 10, 3)
-#' exp(-abs(Vi(x)))
+#' set.seed(1)
+#' x <- matrix(runif(30), 10, 3); y <- matrix(runif(60), 20, 3)
+#' Z <- Vi(x) - Vj(y)
+#' exp(-abs(Z))
+#' # sums over j of the 10 x 20 matrices of 3-D vectors, and the same in plain R
+#' dense <- function(f) sapply(1:3, function(k) rowSums(f(outer(x[, k], y[, k], "-"))))
+#' all.equal(sum(exp(-abs(Z)), index = "j"), dense(function(z) exp(-abs(z))),
+#'           tolerance = 1e-5)
+#' all.equal(sum(round(10 * cos(Z), 1), index = "j"),
+#'           dense(function(z) round(10 * cos(z), 1)), tolerance = 1e-5)
 Math.LazyTensor <- function(x, ...) {
   names <- c(abs = "Abs", sqrt = "Sqrt", exp = "Exp", log = "Log", sin = "Sin", cos = "Cos",
              acos = "Acos", asin = "Asin", atan = "Atan", sign = "Sign", floor = "Floor")
@@ -126,77 +154,113 @@ Math.LazyTensor <- function(x, ...) {
   lazy_unary(x, names[[g]], g)
 }
 
-#' Functions of LazyTensor objects
+#' Elementwise functions of LazyTensor objects
 #'
-#' Elementwise: `square(x)`, `rsqrt(x)` (\eqn{1/\sqrt{x}}, 0 at 0), `inv(x)` (\eqn{1/x}),
-#' `relu(x)`, `step(x)` (1 where `x >= 0`, else 0), `clamp(x, a, b)` and `clampint(x, a, b)`
-#' (`a`, `b` whole numbers), `ifelse(x, a, b)` (`a` where `x >= 0`, `b` elsewhere, as in KeOps),
-#' `mod(x, n, d = 0)` (\eqn{x - n \lfloor (x - d) / n \rfloor}), `xlogx(x)`, `sinxdivx(x)`,
-#' `atan2(y, x)`.
+#' Functions applied to each component of a [LazyTensor] (see also
+#' [Math.LazyTensor] for `exp()`, `log()`, ...):
+#' * `square(x)`: \eqn{x^2}; `rsqrt(x)`: \eqn{1/\sqrt{x}}{1/sqrt(x)} (0 at 0);
+#'   `inv(x)`: \eqn{1/x};
+#' * `relu(x)`: \eqn{\max(x, 0)}{max(x, 0)}; `step(x)`: 1 where \eqn{x \ge 0}{x >= 0}, 0
+#'   elsewhere;
+#' * `xlogx(x)`: \eqn{x \log x}{x log(x)} (0 at 0); `sinxdivx(x)`: \eqn{\sin(x) / x}{sin(x) / x} (1
+#'   at 0);
+#' * `clamp(x, a, b)`: \eqn{\min(\max(x, a), b)}{min(max(x, a), b)}; `clampint(x, a, b)`: the
+#'   same with whole numbers `a` and `b`;
+#' * `ifelse(test, yes, no)`: `yes` where \eqn{test \ge 0}{test >= 0}, `no` elsewhere (as
+#'   KeOps' `IfElse`: the sign of `test` decides, not its truth);
+#' * `mod(x, n, d = 0)`: \eqn{x - n \lfloor (x - d) / n \rfloor}{x - n floor((x - d) / n)}, in
+#'   \eqn{[d, d + n)} for \eqn{n > 0};
+#' * `atan2(y, x)`: the angle of the point `(x, y)`, in \eqn{(-\pi, \pi]}{(-pi, pi]}.
 #'
-#' Vectors: `sqnorm2(x)`, `norm2(x)`, `normalize(x)`, `sqdist(x, y)`, `weightedsqnorm(x, s)`,
-#' `weightedsqdist(x, y, s)` (`s` of dimension 1, `d` or `d * d`), `elem(x, m)` (the `m`-th
-#' component, 1-based), `elemT(x, m, n)` (a vector of dimension `n`, `x` at position `m`),
-#' `extract(x, m, d)` (components `m` to `m + d - 1`), `extractT(x, m, d)` (`x` placed from
-#' position `m` in a vector of dimension `d`), `concat(x, y)`, `one_hot(x, D)`,
-#' `matvecmult(m, v)`, `vecmatmult(v, m)` (matrices stored column-major, as in R) and
-#' `tensorprod(x, y)` (`as.vector(outer(x, y))`).
-#'
-#' `ifelse()`, `atan2()` and `step()` keep their usual behaviour on objects that are not
-#' LazyTensors; the other functions require LazyTensors.
-#' @param x,y,m,v,test LazyTensors (numbers where noted).
-#' @param a,b,n,d,D,s Numbers or LazyTensors, see above.
-#' @param yes,no What `ifelse()` chooses between.
-#' @param ... Passed to [stats::step()] for non-LazyTensors.
-#' @return A LazyTensor.
-#' @name lazytensor_functions
+#' The arguments of `clamp()`, `ifelse()`, `mod()` and `atan2()` combine like
+#' those of `+` ([Ops.LazyTensor]): dimensions equal, or 1. `ifelse()`,
+#' `atan2()` and `step()` mask the base and stats functions of the same name
+#' and call them when `test`, both `y` and `x`, or `x` (respectively) are not
+#' LazyTensors.
+#' @param x A LazyTensor (for `atan2()`: a LazyTensor or a number, the second
+#'   coordinate, as in [base::atan2()]; for `step()`: any object).
+#' @param y For `atan2()`: a LazyTensor or a number, the first coordinate.
+#' @param a,b For `clamp()`: the bounds, numbers or LazyTensors; for
+#'   `clampint()`: whole numbers.
+#' @param n For `mod()`: the modulus, a number or a LazyTensor.
+#' @param d For `mod()`: the offset of the result's interval, a number or a
+#'   LazyTensor.
+#' @param test A LazyTensor whose sign chooses (or, when it is not a
+#'   LazyTensor, the argument of [base::ifelse()]).
+#' @param yes,no What `ifelse()` chooses between: LazyTensors or numbers.
+#' @param ... For `step()` on an object that is not a LazyTensor: passed to
+#'   [stats::step()].
+#' @return A LazyTensor of the dimension of `x` (the larger dimension of the
+#'   arguments for `clamp()`, `ifelse()`, `mod()` and `atan2()`), or the result
+#'   of the base or stats function for arguments that are not LazyTensors.
+#' @name lazytensor_elementwise
+#' @aliases lazytensor_functions
+#' @seealso [lazytensor_norms], [lazytensor_components],
+#'   [lazytensor_products], [lazytensor_reductions]
 #' @examples
-#' x <- matrix(runif(30), 10, 3); y <- matrix(runif(60), 20, 3)
-#' K <- exp(-sqdist(Vi(x), Vj(y)))
-#' e <- elem(Vi(x), 1)              # the first coordinate of x_i
-#' c1 <- concat(Vi(x), Vj(y))       # dimension 6
-#' sum(ifelse(e - 0.5, K, 0), index = "j")
+#' x <- matrix(c(-1.5, -0.2, 0.5, 0.7, 2), 5, 1)
+#' y <- matrix(c(-1, 0.5, 1), 3, 1)
+#' D <- Vi(x) - Vj(y)                 # the symbolic 5 x 3 matrix x_i - y_j
+#' d <- outer(x[, 1], y[, 1], "-")    # the same, dense
+#' relu(D)
+#' # compare the row sums of each symbolic matrix with plain R
+#' check <- function(F, f) {
+#'   all.equal(c(sum(F, index = "j")), rowSums(f), tolerance = 1e-5)
+#' }
+#' check(square(D), d^2)
+#' check(rsqrt(abs(D)), base::ifelse(d == 0, 0, 1 / sqrt(abs(d))))
+#' check(inv(D + 3), 1 / (d + 3))
+#' check(relu(D), pmax(d, 0))
+#' check(step(D), (d >= 0) + 0)
+#' check(xlogx(abs(D)), base::ifelse(d == 0, 0, abs(d) * log(abs(d))))
+#' check(sinxdivx(D), base::ifelse(d == 0, 1, sin(d) / d))
+#' check(clamp(D, -1, 1), pmin(pmax(d, -1), 1))
+#' check(clampint(3 * D, -2, 2), pmin(pmax(3 * d, -2), 2))
+#' check(ifelse(D, Vi(x), 0), base::ifelse(d >= 0, x[, 1], 0))
+#' check(mod(D, 1), d %% 1)
+#' check(mod(D, 2, -1), (d + 1) %% 2 - 1)
+#' check(atan2(D, Vj(y) + 2), atan2(d, matrix(y + 2, 5, 3, byrow = TRUE)))
 NULL
 
-#' @rdname lazytensor_functions
+#' @rdname lazytensor_elementwise
 #' @export
 square <- function(x) lazy_unary(x, "Square", "square")
 
-#' @rdname lazytensor_functions
+#' @rdname lazytensor_elementwise
 #' @export
 rsqrt <- function(x) lazy_unary(x, "Rsqrt", "rsqrt")
 
-#' @rdname lazytensor_functions
+#' @rdname lazytensor_elementwise
 #' @export
 inv <- function(x) lazy_unary(x, "Inv", "inv")
 
-#' @rdname lazytensor_functions
+#' @rdname lazytensor_elementwise
 #' @export
 relu <- function(x) lazy_unary(x, "ReLU", "relu")
 
-#' @rdname lazytensor_functions
+#' @rdname lazytensor_elementwise
 #' @export
 step <- function(x, ...) {
   if (!is.LazyTensor(x)) return(get("step", envir = asNamespace("stats"))(x, ...))
   lazy_unary(x, "Step", "step")
 }
 
-#' @rdname lazytensor_functions
+#' @rdname lazytensor_elementwise
 #' @export
 xlogx <- function(x) lazy_unary(x, "XLogX", "xlogx")
 
-#' @rdname lazytensor_functions
+#' @rdname lazytensor_elementwise
 #' @export
 sinxdivx <- function(x) lazy_unary(x, "SinXDivX", "sinxdivx")
 
-#' @rdname lazytensor_functions
+#' @rdname lazytensor_elementwise
 #' @export
 clamp <- function(x, a, b) {
   need_lazy(x, "x", "clamp")
   lazy_call("Clamp", list(x, as_lazy(a, "a"), as_lazy(b, "b")))
 }
 
-#' @rdname lazytensor_functions
+#' @rdname lazytensor_elementwise
 #' @export
 clampint <- function(x, a, b) {
   need_lazy(x, "x", "clampint")
@@ -205,36 +269,78 @@ clampint <- function(x, a, b) {
   lazy_call("ClampInt", list(x), dimres = x$dimres, extra = c(a, b))
 }
 
-#' @rdname lazytensor_functions
+#' @rdname lazytensor_elementwise
 #' @export
 ifelse <- function(test, yes, no) {
   if (!is.LazyTensor(test)) return(base::ifelse(test, yes, no))
   lazy_call("IfElse", list(test, as_lazy(yes, "yes"), as_lazy(no, "no")))
 }
 
-#' @rdname lazytensor_functions
+#' @rdname lazytensor_elementwise
 #' @export
 mod <- function(x, n, d = 0) {
   need_lazy(x, "x", "mod")
   lazy_call("Mod", list(x, as_lazy(n, "n"), as_lazy(d, "d")))
 }
 
-#' @rdname lazytensor_functions
+#' @rdname lazytensor_elementwise
 #' @export
 atan2 <- function(y, x) {
   if (!is.LazyTensor(y) && !is.LazyTensor(x)) return(base::atan2(y, x))
   lazy_call("Atan2", list(as_lazy(y, "y"), as_lazy(x, "x")))
 }
 
-#' @rdname lazytensor_functions
+#' Norms and distances of LazyTensor objects
+#'
+#' Functions of the vectors \eqn{x} (of dimension \eqn{d}) held by a
+#' [LazyTensor]:
+#' * `sqnorm2(x)`: \eqn{|x|^2 = \sum_k x_k^2}{|x|^2 = sum_k x_k^2}; `norm2(x)`: \eqn{|x|};
+#'   `normalize(x)`: \eqn{x / |x|} (0 where \eqn{x = 0});
+#' * `sqdist(x, y)`: \eqn{|x - y|^2};
+#' * `weightedsqnorm(x, s)`: \eqn{s |x|^2} when `s` has dimension 1,
+#'   \eqn{\sum_k s_k x_k^2}{sum_k s_k x_k^2} when it has dimension \eqn{d}, and
+#'   \eqn{x^\top S x}{x' S x} when it has dimension \eqn{d^2} (`S` the \eqn{d \times d}{d x d}
+#'   matrix stored column-major, `as.vector(S)`);
+#' * `weightedsqdist(x, y, s)`: `weightedsqnorm(x - y, s)`.
+#' @param x,y LazyTensors of the same dimension \eqn{d}.
+#' @param s The weights: a LazyTensor (such as `Pm(w)` or `Vj(w)`) or a number,
+#'   of dimension 1, \eqn{d} or \eqn{d^2}.
+#' @return A LazyTensor of dimension 1, or of dimension \eqn{d} for
+#'   `normalize()`.
+#' @name lazytensor_norms
+#' @seealso [lazytensor_elementwise], [lazytensor_reductions]
+#' @examples
+#' set.seed(1)
+#' x <- matrix(runif(30), 10, 3); y <- matrix(runif(60), 20, 3)
+#' xi <- Vi(x); yj <- Vj(y)
+#' # the dense 10 x 20 matrix of squared distances
+#' D2 <- outer(rowSums(x^2), rowSums(y^2), "+") - 2 * x %*% t(y)
+#' # compare the row sums of each symbolic matrix with plain R
+#' check <- function(F, f) {
+#'   all.equal(sum(F, index = "j"), as.matrix(rowSums(f)), tolerance = 1e-5)
+#' }
+#' check(sqdist(xi, yj), D2)
+#' check(sqnorm2(xi - yj), D2)
+#' check(norm2(xi - yj), sqrt(D2))
+#' check(weightedsqnorm(xi - yj, 2), 2 * D2)
+#' w <- c(1, 2, 3)                              # diagonal weights
+#' check(weightedsqdist(xi, yj, Pm(w)),
+#'       sapply(1:20, function(j) colSums(w * (t(x) - y[j, ])^2)))
+#' S <- matrix(c(2, 1, 0, 1, 2, 0, 0, 0, 1), 3)  # a full 3 x 3 matrix
+#' check(weightedsqdist(xi, yj, Pm(as.vector(S))),
+#'       sapply(1:20, function(j) { z <- t(x) - y[j, ]; colSums(z * (S %*% z)) }))
+#' # unit vectors (x_i - y_j) / |x_i - y_j|, summed over j: 10 x 3
+#' u <- sum(normalize(xi - yj), index = "j")
+#' all.equal(u, sapply(1:3, function(k) rowSums(outer(x[, k], y[, k], "-") / sqrt(D2))),
+#'           tolerance = 1e-5)
 #' @export
 sqnorm2 <- function(x) lazy_call("SqNorm2", list(need_lazy(x, "x", "sqnorm2")), dimres = 1L)
 
-#' @rdname lazytensor_functions
+#' @rdname lazytensor_norms
 #' @export
 norm2 <- function(x) lazy_call("Norm2", list(need_lazy(x, "x", "norm2")), dimres = 1L)
 
-#' @rdname lazytensor_functions
+#' @rdname lazytensor_norms
 #' @export
 normalize <- function(x) lazy_unary(x, "Normalize", "normalize")
 
@@ -245,7 +351,7 @@ same_dims <- function(x, y, fun) {
   }
 }
 
-#' @rdname lazytensor_functions
+#' @rdname lazytensor_norms
 #' @export
 sqdist <- function(x, y) {
   need_lazy(x, "x", "sqdist")
@@ -261,7 +367,7 @@ weights_ok <- function(s, d, fun) {
   }
 }
 
-#' @rdname lazytensor_functions
+#' @rdname lazytensor_norms
 #' @export
 weightedsqnorm <- function(x, s) {
   need_lazy(x, "x", "weightedsqnorm")
@@ -270,7 +376,7 @@ weightedsqnorm <- function(x, s) {
   lazy_call("WeightedSqNorm", list(s, x), dimres = 1L)
 }
 
-#' @rdname lazytensor_functions
+#' @rdname lazytensor_norms
 #' @export
 weightedsqdist <- function(x, y, s) {
   need_lazy(x, "x", "weightedsqdist")
@@ -281,7 +387,45 @@ weightedsqdist <- function(x, y, s) {
   lazy_call("WeightedSqDist", list(s, x, y), dimres = 1L)
 }
 
-#' @rdname lazytensor_functions
+#' Components of LazyTensor objects
+#'
+#' Select, place and join the components of the vectors held by a
+#' [LazyTensor]; positions are 1-based:
+#' * `elem(x, m)`: the `m`-th component of `x` (dimension 1);
+#' * `elemT(x, m, n)`: the vector of dimension `n` holding `x` (of dimension 1)
+#'   at position `m` and 0 elsewhere;
+#' * `extract(x, m, d)`: the components `m` to `m + d - 1` of `x`;
+#' * `extractT(x, m, d)`: the vector of dimension `d` holding `x` from position
+#'   `m` on and 0 elsewhere;
+#' * `concat(x, y)`: the components of `x` followed by those of `y`;
+#' * `one_hot(x, D)`: the vector of dimension `D` with 1 at position
+#'   `round(x) + 1` and 0 elsewhere (all 0 when `round(x)` is not in
+#'   `0, ..., D - 1`): `x` (of dimension 1) holds a **0-based** position, as in
+#'   KeOps' `OneHot`.
+#' @param x,y LazyTensors.
+#' @param m A position (a whole number, 1-based).
+#' @param n The dimension of the result of `elemT()`, a whole number `>= m`.
+#' @param d For `extract()`: the number of components taken; for
+#'   `extractT()`: the dimension of the result, at least `m - 1` plus the
+#'   dimension of `x`.
+#' @param D The dimension of the result of `one_hot()`, a whole number.
+#' @return A LazyTensor of dimension 1 (`elem()`), `n` (`elemT()`), `d`
+#'   (`extract()`, `extractT()`), the sum of the dimensions of `x` and `y`
+#'   (`concat()`) or `D` (`one_hot()`).
+#' @name lazytensor_components
+#' @seealso [lazytensor_elementwise], [lazytensor_products]
+#' @examples
+#' x <- matrix(as.numeric(1:12), 4, 3)   # 4 points x_i in dimension 3
+#' xi <- Vi(x)
+#' # F(x_i) as a 4 x d matrix: a sum over a single j
+#' values <- function(F) sum(F * Vj(1), index = "j")
+#' values(elem(xi, 2))
+#' all.equal(values(elem(xi, 2)), x[, 2, drop = FALSE])
+#' all.equal(values(elemT(elem(xi, 1), 2, 3)), cbind(0, x[, 1], 0))
+#' all.equal(values(extract(xi, 2, 2)), x[, 2:3])
+#' all.equal(values(extractT(xi, 2, 5)), cbind(0, x, 0))
+#' all.equal(values(concat(xi, elem(xi, 1))), cbind(x, x[, 1]))
+#' values(one_hot(elem(xi, 1) - 1, 4))    # x[, 1] - 1 = 0:3, so diag(4)
 #' @export
 elem <- function(x, m) {
   need_lazy(x, "x", "elem")
@@ -293,7 +437,7 @@ elem <- function(x, m) {
   lazy_call("Elem", list(x), dimres = 1L, extra = m - 1L)
 }
 
-#' @rdname lazytensor_functions
+#' @rdname lazytensor_components
 #' @export
 elemT <- function(x, m, n) {
   need_lazy(x, "x", "elemT")
@@ -304,7 +448,7 @@ elemT <- function(x, m, n) {
   lazy_call("ElemT", list(x), dimres = n, extra = c(n, m - 1L))
 }
 
-#' @rdname lazytensor_functions
+#' @rdname lazytensor_components
 #' @export
 extract <- function(x, m, d) {
   need_lazy(x, "x", "extract")
@@ -317,7 +461,7 @@ extract <- function(x, m, d) {
   lazy_call("Extract", list(x), dimres = d, extra = c(m - 1L, d))
 }
 
-#' @rdname lazytensor_functions
+#' @rdname lazytensor_components
 #' @export
 extractT <- function(x, m, d) {
   need_lazy(x, "x", "extractT")
@@ -330,7 +474,7 @@ extractT <- function(x, m, d) {
   lazy_call("ExtractT", list(x), dimres = d, extra = c(m - 1L, d))
 }
 
-#' @rdname lazytensor_functions
+#' @rdname lazytensor_components
 #' @export
 concat <- function(x, y) {
   need_lazy(x, "x", "concat")
@@ -338,7 +482,7 @@ concat <- function(x, y) {
   lazy_call("Concat", list(x, y), dimres = x$dimres + y$dimres)
 }
 
-#' @rdname lazytensor_functions
+#' @rdname lazytensor_components
 #' @export
 one_hot <- function(x, D) {
   need_lazy(x, "x", "one_hot")
@@ -347,13 +491,49 @@ one_hot <- function(x, D) {
   lazy_call("OneHot", list(x), dimres = D, extra = D)
 }
 
-#' @rdname lazytensor_functions
+#' Matrix and tensor products of LazyTensor objects
+#'
+#' Products of the small matrices and vectors held by [LazyTensor] objects
+#' (for the product of a symbolic matrix by an R matrix, see `%*%`). A matrix
+#' is held column-major, as R stores it: `Pm(as.vector(A))` for an
+#' `n x p` matrix `A` (or `Vi()`/`Vj()` of a matrix whose rows are such
+#' vectors).
+#' * `matvecmult(m, v)`: \eqn{A v}, with `m` holding an `n x p` matrix `A`
+#'   and `v` of dimension `p`;
+#' * `vecmatmult(v, m)`: \eqn{v^\top A}{v' A}, with `v` of dimension `p` and `m`
+#'   holding a `p x n` matrix `A`;
+#' * `tensorprod(x, y)`: `as.vector(outer(x, y))`, the \eqn{x_a y_b} with `a`
+#'   varying fastest.
+#' @param m A LazyTensor holding a matrix, of dimension a multiple of that of
+#'   `v`.
+#' @param v A LazyTensor of dimension `p`.
+#' @param x,y LazyTensors.
+#' @return A LazyTensor of dimension `n` (the dimension of `m` divided by that
+#'   of `v`) for `matvecmult()` and `vecmatmult()`, and the product of the
+#'   dimensions of `x` and `y` for `tensorprod()`.
+#' @name lazytensor_products
+#' @seealso [lazytensor_components], `%*%`
+#' @examples
+#' set.seed(1)
+#' x <- matrix(rnorm(12), 4, 3)          # 4 vectors x_i of dimension 3
+#' A <- matrix(rnorm(6), 2, 3)           # a 2 x 3 matrix
+#' B <- matrix(rnorm(6), 3, 2)           # a 3 x 2 matrix
+#' xi <- Vi(x)
+#' # F(x_i) as a 4 x d matrix: a sum over a single j
+#' values <- function(F) sum(F * Vj(1), index = "j")
+#' all.equal(values(matvecmult(Pm(as.vector(A)), xi)), x %*% t(A),  # rows A x_i
+#'           tolerance = 1e-5)
+#' all.equal(values(vecmatmult(xi, Pm(as.vector(B)))), x %*% B,     # rows x_i B
+#'           tolerance = 1e-5)
+#' all.equal(values(tensorprod(xi, extract(xi, 1, 2))),
+#'           t(apply(x, 1, function(r) as.vector(outer(r, r[1:2])))),
+#'           tolerance = 1e-5)
 #' @export
 matvecmult <- function(m, v) {
   lazy_matrix_product("MatVecMult", "matvecmult", m, v, list(m, v))
 }
 
-#' @rdname lazytensor_functions
+#' @rdname lazytensor_products
 #' @export
 vecmatmult <- function(v, m) {
   lazy_matrix_product("VecMatMult", "vecmatmult", m, v, list(v, m))
@@ -370,7 +550,7 @@ lazy_matrix_product <- function(op, fun, m, v, args) {
   lazy_call(op, args, dimres = m$dimres %/% v$dimres)
 }
 
-#' @rdname lazytensor_functions
+#' @rdname lazytensor_products
 #' @export
 tensorprod <- function(x, y) {
   need_lazy(x, "x", "tensorprod")

@@ -57,30 +57,83 @@ need_dim1 <- function(x, fun, label = "x") {
 
 #' Reductions of LazyTensor objects
 #'
-#' Reductions of a symbolic matrix over `index = "i"` (one result per `j`: an `M x d` matrix)
-#' or `index = "j"` (one result per `i`: an `N x d` matrix). Without `index`, `sum()`, `min()`,
-#' `max()`, `argmin()` and `argmax()` reduce the components of each `F(x_i, y_j)` and return a
-#' LazyTensor of dimension 1 (`Sum(F)`, `Min(F)`, ...).
+#' Reduce a symbolic matrix \eqn{F_{ij}}{F_ij} (a [LazyTensor] with at least one
+#' variable indexed by `i` and one indexed by `j`) over `index = "j"` (one
+#' result per `i`: `N` rows) or `index = "i"` (one result per `j`: `M` rows).
+#' The formula is written and run by the engine of [keops_kernel()], with the
+#' options of [get_rkeops_options()]. The operators are cached: the same
+#' reduction on new data with the same numbers of columns is not parsed again.
+#' * `sum()`, `min()`, `max()`: sums, minima, maxima (component by component
+#'   when `F` has dimension `d > 1`);
+#' * `argmin()`, `argmax()`: 1-based indices of the minima and maxima;
+#'   `min_argmin()`, `max_argmax()`: both;
+#' * `Kmin()`: the `K` smallest values in increasing order, `argKmin()` their
+#'   1-based indices (the `K` nearest neighbours when `F` is a distance),
+#'   `Kmin_argKmin()` both;
+#' * `logsumexp()`: \eqn{\log \sum_j \exp F_{ij}}{log sum_j exp(F_ij)}, or
+#'   \eqn{\log \sum_j \exp(F_{ij}) w_{ij}}{log sum_j exp(F_ij) w_ij} with `weight` (computed stably);
+#' * `sumsoftmaxweight()`: \eqn{\sum_j \exp(F_{ij}) w_{ij} / \sum_j \exp F_{ij}}{sum_j exp(F_ij) w_ij / sum_j exp(F_ij)}
+#'   (computed stably).
 #'
-#' `argmin()`, `argmax()` and `argKmin()` return 1-based indices; `min_argmin()`,
-#' `max_argmax()` and `Kmin_argKmin()` return `list(values =, indices =)`. `Kmin()` returns an
-#' `n x K` matrix (an `n x K x d` array for `d > 1`). `logsumexp()` computes
-#' \eqn{\log \sum \exp F} (\eqn{\log \sum \exp(F) w} with `weight`), `sumsoftmaxweight()`
-#' \eqn{\sum \exp(F) w / \sum \exp(F)}; `F` must have dimension 1.
-#' @param x A LazyTensor.
-#' @param index `"i"` or `"j"`, the index reduced over.
-#' @param K The number of smallest values.
-#' @param weight A LazyTensor of weights.
+#' For `logsumexp()` and `sumsoftmaxweight()`, `F` must have dimension 1.
+#'
+#' Without `index`, `sum()`, `min()`, `max()`, `argmin()` and `argmax()`
+#' reduce the components of each \eqn{F_{ij}}{F_ij} instead and return a LazyTensor
+#' of dimension 1 (KeOps' `Sum(F)`, `Min(F)`, ...; `argmin(F)` and
+#' `argmax(F)` are then **0-based** positions, as in KeOps).
+#' @param x A LazyTensor: the symbolic matrix \eqn{F}.
+#' @param index `"i"` or `"j"`: the index reduced over.
+#' @param K The number of smallest values: a whole number from 1 to the
+#'   number of rows reduced over.
+#' @param weight The weights \eqn{w}: a LazyTensor (such as `Vj(w)`) or a
+#'   number, of dimension `e`.
 #' @param ... Unused.
-#' @return A matrix, an array, a list (see above), or a LazyTensor when `index` is missing.
+#' @return With `n = N` for `index = "j"` and `n = M` for `index = "i"`, and
+#'   `d` the dimension of `x`:
+#'   * `sum()`, `min()`, `max()`: an `n x d` numeric matrix;
+#'   * `argmin()`, `argmax()`: an `n x d` integer matrix;
+#'   * `min_argmin()`, `max_argmax()`: `list(values =, indices =)` of two such
+#'     matrices;
+#'   * `Kmin()`, `argKmin()`: an `n x K` numeric or integer matrix (an
+#'     `n x K x d` array when `d > 1`); `Kmin_argKmin()`:
+#'     `list(values =, indices =)` of both;
+#'   * `logsumexp()`: an `n x 1` matrix, `n x e` with `weight`;
+#'     `sumsoftmaxweight()`: an `n x e` matrix;
+#'   * a LazyTensor of dimension 1 when `index` is missing (see above).
 #' @name lazytensor_reductions
+#' @seealso `%*%` and [solve.LazyTensor()] for products and linear systems,
+#'   [grad()] for gradients.
 #' @examples
+#' set.seed(1)
 #' x <- matrix(runif(30), 10, 3); y <- matrix(runif(60), 20, 3)
-#' D <- sqdist(Vi(x), Vj(y))
-#' sum(exp(-D), index = "j")       # 10 x 1
-#' argmin(D, index = "j")          # nearest y_j of each x_i
-#' argKmin(D, 3, index = "i")      # 3 nearest x_i of each y_j: 20 x 3
-#' logsumexp(-D, index = "j")
+#' xi <- Vi(x); yj <- Vj(y)
+#' D <- sqdist(xi, yj)                        # symbolic 10 x 20
+#' D2 <- outer(rowSums(x^2), rowSums(y^2), "+") - 2 * x %*% t(y)  # dense
+#' tol <- 1e-5                                # float32 by default
+#' all.equal(sum(exp(-D), index = "j"), as.matrix(rowSums(exp(-D2))), tolerance = tol)
+#' all.equal(min(D, index = "i"), as.matrix(apply(D2, 2, min)), tolerance = tol)
+#' nn <- argmin(D, index = "j")               # nearest y_j of each x_i: 10 x 1
+#' t(nn)
+#' all(nn == apply(D2, 1, which.min))
+#' far <- max_argmax(D, index = "i")          # farthest x_i of each y_j
+#' all(far$indices == apply(D2, 2, which.max))
+#' k3 <- Kmin_argKmin(D, 3, index = "j")      # 3 nearest y_j of each x_i: 10 x 3
+#' all.equal(k3$values, t(apply(D2, 1, sort))[, 1:3], tolerance = tol)
+#' all(k3$indices == t(apply(D2, 1, order))[, 1:3])
+#' all(argKmin(D, 3, index = "i") == t(apply(D2, 2, order))[, 1:3])  # 20 x 3
+#' dim(Kmin(xi - yj, 2, index = "j"))         # per component: 10 x 2 x 3
+#' all.equal(logsumexp(-D, index = "j"), as.matrix(log(rowSums(exp(-D2)))),
+#'           tolerance = tol)
+#' w <- runif(20)
+#' all.equal(logsumexp(-D, index = "j", weight = Vj(w)),
+#'           log(exp(-D2) %*% w), tolerance = tol)
+#' # softmax-weighted means of the y_j: 10 x 3
+#' sm <- sumsoftmaxweight(-D, yj, index = "j")
+#' all.equal(sm, exp(-D2) %*% y / rowSums(exp(-D2)), tolerance = tol)
+#' # without index: the sum of the components, a LazyTensor of dimension 1
+#' S <- sum(xi - yj)
+#' S
+#' all.equal(sum(S, index = "j"), as.matrix(20 * rowSums(x) - sum(y)), tolerance = tol)
 NULL
 
 #' @rdname lazytensor_reductions
@@ -194,17 +247,28 @@ lazy_matvec <- function(K, fun) {
 
 #' Matrix products with LazyTensor objects
 #'
-#' `K %*% b`, for a LazyTensor `K` of dimension 1 (a symbolic `N x M` matrix) and a dense
-#' `M x E` matrix `b`, computes the `N x E` matrix \eqn{\sum_j K_{ij} b_j}. Other arguments
-#' give the usual matrix product.
+#' `K %*% b`, for a LazyTensor `K` of dimension 1 (a symbolic `N x M` matrix
+#' \eqn{K_{ij}}{K_ij}) and a numeric `M x E` matrix `b` (or a vector of length `M`),
+#' computes the `N x E` matrix \eqn{\sum_j K_{ij} b_j}{sum_j K_ij b_j} (the reduction
+#' `Sum_Reduction(K * b, 0)`, `b` a new j-variable). For a [ComplexLazyTensor]
+#' of complex dimension 1, or a complex `b`, the result is complex. Other
+#' arguments give the usual matrix product ([base::matmult]); a LazyTensor on the
+#' right is an error.
 #' @param x,y A LazyTensor and a matrix, or two matrices.
-#' @return A matrix.
+#' @return The `N x E` matrix \eqn{K b} (complex for complex arguments), or the
+#'   matrix product of `x` and `y`.
+#' @seealso [solve.LazyTensor()], [lazytensor_reductions]
 #' @export
 #' @examples
+#' set.seed(1)
 #' x <- matrix(runif(30), 10, 3); y <- matrix(runif(60), 20, 3)
-#' K <- exp(-sqdist(Vi(x), Vj(y)))
-#' K %*% matrix(1, 20, 2)
-#' diag(2) %*% matrix(1:4, 2)   # base behaviour
+#' b <- matrix(rnorm(40), 20, 2)
+#' K <- exp(-sqdist(Vi(x), Vj(y)))     # symbolic 10 x 20
+#' Kb <- K %*% b                       # 10 x 2
+#' Kb
+#' D2 <- outer(rowSums(x^2), rowSums(y^2), "+") - 2 * x %*% t(y)
+#' all.equal(Kb, exp(-D2) %*% b, tolerance = 1e-5)
+#' diag(2) %*% matrix(1:4, 2)          # base behaviour
 `%*%` <- function(x, y) {
   if (is.LazyTensor(y)) stop("'%*%': only a LazyTensor times a matrix is supported", call. = FALSE)
   if (!is.LazyTensor(x)) return(base::`%*%`(x, y))
@@ -214,23 +278,33 @@ lazy_matvec <- function(K, fun) {
 
 #' Solve a linear system with a symbolic matrix
 #'
-#' Solves \eqn{(\alpha I + K) x = b} by conjugate gradients, where `K` is a LazyTensor of
-#' dimension 1 standing for a symmetric positive definite `N x N` matrix (such as
-#' `exp(-sqdist(Vi(x), Vj(x)))`); each product by `K` is computed by the engine.
-#' @param a The LazyTensor `K`.
-#' @param b An `N x E` matrix (or a vector).
-#' @param alpha A non-negative number added to the diagonal.
-#' @param eps The tolerance: iterations stop when the residual of each column is below `eps`
-#'   times the norm of that column of `b`.
-#' @param maxiter The maximum number of iterations; a warning is given when they do not suffice.
+#' Solves \eqn{(\alpha I + K) x = b}{(alpha I + K) x = b} by conjugate gradients, where `K` is a
+#' LazyTensor of dimension 1 standing for a symmetric positive semi-definite
+#' `N x N` matrix (such as `exp(-sqdist(Vi(x), Vj(x)))`) and
+#' \eqn{\alpha I + K}{alpha I + K} is positive definite. Each product by `K` is computed by
+#' the engine (`K %*% p`, in the precision of [get_rkeops_options()]); the
+#' iterations run in R in double precision, on all the columns of `b` at once.
+#' @param a The LazyTensor `K`, with as many rows (`i`) as columns (`j`).
+#' @param b An `N x E` numeric matrix (or a vector of length `N`).
+#' @param alpha A non-negative number added to the diagonal (a ridge or
+#'   nugget).
+#' @param eps The tolerance: the iterations stop when the residual of each
+#'   column is below `eps` times the norm of that column of `b`.
+#' @param maxiter The maximum number of iterations; a warning is given when
+#'   they do not suffice.
 #' @param ... Unused.
-#' @return An `N x E` matrix.
+#' @return The `N x E` matrix \eqn{x}.
+#' @seealso `%*%`
 #' @export
 #' @examples
+#' set.seed(1)
 #' x <- matrix(runif(60), 20, 3)
 #' K <- exp(-sqdist(Vi(x), Vj(x)))
 #' b <- matrix(rnorm(20), 20, 1)
-#' sol <- solve(K, b, alpha = 0.1)
+#' sol <- solve(K, b, alpha = 0.1)     # 20 x 1
+#' # the same with the dense 20 x 20 matrix in plain R
+#' D2 <- outer(rowSums(x^2), rowSums(x^2), "+") - 2 * x %*% t(x)
+#' all.equal(sol, solve(exp(-D2) + 0.1 * diag(20), b), tolerance = 1e-4)
 solve.LazyTensor <- function(a, b, alpha = 0, eps = 1e-6, maxiter = 10 * NROW(b), ...) {
   matvec <- lazy_matvec(a, "solve")
   if (is.null(dim(b))) b <- matrix(b, ncol = 1L)
@@ -268,22 +342,39 @@ solve.LazyTensor <- function(a, b, alpha = 0, eps = 1e-6, maxiter = 10 * NROW(b)
 
 #' Gradient of a reduction of a LazyTensor
 #'
-#' Builds the reduction `opstr` (such as `"Sum"`) of `f` over `index` and returns the gradient
-#' of \eqn{\sum \langle \mathrm{red}(f), e \rangle} with respect to `var`, with `e = gradin`,
-#' through [keops_grad()].
-#' @param f A LazyTensor.
-#' @param gradin The gradient flowing back: a matrix shaped like the reduction's result.
-#' @param opstr The reduction: `"Sum"`, `"LogSumExp"`, `"Min"`, ...
-#' @param var The variable: a LazyTensor made by `Vi()`, `Vj()` or `Pm()` from the same data
-#'   as one of the variables of `f`, or its 1-based position among them.
+#' Builds the reduction `opstr` (such as `"Sum"`) of `f` over `index` and
+#' returns the gradient of \eqn{\sum \langle \mathrm{red}(f), e \rangle}{sum <red(f), e>} with
+#' respect to the variable `var`, with \eqn{e} = `gradin`, through
+#' [keops_grad()].
+#' @param f A LazyTensor (real).
+#' @param gradin The gradient flowing back, \eqn{e}: a matrix shaped like the
+#'   reduction's result (`N x d` for `index = "j"`, `M x d` for `index = "i"`).
+#' @param opstr The reduction, written `opstr_Reduction(f, axis)` in the
+#'   formula: `"Sum"` (the default), `"LogSumExp"`, `"Min"`, `"Max"`,
+#'   `"Min_ArgMin"`, `"Max_ArgMax"`, `"ArgMin"` or `"ArgMax"` (see
+#'   [keops_grad()] for the gradients of each).
+#' @param var The variable: a LazyTensor made by `Vi()`, `Vj()` or `Pm()` from
+#'   the same data as one of the variables of `f`, or its 1-based position
+#'   among them.
 #' @param index `"i"` or `"j"`, the index reduced over.
-#' @return A matrix shaped like the variable (`1 x d` for a parameter).
+#' @return A matrix shaped like the variable: `N x dim` for a `Vi()` variable,
+#'   `M x dim` for `Vj()`, `1 x dim` for `Pm()`.
 #' @export
 #' @examples
+#' set.seed(1)
 #' x <- matrix(runif(30), 10, 3); y <- matrix(runif(60), 20, 3)
 #' xi <- Vi(x)
 #' f <- exp(-sqdist(xi, Vj(y)))
-#' g <- grad(f, matrix(1, 10, 1), "Sum", xi, "j")   # 10 x 3
+#' e <- matrix(1, 10, 1)
+#' g <- grad(f, e, "Sum", xi, "j")     # 10 x 3
+#' # the same in plain R: -2 sum_j (x_i - y_j) exp(-|x_i - y_j|^2)
+#' D2 <- outer(rowSums(x^2), rowSums(y^2), "+") - 2 * x %*% t(y)
+#' W <- exp(-D2)
+#' all.equal(g, -2 * (x * rowSums(W) - W %*% y), tolerance = 1e-5)
+#' # with respect to a parameter: 1 x 1
+#' s <- Pm(0.5)
+#' gs <- grad(exp(-s * sqdist(xi, Vj(y))), e, "Sum", s, "j")
+#' all.equal(c(gs), -sum(D2 * exp(-0.5 * D2)), tolerance = 1e-5)
 grad <- function(f, gradin, opstr = "Sum", var, index) {
   need_lazy(f, "f", "grad")
   no_complex(list(f), "grad()")

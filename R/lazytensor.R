@@ -12,27 +12,55 @@
 
 #' Symbolic matrices: LazyTensor objects
 #'
-#' `Vi()`, `Vj()` and `Pm()` wrap R data into `LazyTensor` objects: `Vi(x)` stands for the
-#' variable \eqn{x_i} (one row of `x` per index `i`), `Vj(y)` for \eqn{y_j} (one row per `j`)
-#' and `Pm(p)` for a parameter shared by all `(i, j)`. Combining them with R operators and
-#' functions (`+`, `*`, `exp()`, [sqdist()], ...) builds a symbolic `N x M` matrix
-#' `F(x_i, y_j, p)` that is never stored; a reduction ([sum.LazyTensor()], [argmin()], [Kmin()],
-#' [logsumexp()], `%*%`, ...) computes it with the engine of [keops_kernel()].
+#' `Vi()`, `Vj()` and `Pm()` wrap R data into `LazyTensor` objects: `Vi(x)`
+#' stands for the variable \eqn{x_i} (one row of `x` per index `i`), `Vj(y)`
+#' for \eqn{y_j} (one row per `j`) and `Pm(p)` for a parameter shared by all
+#' `(i, j)`. Combining them with R operators and functions (`+`, `*`, `exp()`,
+#' [sqdist()], ...: see [Ops.LazyTensor], [Math.LazyTensor],
+#' [lazytensor_elementwise], [lazytensor_norms], [lazytensor_components],
+#' [lazytensor_products]) builds a symbolic `N x M` matrix whose entries are
+#' `d`-dimensional vectors \eqn{F(x_i, y_j, p)}; it is never stored. A
+#' reduction ([sum.LazyTensor()], [argmin()], [Kmin()], [logsumexp()], `%*%`,
+#' [solve.LazyTensor()], ...: see [lazytensor_reductions]) writes the formula
+#' and runs it with the engine of [keops_kernel()]. Complex data gives a
+#' [ComplexLazyTensor].
 #'
-#' @param x A numeric matrix (one row per index, one column per dimension) or a numeric vector
-#'   (a matrix with one column); for `LazyTensor()` without `index`, or `Pm()`, a numeric vector
-#'   (a parameter of dimension `length(x)`).
-#' @param index `"i"` (the same as `Vi()`), `"j"` (`Vj()`) or `NA` (a parameter, `Pm()`).
-#' @return A `LazyTensor`: a list with `formula` (the formula, variables written `@k@`;
-#'   `print()` names them `V0`, `V1`, ...), `vars` (the data of the variables), `args` (their
-#'   declarations, such as `"V0 = Vi(3)"`) and `dimres` (the dimension of the formula).
+#' Numbers mix with LazyTensors as constants, and numeric vectors of length
+#' more than 1 as parameters (`Vi(x) + c(1, 2, 3)` is `Vi(x) + Pm(c(1, 2, 3))`).
+#' Two variables made from identical data in the same category are one
+#' variable of the formula.
+#'
+#' @param x The data: a numeric (or logical) matrix with one row per index and
+#'   one column per dimension, or a vector (a matrix with one column), for
+#'   `Vi()` and `Vj()`; a numeric vector for `Pm()` (a parameter of dimension
+#'   `length(x)`; a matrix is taken as `as.vector(x)`). A data frame is taken
+#'   as `as.matrix(x)`; complex data gives a [ComplexLazyTensor]. For
+#'   `LazyTensor()`, data as above, or a `LazyTensor`, returned unchanged.
+#' @param index For `LazyTensor()`: `"i"` (the same as `Vi(x)`), `"j"`
+#'   (`Vj(x)`) or `NA` (the default: a parameter, `Pm(x)`).
+#' @return A `LazyTensor` of dimension `ncol(x)` (`Vi()`, `Vj()`) or
+#'   `length(x)` (`Pm()`): a list with `formula` (the formula, with the
+#'   variables written `@k@`; [print()][print.LazyTensor] names them `V0`,
+#'   `V1`, ...), `vars` (the data of the variables), `cats` (their
+#'   categories), `args` (their declarations, such as `"V0 = Vi(3)"`) and
+#'   `dimres` (the dimension `d` of the formula). [dim()][dim.LazyTensor] gives
+#'   `c(N, M, d)`.
 #' @export
 #' @examples
+#' set.seed(1)
 #' x <- matrix(runif(30), 10, 3)
 #' y <- matrix(runif(60), 20, 3)
 #' K <- exp(-sqdist(Vi(x), Vj(y)))   # the 10 x 20 Gaussian kernel matrix, symbolic
 #' K
-#' sum(K, index = "j")               # its row sums, a 10 x 1 matrix
+#' dim(K)
+#' a <- sum(K, index = "j")          # its row sums, a 10 x 1 matrix
+#' # the same with the dense matrix in plain R
+#' D2 <- outer(rowSums(x^2), rowSums(y^2), "+") - 2 * x %*% t(y)
+#' all.equal(a, matrix(rowSums(exp(-D2))), tolerance = 1e-5)
+#' # a parameter: the scale of the kernel
+#' s <- Pm(0.5)
+#' all.equal(sum(exp(-s * sqdist(Vi(x), Vj(y))), index = "i"),
+#'           matrix(colSums(exp(-0.5 * D2))), tolerance = 1e-5)
 #' LazyTensor(x, index = "i")        # the same as Vi(x)
 LazyTensor <- function(x, index = NA) {
   if (is.LazyTensor(x)) return(x)
@@ -182,17 +210,22 @@ is.LazyTensor <- function(x) inherits(x, "LazyTensor")
 
 #' Tests on LazyTensor objects
 #'
-#' `is.LazyTensor()` tells whether `x` is a [LazyTensor]; `is.LazyVector()` whether it is a
-#' LazyTensor indexed by neither `i` nor `j` (made of parameters and constants only), and
-#' `is.LazyParameter()` whether it is such a LazyTensor of dimension 1.
+#' `is.LazyTensor()` tells whether `x` is a [LazyTensor] (a
+#' [ComplexLazyTensor] included); `is.LazyVector()` whether it is a
+#' LazyTensor indexed by neither `i` nor `j` (made of parameters and constants
+#' only, such as `Pm(p)`), and `is.LazyParameter()` whether it is such a
+#' LazyTensor of dimension 1.
 #' @param x Any R object.
 #' @return `TRUE` or `FALSE`.
 #' @export
 #' @examples
-#' is.LazyTensor(Vi(matrix(1:6, 3)))   # TRUE
+#' x <- matrix(1:6, 3)
+#' is.LazyTensor(Vi(x))                # TRUE
+#' is.LazyTensor(x)                    # FALSE
 #' is.LazyParameter(Pm(0.5))           # TRUE
+#' is.LazyParameter(Pm(c(1, 2, 3)))    # FALSE: dimension 3
 #' is.LazyVector(Pm(c(1, 2, 3)))       # TRUE
-#' is.LazyVector(Vj(1:3))              # FALSE
+#' is.LazyVector(Vj(1:3))              # FALSE: indexed by j
 is.LazyParameter <- function(x) is.LazyVector(x) && x$dimres == 1L
 
 #' @rdname is.LazyParameter
@@ -214,7 +247,17 @@ print_lazy_variables <- function(x) {
   }
 }
 
+#' Print a LazyTensor
+#'
+#' Prints the dimension of a [LazyTensor], its formula (variables named `V0`,
+#' `V1`, ... as in its declarations) and its variables with their sizes.
+#' @param x A LazyTensor.
+#' @param ... Unused.
+#' @return `x`, invisibly.
 #' @export
+#' @examples
+#' x <- matrix(runif(30), 10, 3)
+#' print(exp(-sqdist(Vi(x), Vj(x)) / Pm(2)))
 print.LazyTensor <- function(x, ...) {
   cat("LazyTensor of dimension ", x$dimres, "\n", sep = "")
   cat("formula: ", lazy_formula_text(x), "\n", sep = "")
@@ -226,11 +269,16 @@ print.LazyTensor <- function(x, ...) {
 #'
 #' A LazyTensor is a symbolic `N x M` matrix of `d`-dimensional values.
 #' @param x A [LazyTensor].
-#' @return `c(N, M, d)`: the rows of its i-variables, of its j-variables (`NA` where it has none) and
-#'   the dimension of its values.
+#' @return An integer vector `c(N, M, d)`: the number of rows of its
+#'   i-variables (`NA` when it has none), of its j-variables (`NA` when it has
+#'   none) and the dimension of its values. `nrow()` and `ncol()` give `N` and
+#'   `M`.
 #' @export
 #' @examples
-#' dim(sqdist(Vi(matrix(runif(30), 10)), Vj(matrix(runif(60), 20))))   # 10 20 1
+#' x <- matrix(runif(30), 10, 3); y <- matrix(runif(60), 20, 3)
+#' dim(sqdist(Vi(x), Vj(y)))   # 10 20 1
+#' dim(Vi(x) - Vj(y))          # 10 20 3
+#' dim(Pm(c(1, 2)))            # NA NA 2
 dim.LazyTensor <- function(x) {
   rows <- function(category) {
     k <- match(category, x$cats)

@@ -75,24 +75,31 @@
 
 #' Get rkeops options
 #'
-#' Returns the current computation options of rkeops.
+#' Returns the current computation options of rkeops, used by every
+#' reduction ([keops_kernel()] operators and LazyTensor reductions) at the
+#' time it runs.
 #'
 #' The options are:
-#' * `backend`: `"auto"` (default), `"CPU"` or `"GPU"`;
-#' * `precision`: `"float32"` (default), `"float64"`, or `"float16"` (inputs
-#'   stored in half precision, computed in single precision), the floating
-#'   point type used for the computations (inputs and outputs are R doubles);
-#' * `device`: index of the GPU to use (0 for the first one);
-#' * `ncore`: number of CPU threads, `NULL` (default) for all the cores.
+#' * `backend`: `"auto"` (default: the GPU when one can be used, else the
+#'   CPU), `"CPU"` or `"GPU"`;
+#' * `precision`: the floating point type of the computations, `"float32"`
+#'   (default), `"float64"`, or `"float16"` (inputs stored in half precision,
+#'   computed in single precision); inputs and results are R doubles in every
+#'   case;
+#' * `device`: the index of the GPU to use (0, the default, for the first one);
+#' * `ncore`: the number of CPU threads, `NULL` (default) for all the cores.
 #'
-#' @param tag `NULL` (all options) or the name of one option.
+#' @param tag `NULL` (all the options) or the name of one option:
+#'   `"backend"`, `"precision"`, `"device"` or `"ncore"`.
 #'
-#' @return A named list of all options, or the value of option `tag`.
-#' @seealso [set_rkeops_options()], [rkeops_use_cpu()],
+#' @return A named list of the four options, or the value of option `tag`
+#'   (a string, an integer, or `NULL` for `ncore` when all the cores are used).
+#'   An unknown `tag` is an error.
+#' @seealso [set_rkeops_options()], [rkeops_use_cpu()], [rkeops_use_gpu()],
 #'   [rkeops_use_float64()].
 #' @export
 #' @examples
-#' get_rkeops_options()
+#' str(get_rkeops_options())
 #' get_rkeops_options("precision")
 get_rkeops_options <- function(tag = NULL) {
   opts <- .rkeops_env$options
@@ -110,12 +117,17 @@ get_rkeops_options <- function(tag = NULL) {
 
 #' Set rkeops options
 #'
-#' Sets one or several computation options of rkeops, checking their values.
-#' See [get_rkeops_options()] for the list of options.
+#' Sets one or several computation options of rkeops, checking their values:
+#' an invalid value or an unknown option is an error and changes nothing.
+#' See [get_rkeops_options()] for the options and their values. The new
+#' values apply to every later reduction, including those of operators made
+#' before.
 #'
 #' @param ... Named option values, e.g. `precision = "float64"`,
-#'   `ncore = 4`. `ncore = NULL` resets the number of threads to all the
-#'   cores.
+#'   `ncore = 2`: `backend` (`"auto"`, `"CPU"` or `"GPU"`), `precision`
+#'   (`"float16"`, `"float32"` or `"float64"`), `device` (a non-negative
+#'   whole number) and `ncore` (a positive whole number, or `NULL` for all the
+#'   cores).
 #'
 #' @return The previous options (a named list), invisibly, so that they can be
 #'   restored with `do.call(set_rkeops_options, old)`.
@@ -123,7 +135,10 @@ get_rkeops_options <- function(tag = NULL) {
 #' @export
 #' @examples
 #' old <- set_rkeops_options(precision = "float64", ncore = 2)
-#' get_rkeops_options()
+#' str(get_rkeops_options())
+#' # an invalid value is an error that names the option
+#' tryCatch(set_rkeops_options(precision = "double"),
+#'          error = function(e) conditionMessage(e))
 #' # restore the previous options
 #' do.call(set_rkeops_options, old)
 set_rkeops_options <- function(...) {
@@ -149,18 +164,21 @@ set_rkeops_options <- function(...) {
 
 #' Compute on the CPU
 #'
-#' Selects the CPU backend and the number of threads it uses.
+#' Sets the option `backend` to `"CPU"` and `ncore` to the number of CPU
+#' threads used by the reductions.
 #'
-#' @param ncore `NULL` (all the cores, the default) or a positive integer,
-#'   the number of CPU threads.
+#' @param ncore `NULL` (all the cores, the default) or a positive whole
+#'   number, the number of CPU threads.
 #'
-#' @return The previous options, invisibly.
+#' @return The previous options (a named list), invisibly.
 #' @seealso [rkeops_use_gpu()], [set_rkeops_options()]
 #' @export
 #' @examples
 #' old <- rkeops_use_cpu(ncore = 2)
+#' get_rkeops_options("backend")
 #' get_rkeops_options("ncore")
-#' rkeops_use_cpu()  # back to all the cores
+#' x <- matrix(runif(30), 10, 3)
+#' sum(sqdist(Vi(x), Vj(x)), index = "j")   # computed on the CPU with 2 threads
 #' do.call(set_rkeops_options, old)
 rkeops_use_cpu <- function(ncore = NULL) {
   set_rkeops_options(backend = "CPU", ncore = ncore)
@@ -168,25 +186,36 @@ rkeops_use_cpu <- function(ncore = NULL) {
 
 #' Compute on the GPU
 #'
-#' Selects the GPU backend on a given device when it can be used: an NVIDIA
-#' driver (`libcuda.so.1`), the CUDA runtime compiler NVRTC (`libnvrtc.so.13`
-#' or `.so.12`) and the device must be present. Otherwise it says why, with a
-#' message, and computations stay on the CPU. Each formula is compiled for the
-#' device on its first use (see [clean_rkeops()] for the cache of compiled
-#' kernels).
+#' Sets the option `device` and, when that GPU can be used, the backend
+#' `"GPU"`: an NVIDIA driver (`libcuda.so.1`), the CUDA runtime compiler
+#' NVRTC (`libnvrtc.so.13` or `.so.12`) and the device must be present.
+#' Otherwise it sets the backend `"CPU"` (replacing `"auto"` too) and says
+#' why in a message. In both cases a message says where computations run.
+#' Each formula is compiled for the GPU on its first use and kept in
+#' [rkeops_cache_dir()].
 #'
-#' @param device A non-negative integer, the index of the GPU (0 for the first
-#'   one).
+#' @param device A non-negative whole number, the index of the GPU (0 for the
+#'   first one).
 #'
 #' @return `TRUE` if the GPU backend was selected, `FALSE` otherwise,
 #'   invisibly.
-#' @seealso [rkeops_use_cpu()], [set_rkeops_options()]
+#' @seealso [rkeops_use_cpu()], [set_rkeops_options()], [clean_rkeops()]
 #' @export
 #' @examples
 #' old <- get_rkeops_options()
-#' rkeops_use_gpu()
+#' # compiled kernels go to a temporary cache here (see rkeops_cache_dir())
+#' old_cache <- Sys.getenv("RKEOPS_CACHE_DIR", unset = NA)
+#' Sys.setenv(RKEOPS_CACHE_DIR = file.path(tempdir(), "rkeops-cache"))
+#' # TRUE on a machine with a usable NVIDIA GPU, FALSE (with a message) elsewhere
+#' if (rkeops_use_gpu()) {
+#'   x <- matrix(runif(3000), 1000, 3)
+#'   a <- sum(exp(-sqdist(Vi(x), Vj(x))), index = "j")   # run on the GPU
+#'   dim(a)
+#' }
 #' get_rkeops_options("backend")
 #' do.call(set_rkeops_options, old)
+#' if (is.na(old_cache)) Sys.unsetenv("RKEOPS_CACHE_DIR") else
+#'   Sys.setenv(RKEOPS_CACHE_DIR = old_cache)
 rkeops_use_gpu <- function(device = 0) {
   set_rkeops_options(device = device)
   status <- gpu_status(get_rkeops_options("device"))
@@ -203,20 +232,31 @@ rkeops_use_gpu <- function(device = 0) {
 
 #' Choose the floating point precision
 #'
-#' `rkeops_use_float32()` makes the computations run in single precision
-#' (the default: faster, about 7 significant digits);
-#' `rkeops_use_float64()` in double precision; `rkeops_use_float16()` stores
-#' the inputs in half precision (about 3 significant digits: half the memory
-#' and transfers on the GPU) and computes and accumulates in single precision.
-#' Inputs and outputs are R doubles in every case.
+#' Set the option `precision`: `rkeops_use_float32()` makes the computations
+#' run in single precision (the default: faster, about 7 significant digits);
+#' `rkeops_use_float64()` in double precision (about 16 digits);
+#' `rkeops_use_float16()` stores the inputs in half precision (about 3
+#' significant digits: half the memory and transfers on the GPU) and computes
+#' and accumulates in single precision. Inputs and results are R doubles in
+#' every case. Sums are accumulated as set by the `sum_scheme` argument of
+#' [keops_kernel()].
 #'
-#' @return The previous options, invisibly.
+#' @return The previous options (a named list), invisibly.
 #' @seealso [set_rkeops_options()]
 #' @export
 #' @examples
+#' set.seed(1)
+#' x <- matrix(rnorm(300), 100, 3)
+#' y <- matrix(rnorm(600), 200, 3)
+#' D2 <- outer(rowSums(x^2), rowSums(y^2), "+") - 2 * x %*% t(y)
+#' dense <- rowSums(exp(-D2))                   # plain R, double precision
+#' K <- exp(-sqdist(Vi(x), Vj(y)))
 #' old <- rkeops_use_float64()
-#' get_rkeops_options("precision")
+#' max(abs(sum(K, index = "j") - dense) / dense)   # about 1e-15
 #' rkeops_use_float32()
+#' max(abs(sum(K, index = "j") - dense) / dense)   # about 1e-7
+#' rkeops_use_float16()
+#' max(abs(sum(K, index = "j") - dense) / dense)   # about 1e-3
 #' do.call(set_rkeops_options, old)
 rkeops_use_float32 <- function() {
   set_rkeops_options(precision = "float32")

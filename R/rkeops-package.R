@@ -1,26 +1,84 @@
 #' rkeops: kernel operations on symbolic matrices
 #'
-#' rkeops computes reductions (sums, minima, arg-minima, K-nearest
+#' rkeops computes reductions (sums, minima, arg-minima, K nearest
 #' neighbours, log-sum-exp, ...) of very large *symbolic matrices*
-#' \eqn{M_{ij} = F(x_i, y_j, p)}, where the formula \eqn{F} is written in the
-#' KeOps formula language, e.g.
-#' `"Sum_Reduction(Exp(-s*SqDist(x,y))*b, 0)"`. The \eqn{N \times M} matrix is
-#' never stored: the Rust engine streams tiles of it through fast memory and
-#' reduces them on the fly, on an NVIDIA GPU (CUDA source generated per formula,
-#' compiled at run time by NVRTC and cached) or on all the cores of the CPU, so
-#' that kernel sums or nearest-neighbour queries over millions of points fit in
-#' memory.
+#' \eqn{M_{ij} = F(x_i, y_j, p)}{M_ij = F(x_i, y_j, p)}, such as the Gaussian kernel sum
+#' \eqn{a_i = \sum_j \exp(-s |x_i - y_j|^2) b_j}{a_i = sum_j exp(-s |x_i - y_j|^2) b_j}. The \eqn{N \times M}{N x M} matrix is
+#' never stored: a Rust engine streams tiles of it through fast memory and
+#' reduces them on the fly, so memory grows with \eqn{N + M}, not
+#' \eqn{N M}, and kernel sums or nearest-neighbour queries over millions of
+#' points fit in memory. Derivatives of the formulas are computed
+#' symbolically ([keops_grad()], [grad()]).
 #'
-#' The main entry point is [keops_kernel()]. Computation options (backend,
-#' precision, number of threads) are set with [set_rkeops_options()] and the
-#' helpers [rkeops_use_cpu()], [rkeops_use_gpu()], [rkeops_use_float32()] and
-#' [rkeops_use_float64()].
+#' @section Two interfaces:
+#' * **Formulas**: [keops_kernel()] turns a reduction written in the KeOps
+#'   formula language, e.g. `"Sum_Reduction(Exp(-s * SqDist(x, y)) * b, 0)"`
+#'   with the variables declared as `c("x = Vi(3)", "y = Vj(3)", "b = Vj(1)",
+#'   "s = Pm(1)")`, into an R function of a list of matrices. [keops_grad()]
+#'   gives the operator of its gradient.
+#' * **LazyTensors**: [Vi()], [Vj()] and [Pm()] wrap R matrices and vectors into
+#'   [LazyTensor] objects, combined with R operators ([Ops.LazyTensor]) and
+#'   functions ([Math.LazyTensor], [sqdist()], [lazytensor_elementwise], ...)
+#'   into a symbolic matrix, then reduced with `sum(K, index = "j")`, [argKmin()],
+#'   [logsumexp()], `K %*% b`, [solve()][solve.LazyTensor] ([lazytensor_reductions]).
+#'   The formula is built underneath and run by [keops_kernel()]. Complex data
+#'   gives a [ComplexLazyTensor].
 #'
-#' The default backend, `"auto"`, uses the GPU when one can be used (an NVIDIA
-#' driver and NVRTC are found) and the CPU otherwise; the package says which
-#' when it is attached.
+#' In R functions, indices and positions are 1-based (results of [argmin()],
+#' [elem()]); inside formula strings they are 0-based, as in KeOps.
 #'
-#' @keywords internal
+#' @section Options:
+#' [get_rkeops_options()] and [set_rkeops_options()] read and set the options
+#' `backend` (`"auto"`, `"CPU"` or `"GPU"`), `precision` (`"float32"` by
+#' default, `"float64"`, `"float16"`), `device` (the GPU index) and `ncore`
+#' (the number of CPU threads); [rkeops_use_cpu()], [rkeops_use_gpu()],
+#' [rkeops_use_float32()], [rkeops_use_float64()] and [rkeops_use_float16()]
+#' are shortcuts. Inputs and results are R doubles (integers for indices)
+#' whatever the precision.
+#'
+#' @section CPU and GPU:
+#' On the CPU, reductions run on all the cores (or `ncore` threads), with
+#' vector instructions chosen at run time; no compiler is needed. The default
+#' backend, `"auto"`, uses an NVIDIA GPU when one can be used (an NVIDIA
+#' driver, `libcuda.so.1`, and the CUDA runtime compiler NVRTC,
+#' `libnvrtc.so.13` or `.so.12`, are found) and the CPU otherwise; the package
+#' says which when it is attached. On the GPU, each formula is compiled by
+#' NVRTC on its first use and the result is kept in [rkeops_cache_dir()]
+#' (emptied by [clean_rkeops()]). Nothing CUDA is needed to build the package.
+#'
+#' @section Vignettes:
+#' * "Introduction to rkeops": `vignette("rkeops", package = "rkeops")`
+#' * "Kriging and Gaussian process regression": `vignette("kriging", package = "rkeops")`
+#' * "K-means clustering": `vignette("kmeans", package = "rkeops")`
+#' * "K nearest neighbours under several metrics": `vignette("knn", package = "rkeops")`
+#' * "Gaussian mixture models by EM": `vignette("gmm", package = "rkeops")`
+#' * "Optimal transport with log-domain Sinkhorn": `vignette("sinkhorn", package = "rkeops")`
+#' * "Landmark matching by geodesic shooting": `vignette("landmarks", package = "rkeops")`
+#'
+#' @examples
+#' set.seed(1)
+#' x <- matrix(rnorm(300), 100, 3)   # N = 100 points x_i in 3-D
+#' y <- matrix(rnorm(600), 200, 3)   # M = 200 points y_j
+#' b <- matrix(rnorm(200), 200, 1)   # a weight b_j per y_j
+#'
+#' # a_i = sum_j exp(-|x_i - y_j|^2 / 2) b_j, with a formula ...
+#' gauss <- keops_kernel("Sum_Reduction(Exp(-s * SqDist(x, y)) * b, 0)",
+#'                       c("x = Vi(3)", "y = Vj(3)", "b = Vj(1)", "s = Pm(1)"))
+#' a1 <- gauss(list(x, y, b, 0.5))                # a 100 x 1 matrix
+#' # ... with LazyTensors ...
+#' a2 <- exp(-0.5 * sqdist(Vi(x), Vj(y))) %*% b   # a 100 x 1 matrix
+#' # ... and with the dense 100 x 200 matrix in plain R
+#' D2 <- outer(rowSums(x^2), rowSums(y^2), "+") - 2 * x %*% t(y)
+#' a3 <- exp(-0.5 * D2) %*% b
+#' all.equal(a1, a3, tolerance = 1e-5)            # float32 by default
+#' all.equal(a2, a3, tolerance = 1e-5)
+#'
+#' # the 5 nearest neighbours y_j of each x_i (1-based row numbers of y)
+#' nn <- argKmin(sqdist(Vi(x), Vj(y)), K = 5, index = "j")
+#' head(nn, 3)
+#' all(nn == t(apply(D2, 1, order))[, 1:5])
+#'
+#' get_rkeops_options()
 #' @useDynLib rkeops, .registration = TRUE
 "_PACKAGE"
 
