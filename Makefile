@@ -5,7 +5,8 @@
 #   make install  build and install the package into ./lib
 #   make demo     run inst/demo/demo.R against ./lib
 #   make test     cargo tests of the engine, then the testthat suite
-#   make check    R CMD build + R CMD check --no-manual
+#   make check    R CMD build (knits the vignettes) + R CMD check --as-cran
+#                 --no-manual (offline: no CRAN incoming or URL checks)
 #   make bench-cpu  time rkeops, pykeops and dense R on the CPU in one run
 #                 (NMAX=1e6 largest N = M, BUDGET=60 seconds per measurement,
 #                 REPS=5, BENCH_OUT=file.md to also write the report)
@@ -93,10 +94,13 @@ bench-cpu: install
 	NMAX=$(NMAX) BUDGET=$(BUDGET) REPS=$(REPS) BENCH_OUT='$(BENCH_OUT)' \
 		R_LIBS=$(LIB_DIR) Rscript bench/cpu_compare.R
 
+# CRAN's incoming checks and the file-timestamp check need the internet: off, so
+# that the check runs offline (on CI) and says the same everywhere.
 check: deps
 	rm -f rkeops_*.tar.gz
 	R CMD build .
-	R CMD check --no-manual rkeops_*.tar.gz
+	_R_CHECK_CRAN_INCOMING_REMOTE_=false _R_CHECK_FUTURE_FILE_TIMESTAMPS_=false \
+		R CMD check --as-cran --no-manual rkeops_*.tar.gz
 
 doc: deps
 	Rscript -e 'roxygen2::roxygenise(load_code = roxygen2::load_source)'
