@@ -12,8 +12,12 @@ gpu_status <- function(device = 0L) {
 #' generated kernel and GPU architecture) so that a formula is compiled once, not
 #' once per R session. The directory is the environment variable
 #' `RKEOPS_CACHE_DIR` when it is set, else
-#' `tools::R_user_dir("rkeops", "cache")`. It is created when the first kernel
-#' is stored; several R processes can share it. The CPU backend stores nothing.
+#' `tools::R_user_dir("rkeops", "cache")`. It is created, private to the user
+#' (mode 0700), by the first computation on a GPU; several R processes can share
+#' it. Each entry carries a checksum: a damaged one is compiled again. A directory
+#' that other users (group or others) can write to is refused with an error, as
+#' they could plant code that would run on the GPU. The CPU backend stores
+#' nothing.
 #'
 #' @return The path of the cache directory, a string (the directory may not
 #'   exist yet).

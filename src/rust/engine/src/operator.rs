@@ -93,7 +93,7 @@ impl Operator {
         let mut timings = Vec::new();
         let (rows, backend) = match gpu {
             Some(device) => {
-                let cache = options.cache_dir.as_ref().map(DiskCache::new);
+                let cache = options.cache_dir.as_ref().map(DiskCache::open).transpose().map_err(Error::Invalid)?;
                 let clock = std::time::Instant::now();
                 let rows = match options.precision {
                     Precision::F16 => {
