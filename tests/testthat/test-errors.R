@@ -150,6 +150,19 @@ test_that("formula parse errors are reported at creation with position and token
   expect_error(keops_kernel("Sum_Reduction(Exp(-x)*x, 0)", "x = Vi(1)"), NA)
 })
 
+test_that("deep formulas and long chains are errors, not a crash of R", {
+  for (f in c(paste0(strrep("Exp(", 1e5), "x", strrep(")", 1e5)),
+              paste0("x", strrep("+x", 1e5)),
+              paste0("x", strrep("*x", 1e5)),
+              paste0(strrep("-", 1e5), "x"))) {
+    expect_keops_error(keops_kernel(paste0("Sum_Reduction(", f, ", 0)"), "x = Vi(1)"), "nested")
+  }
+  # control: a sum of 100 terms is fine and correct
+  op <- keops_kernel(paste0("Sum_Reduction(x", strrep("+x", 99), ", 0)"), c("x = Vi(1)", "y = Vj(1)"))
+  x <- matrix(c(0.5, 2), 2, 1)
+  expect_equal(op(list(x, matrix(1, 3, 1))), 300 * x, tolerance = 1e-6)
+})
+
 test_that("unknown function names are reported", {
   set.seed(309)
   expect_keops_error({

@@ -55,50 +55,65 @@ impl Parser<'_> {
         }
     }
 
-    fn expr(&mut self) -> Result<Node> {
+    /// One level deeper in the tree being built: an error past `MAX_DEPTH`, so that neither this
+    /// parser nor the recursive passes over the tree (lowering, dropping it) can overflow the stack.
+    fn deeper(&mut self) -> Result<()> {
         self.depth += 1;
         if self.depth > MAX_DEPTH {
-            return Err(self.error(&format!("the formula is nested more than {MAX_DEPTH} levels deep")));
+            return Err(self.error(&format!(
+                "the formula is nested more than {MAX_DEPTH} levels deep (each operator of a chain such as \
+                 a + b + c counts as a level)"
+            )));
         }
+        Ok(())
+    }
+
+    fn expr(&mut self) -> Result<Node> {
+        self.deeper()?;
         let mut left = self.term()?;
+        // A chain a + b + c is a tree as deep as it is long.
+        let mut chain = 0;
         loop {
             let op = match self.peek().tok {
                 Tok::Plus => BinOp::Add,
                 Tok::Minus => BinOp::Sub,
                 _ => break,
             };
+            self.deeper()?;
+            chain += 1;
             self.next();
             let right = self.term()?;
             let pos = left.pos;
             left = Node { ast: Ast::Binary(op, Box::new(left), Box::new(right)), pos };
         }
-        self.depth -= 1;
+        self.depth -= 1 + chain;
         Ok(left)
     }
 
     fn term(&mut self) -> Result<Node> {
         let mut left = self.unary()?;
+        let mut chain = 0;
         loop {
             let op = match self.peek().tok {
                 Tok::Star => BinOp::Mul,
                 Tok::Slash => BinOp::Div,
                 _ => break,
             };
+            self.deeper()?;
+            chain += 1;
             self.next();
             let right = self.unary()?;
             let pos = left.pos;
             left = Node { ast: Ast::Binary(op, Box::new(left), Box::new(right)), pos };
         }
+        self.depth -= chain;
         Ok(left)
     }
 
     fn unary(&mut self) -> Result<Node> {
         if self.peek().tok == Tok::Minus {
             let pos = self.next().pos;
-            self.depth += 1;
-            if self.depth > MAX_DEPTH {
-                return Err(self.error(&format!("the formula is nested more than {MAX_DEPTH} levels deep")));
-            }
+            self.deeper()?;
             let inner = self.unary()?;
             self.depth -= 1;
             return Ok(Node { ast: Ast::Neg(Box::new(inner)), pos });
@@ -205,5 +220,15 @@ mod tests {
         assert!(parse(&deep).unwrap_err().to_string().contains("nested"));
         let minus = format!("{}x", "-".repeat(100_000));
         assert!(parse(&minus).is_err());
+        // Long chains make trees as deep as they are long: bounded too, whatever the operator.
+        for op in ["+", "-", "*", "/"] {
+            let chain = format!("x{}", format!("{op}x").repeat(1_000_000));
+            assert!(parse(&chain).unwrap_err().to_string().contains("nested"), "chain of {op}");
+        }
+        let chains_in_parentheses = format!("{}x{}", "(x+x+x+x+".repeat(200), ")".repeat(200));
+        assert!(parse(&chains_in_parentheses).unwrap_err().to_string().contains("nested"));
+        // What users write stays well inside the limits.
+        assert!(parse(&format!("x{}", "+x".repeat(400))).is_ok());
+        assert!(parse(&format!("{}x{}", "Exp(".repeat(200), ")".repeat(200))).is_ok());
     }
 }
