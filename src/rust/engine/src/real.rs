@@ -28,6 +28,12 @@ pub trait Real:
     fn to_f64(self) -> f64;
     /// `fma`: see `math::exp_f32`.
     fn exp(self, fma: bool) -> Self;
+    /// `out[i] = exp(scale * x[i])` with AVX-512, the same bits as `exp`.
+    ///
+    /// # Safety
+    /// The processor must support AVX-512F.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn exp_tile_avx512(x: &[Self], scale: Self, out: &mut [Self]);
     /// `self * a + b`, rounded once where `fma` (see `math::exp_f32`).
     fn madd(self, a: Self, b: Self, fma: bool) -> Self;
     fn ln(self) -> Self;
@@ -51,7 +57,7 @@ pub trait Real:
 }
 
 macro_rules! impl_real {
-    ($t:ty, $exp:path, $convert:expr) => {
+    ($t:ty, $exp:path, $exp_tile:path, $convert:expr) => {
         impl Real for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -69,6 +75,11 @@ macro_rules! impl_real {
             #[inline(always)]
             fn exp(self, fma: bool) -> Self {
                 $exp(self, fma)
+            }
+            #[cfg(target_arch = "x86_64")]
+            unsafe fn exp_tile_avx512(x: &[Self], scale: Self, out: &mut [Self]) {
+                // SAFETY: the caller checked the processor.
+                unsafe { $exp_tile(x, scale, out) }
             }
             #[inline(always)]
             fn madd(self, a: Self, b: Self, fma: bool) -> Self {
@@ -158,8 +169,8 @@ macro_rules! impl_real {
         }
     };
 }
-impl_real!(f32, crate::math::exp_f32, |x: &[f64]| Cow::Owned(to_f32(x)));
-impl_real!(f64, crate::math::exp_f64, Cow::Borrowed);
+impl_real!(f32, crate::math::exp_f32, crate::cpu::exp_avx512::exp_f32, |x: &[f64]| Cow::Owned(to_f32(x)));
+impl_real!(f64, crate::math::exp_f64, crate::cpu::exp_avx512::exp_f64, Cow::Borrowed);
 
 /// Rounds doubles to floats, on every core for large inputs (the conversion of R's doubles is on
 /// the path of every float32 call).

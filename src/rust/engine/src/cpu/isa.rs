@@ -13,6 +13,13 @@ pub enum Level {
 }
 
 impl Level {
+    pub fn has_avx512(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        return self == Level::Avx512;
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    }
+
     pub fn detect() -> Level {
         #[cfg(target_arch = "x86_64")]
         {

@@ -2,6 +2,8 @@
 //! loop over the tile in structure-of-arrays layout, threads over blocks of output rows. Memory is
 //! O(inputs + outputs + threads x tile), never N x M.
 
+#[cfg(target_arch = "x86_64")]
+pub mod exp_avx512;
 mod fusion;
 mod isa;
 mod lanes;
@@ -90,8 +92,9 @@ pub fn evaluate<T: Real>(formula: &Formula, inputs: &Inputs<T>, scheme: SumSchem
         n_out,
         n_red,
         rows_per_block,
+        level: isa::Level::detect(),
     };
-    let level = isa::Level::detect();
+    let level = ctx.level;
     let work = || isa::run(level, Worker { ctx: &ctx, blocks: &blocks });
     if threads == 1 {
         work();
@@ -115,6 +118,7 @@ struct Context<'a, T> {
     n_out: usize,
     n_red: usize,
     rows_per_block: usize,
+    level: isa::Level,
 }
 
 /// A block of output rows: its number and where its values and indices go (empty when not wanted).
@@ -249,7 +253,7 @@ impl<T: Real> Workspace<T> {
         } else if let Some((a, s)) = ctx.fusions.scaled_exps[id] {
             let a = view(ctx, &self.buffers, a, frame);
             let s = s.map(|s| view(ctx, &self.buffers, s, frame));
-            ops::scaled_exp(&a, s.as_ref(), &mut out, len, fma);
+            ops::scaled_exp(&a, s.as_ref(), &mut out, len, fma, ctx.level.has_avx512());
         } else {
             let mut args = [Arg::EMPTY; 3];
             for (slot, &a) in args.iter_mut().zip(&node.args) {

@@ -18,15 +18,21 @@ pub fn sq_dist<T: Real>(a: &Arg<T>, b: &Arg<T>, out: &mut [T], len: usize, fma: 
     sum_components(out, len, a.dim.max(b.dim), a, b, |s, x, y| (x - y).madd(x - y, s, fma));
 }
 
-/// Exp(s * a) in one pass, with `s` one number per tile; Exp(-a) where `s` is None.
+/// Exp(s * a) in one pass, with `s` one number per tile; Exp(-a) where `s` is None. `avx512`: whether
+/// the processor has AVX-512 (see `exp_avx512`).
 #[inline(always)]
-pub fn scaled_exp<T: Real>(a: &Arg<T>, s: Option<&Arg<T>>, out: &mut [T], len: usize, fma: bool) {
+pub fn scaled_exp<T: Real>(a: &Arg<T>, s: Option<&Arg<T>>, out: &mut [T], len: usize, fma: bool, avx512: bool) {
     let scale = match s.map(|s| s.lane(0, 1)) {
         None => -T::ONE,
         Some(Lane::Scalar(s)) => s,
         Some(Lane::Vector(_)) => unreachable!("the scale of a fused Exp is one number per tile"),
     };
-    map1(out, len, a.lane(0, len), |x| (scale * x).exp(fma));
+    match a.lane(0, len) {
+        // SAFETY: `avx512` says the processor has it.
+        #[cfg(target_arch = "x86_64")]
+        Lane::Vector(x) if avx512 => unsafe { T::exp_tile_avx512(x, scale, &mut out[..len]) },
+        lane => map1(out, len, lane, |x| (scale * x).exp(fma)),
+    }
 }
 
 /// Evaluates `op` on `args` into `out` (`dim` components of `len` values each, component-major).
