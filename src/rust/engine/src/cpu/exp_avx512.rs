@@ -6,6 +6,9 @@
 //! subnormal range, and gives 0 or infinity beyond it. Results are within an ulp of the exact
 //! value, like the generic loop's, but not always the same bits.
 
+// The f32 constants are written with the digits of their f64 computation.
+#![allow(clippy::excessive_precision)]
+
 use std::arch::x86_64::*;
 
 /// 2^(j / 16), j = 0..15, rounded to nearest.
