@@ -9,7 +9,8 @@
 #                 --no-manual (offline: no CRAN incoming or URL checks)
 #   make bench-cpu  time rkeops, pykeops and dense R on the CPU in one run
 #                 (NMAX=1e6 largest N = M, BUDGET=60 seconds per measurement,
-#                 REPS=5, BENCH_OUT=file.md to also write the report)
+#                 REPS=5, BENCH_OUT=file.md to also write the report,
+#                 CASES=regex to run only some cases, e.g. CASES='D=3 float64')
 #   make doc      regenerate NAMESPACE and man/ with roxygen2
 #   make clean    remove R build products (keeps the cargo target directory)
 #   make distclean  also remove src/rust/target and src/rust/.cargo
@@ -34,6 +35,7 @@ NMAX ?= 1e6
 BUDGET ?= 60
 REPS ?= 5
 BENCH_OUT ?=
+CASES ?=
 
 .PHONY: all deps install demo test check doc clean distclean bench-cpu
 
@@ -91,7 +93,7 @@ test: install
 	R_LIBS=$(LIB_DIR) Rscript tools/run-tests.R tests/testthat
 
 bench-cpu: install
-	NMAX=$(NMAX) BUDGET=$(BUDGET) REPS=$(REPS) BENCH_OUT='$(BENCH_OUT)' \
+	NMAX=$(NMAX) BUDGET=$(BUDGET) REPS=$(REPS) BENCH_OUT='$(BENCH_OUT)' CASES='$(CASES)' \
 		R_LIBS=$(LIB_DIR) Rscript bench/cpu_compare.R
 
 # CRAN's incoming checks and the clock check need the internet: off, so that the

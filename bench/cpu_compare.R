@@ -7,6 +7,8 @@
 #              predicted (quadratically from its previous size) to take longer is skipped
 #   REPS       runs per median, fewer when the budget requires it
 #   DENSE_GB   memory allowed to the dense R computation's N x M matrices (default 4)
+#   CASES      only the cases whose "label precision" matches this regular expression
+#              (e.g. CASES='D=3 float64'; default: all)
 #   BENCH_OUT  also write the report to this file
 library(rkeops)
 
@@ -102,6 +104,9 @@ cases <- list(
   list(label = "ArgKMin K=10 D=3", kind = "argkmin", D = 3, precision = "float32"),
   list(label = "LogSumExp(b_j - SqDist) D=3", kind = "logsumexp", D = 3, precision = "float32"),
   list(label = "gradient in x of the Gaussian sum D=3", kind = "grad", D = 3, precision = "float32"))
+wanted <- Sys.getenv("CASES", "")
+cases <- Filter(function(cs) grepl(wanted, paste(cs$label, cs$precision)), cases)
+stopifnot(length(cases) > 0)
 
 # ---- data, timing, checks -----------------------------------------------------------------------
 
