@@ -150,8 +150,14 @@ keops_kernel <- function(formula, args, sum_scheme = "auto") {
 # compilation, transfers, kernel, ...): a tool for benchmarks and for checking the backend.
 last_run <- function() .rkeops_env$last_run
 
-# The Rust side reports failures as list(error = message).
+# The Rust side reports failures as list(error = message), and Ctrl-C as list(error, interrupted =
+# TRUE): a condition that tryCatch(interrupt = ) catches like R's own, and that is an error for the
+# rest (a script stops there).
 rust_result <- function(res) {
+  if (isTRUE(res$interrupted)) {
+    stop(structure(class = c("interrupt", "error", "condition"),
+                   list(message = res$error, call = NULL)))
+  }
   if (!is.null(res$error)) stop(res$error, call. = FALSE)
   res
 }

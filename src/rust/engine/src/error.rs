@@ -25,6 +25,10 @@ pub enum Error {
     #[error("GPU: {0}")]
     Gpu(String),
 
+    /// The caller's interrupt check (`RunOptions::interrupt`) asked to stop.
+    #[error("interrupted by the user")]
+    Interrupted,
+
     /// Anything else the caller asked for that cannot be done (bad option, bad K, ...).
     #[error("{0}")]
     Invalid(String),

@@ -52,6 +52,10 @@ pub struct RunOptions {
     /// Most bytes of GPU memory to use (default: 80% of what is free); larger inputs are
     /// processed in blocks.
     pub gpu_memory: Option<usize>,
+    /// Called on the calling thread about every 10 ms while the CPU computes (R's check for
+    /// Ctrl-C); when it returns true, the workers stop at their next tile and `run` returns
+    /// `Error::Interrupted`. GPU kernels run to their end.
+    pub interrupt: Option<fn() -> bool>,
 }
 
 /// Results in column-major order: `nrow x k x dim` (k = 1 except for the K-selections).
@@ -151,11 +155,12 @@ impl Operator {
                         let rounded: Vec<Vec<f64>> = inputs.iter().map(|x| to_f16(x.data, |h| h.to_f64())).collect();
                         let inputs: Vec<Input> =
                             inputs.iter().zip(&rounded).map(|(x, r)| Input { data: r, ..*x }).collect();
-                        run_cpu::<f32>(&self.formula, &inputs, n_i, n_j, options.sum_scheme, threads)
+                        run_cpu::<f32>(&self.formula, &inputs, n_i, n_j, options, threads)
                     }
-                    Precision::F32 => run_cpu::<f32>(&self.formula, inputs, n_i, n_j, options.sum_scheme, threads),
-                    Precision::F64 => run_cpu::<f64>(&self.formula, inputs, n_i, n_j, options.sum_scheme, threads),
-                };
+                    Precision::F32 => run_cpu::<f32>(&self.formula, inputs, n_i, n_j, options, threads),
+                    Precision::F64 => run_cpu::<f64>(&self.formula, inputs, n_i, n_j, options, threads),
+                }
+                .ok_or(Error::Interrupted)?;
                 timings.push(("CPU evaluation", clock.elapsed().as_secs_f64()));
                 (rows, "CPU".to_string())
             }
@@ -259,12 +264,12 @@ fn run_cpu<T: Real>(
     inputs: &[Input],
     n_i: usize,
     n_j: usize,
-    scheme: SumScheme,
+    options: &RunOptions,
     threads: usize,
-) -> RowMajor {
+) -> Option<RowMajor> {
     let converted = convert::<T>(inputs);
     let inputs = Inputs { data: converted.iter().map(|c| c.as_ref()).collect(), n_i, n_j };
-    cpu::evaluate(formula, &inputs, scheme, threads)
+    cpu::evaluate(formula, &inputs, options.sum_scheme, threads, options.interrupt)
 }
 
 /// Each value rounded to float16, then mapped by `f`.

@@ -29,6 +29,17 @@ fn operator(formula: &str, args: &[String]) -> engine::Result<Arc<Operator>> {
     Ok(op)
 }
 
+extern "C" {
+    /// In src/entrypoint.c.
+    fn rkeops_interrupt_pending() -> std::os::raw::c_int;
+}
+
+/// Whether the user pressed Ctrl-C; called by the engine on this thread, R's, while it computes.
+fn interrupt_pending() -> bool {
+    // SAFETY: called on R's main thread, from within a .Call; R's jump is caught on the C side.
+    unsafe { rkeops_interrupt_pending() != 0 }
+}
+
 fn error(message: impl Into<String>) -> Robj {
     List::from_names_and_values(["error"], [Robj::from(message.into())]).map_or(Robj::from(()), Robj::from)
 }
@@ -133,8 +144,20 @@ fn keops_run(
             device: device.max(0) as usize,
             cache_dir: (!cache_dir.is_empty()).then(|| cache_dir.into()),
             gpu_memory: None,
+            interrupt: Some(interrupt_pending),
         };
-        let out = op.run(&inputs, &options).map_err(|e| e.to_string())?;
+        let out = match op.run(&inputs, &options) {
+            // The R side turns this into an interrupt condition.
+            Err(engine::Error::Interrupted) => {
+                return List::from_names_and_values(
+                    ["error", "interrupted"],
+                    [Robj::from(engine::Error::Interrupted.to_string()), Robj::from(true)],
+                )
+                .map(Robj::from)
+                .map_err(|e| e.to_string())
+            }
+            other => other.map_err(|e| e.to_string())?,
+        };
         let timing_names: Vec<&str> = out.timings.iter().map(|(n, _)| *n).collect();
         let timing_values: Vec<f64> = out.timings.iter().map(|(_, t)| *t).collect();
         let mut timings = Robj::from(timing_values);

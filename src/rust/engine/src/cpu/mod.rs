@@ -12,6 +12,7 @@ mod row_block;
 
 pub mod reducers;
 
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use crate::formula::{Category, Formula, Op};
@@ -63,8 +64,15 @@ pub struct Inputs<'a, T> {
     pub n_j: usize,
 }
 
-/// Evaluates the reduction of `formula` on `threads` threads.
-pub fn evaluate<T: Real>(formula: &Formula, inputs: &Inputs<T>, scheme: SumScheme, threads: usize) -> RowMajor {
+/// Evaluates the reduction of `formula` on `threads` threads; None when `interrupt` (called on this
+/// thread while the workers compute) said to stop.
+pub fn evaluate<T: Real>(
+    formula: &Formula,
+    inputs: &Inputs<T>,
+    scheme: SumScheme,
+    threads: usize,
+    interrupt: Option<fn() -> bool>,
+) -> Option<RowMajor> {
     let red = &formula.reduction;
     let acc = Accumulator::new(formula, scheme);
     let (n_out, n_red) = if red.axis == 0 { (inputs.n_i, inputs.n_j) } else { (inputs.n_j, inputs.n_i) };
@@ -93,19 +101,42 @@ pub fn evaluate<T: Real>(formula: &Formula, inputs: &Inputs<T>, scheme: SumSchem
         n_red,
         rows_per_block,
         level: isa::Level::detect(),
+        stop: AtomicBool::new(false),
     };
-    let level = ctx.level;
-    let work = || isa::run(level, Worker { ctx: &ctx, blocks: &blocks });
-    if threads == 1 {
-        work();
-    } else {
-        std::thread::scope(|s| {
+    let work = || isa::run(ctx.level, Worker { ctx: &ctx, blocks: &blocks });
+    match interrupt {
+        None if threads == 1 => work(),
+        None => std::thread::scope(|s| {
             for _ in 0..threads {
                 s.spawn(work);
             }
-        });
+        }),
+        Some(interrupted) => run_polling(threads, work, interrupted, &ctx.stop),
     }
-    out
+    (!ctx.stop.load(Relaxed)).then_some(out)
+}
+
+/// Runs `work` on `threads` new threads while this one asks `interrupted` every few milliseconds,
+/// and sets `stop` when it says so.
+fn run_polling(threads: usize, work: impl Fn() + Sync, interrupted: fn() -> bool, stop: &AtomicBool) {
+    const POLL: std::time::Duration = std::time::Duration::from_millis(10);
+    let caller = std::thread::current();
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    work();
+                    caller.unpark();
+                })
+            })
+            .collect();
+        while !workers.iter().all(|w| w.is_finished()) {
+            std::thread::park_timeout(POLL);
+            if !stop.load(Relaxed) && interrupted() {
+                stop.store(true, Relaxed);
+            }
+        }
+    });
 }
 
 struct Context<'a, T> {
@@ -119,6 +150,8 @@ struct Context<'a, T> {
     n_red: usize,
     rows_per_block: usize,
     level: isa::Level,
+    /// Set when the computation is interrupted: the workers leave at their next tile.
+    stop: AtomicBool,
 }
 
 /// A block of output rows: its number and where its values and indices go (empty when not wanted).
@@ -136,7 +169,7 @@ impl<'v, T: Real, B: Iterator<Item = Block<'v>>> isa::Kernel for Worker<'_, T, B
         let mut ws = Workspace::new(self.ctx);
         loop {
             let next = self.blocks.lock().map(|mut it| it.next()).unwrap_or(None);
-            let Some((b, vals, idx)) = next else { break };
+            let Some((b, vals, idx)) = next.filter(|_| !self.ctx.stop.load(Relaxed)) else { break };
             ws.reduce_rows(self.ctx, b * self.ctx.rows_per_block, vals, idx, fma);
         }
     }
@@ -199,6 +232,9 @@ impl<T: Real> Workspace<T> {
             acc.init(&mut self.states[r * state_len..(r + 1) * state_len]);
         }
         for j0 in (0..ctx.n_red).step_by(ctx.tile) {
+            if ctx.stop.load(Relaxed) {
+                return;
+            }
             let len = ctx.tile.min(ctx.n_red - j0);
             let tile = Frame { row: first, j0, len };
             for &id in &plan.inner {

@@ -1,0 +1,38 @@
+# Ctrl-C during a long CPU computation, in a separate R process (the signal goes to that process):
+# the call ends with an interrupt condition within a second, and the session goes on computing right.
+
+interrupt_child <- c(
+  'library(rkeops)',
+  'rkeops_use_cpu()',
+  'rkeops_use_float64()',
+  'op <- keops_kernel("Sum_Reduction(Exp(-SqDist(x,y))*b, 0)", c("x = Vi(3)", "y = Vj(3)", "b = Vj(1)"))',
+  'set.seed(1)',
+  '# 1e11 pairs: a minute or more on any CPU, unless interrupted.',
+  'n <- 5e4; m <- 2e6',
+  'x <- matrix(runif(3 * n), n); y <- matrix(runif(3 * m), m); b <- runif(m)',
+  'stamp <- tempfile()',
+  'system(sprintf("(sleep 1; date +%%s.%%N > %s; kill -INT %d) &", stamp, Sys.getpid()))',
+  'res <- tryCatch({ op(list(x, y, b)); "finished" }, interrupt = function(e) conditionMessage(e))',
+  'stopped <- as.numeric(Sys.time())',
+  'sent <- as.numeric(readLines(stamp))',
+  'small <- op(list(x[1:7, ], y[1:29, ], b[1:29]))',
+  'd2 <- outer(rowSums(x[1:7, ]^2), rowSums(y[1:29, ]^2), "+") - 2 * x[1:7, ] %*% t(y[1:29, ])',
+  'cat(sprintf("result=%s\\nlatency=%.4f\\nsmall_error=%.3g\\n", res, stopped - sent,',
+  '            max(abs(small - exp(-d2) %*% b[1:29]))))'
+)
+
+test_that("Ctrl-C stops a long CPU computation within a second, and R goes on", {
+  script <- tempfile(fileext = ".R")
+  writeLines(interrupt_child, script)
+  out <- suppressWarnings(system2(file.path(R.home("bin"), "Rscript"), script, stdout = TRUE, stderr = TRUE,
+                                  env = paste0("R_LIBS=", paste(.libPaths(), collapse = ":")),
+                                  timeout = 600))
+  value <- function(key) {
+    line <- grep(paste0("^", key, "="), out, value = TRUE)
+    if (length(line) == 1L) sub("^[a-z_]+=", "", line) else NA_character_
+  }
+  log <- paste(out, collapse = "\n")
+  expect_identical(value("result"), "interrupted by the user", info = log)
+  expect_lt(as.numeric(value("latency")), 1, label = paste("seconds from SIGINT to the end of the call:", log))
+  expect_lt(as.numeric(value("small_error")), 1e-12, label = log)
+})
