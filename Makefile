@@ -7,6 +7,7 @@
 #   make test     cargo tests of the engine, then the testthat suite
 #   make check    R CMD build (knits the vignettes) + R CMD check --as-cran
 #                 --no-manual (offline: no CRAN incoming or URL checks)
+#   make fuzz     run the formula fuzzer for FUZZ_SECONDS=300 (make test runs it for 10 s)
 #   make bench-cpu  time rkeops, pykeops and dense R on the CPU in one run
 #                 (NMAX=1e6 largest N = M, BUDGET=60 seconds per measurement,
 #                 REPS=5, BENCH_OUT=file.md to also write the report,
@@ -37,7 +38,7 @@ REPS ?= 5
 BENCH_OUT ?=
 CASES ?=
 
-.PHONY: all deps install demo test check doc clean distclean bench-cpu
+.PHONY: all deps install demo test fuzz check doc clean distclean bench-cpu
 
 all: install
 
@@ -91,6 +92,14 @@ demo: install
 test: install
 	cargo test --release --manifest-path $(CARGO_MANIFEST) -p rkeops-engine
 	R_LIBS=$(LIB_DIR) Rscript tools/run-tests.R tests/testthat
+
+# The engine's fuzzer for longer than the 10 s of make test (FUZZ_SECONDS; FUZZ_START=first seed,
+# so that successive runs try new cases).
+FUZZ_SECONDS ?= 300
+FUZZ_START ?= 1
+fuzz:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_START=$(FUZZ_START) cargo test --release --manifest-path $(CARGO_MANIFEST) \
+		-p rkeops-engine --test fuzz -- --nocapture
 
 bench-cpu: install
 	NMAX=$(NMAX) BUDGET=$(BUDGET) REPS=$(REPS) BENCH_OUT='$(BENCH_OUT)' CASES='$(CASES)' \

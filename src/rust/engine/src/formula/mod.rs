@@ -25,8 +25,18 @@ pub struct Formula {
     pub reduction: Reduction,
 }
 
+/// Longest formula accepted: far beyond what anyone writes or generates (a LazyTensor sum of 10^4
+/// terms is about 100 KB), short enough that an accidental huge string fails at once.
+pub const MAX_FORMULA_BYTES: usize = 4 << 20;
+
 impl Formula {
     pub fn parse(text: &str, args: &[String]) -> Result<Formula> {
+        if text.len() > MAX_FORMULA_BYTES {
+            return Err(Error::Invalid(format!(
+                "the formula is {} bytes long; at most {MAX_FORMULA_BYTES} (4 MiB) are accepted",
+                text.len()
+            )));
+        }
         let declared = variables::parse_declarations(args)?;
         let tree = parser::parse(text)?;
         let mut lowerer = Lowerer::new(text, declared);
