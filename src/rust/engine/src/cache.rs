@@ -9,6 +9,7 @@
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A 128-bit FNV-1a hash of the parts, as 32 hexadecimal digits; stable across Rust versions,
 /// unlike `DefaultHasher`.
@@ -87,11 +88,9 @@ impl DiskCache {
 
     pub fn store(&self, key: &str, bytes: &[u8]) -> std::io::Result<()> {
         fs::create_dir_all(&self.dir)?;
-        let unique = format!(
-            "{key}.{}.{:?}.tmp",
-            std::process::id(),
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos()
-        );
+        // Unique to this write: the process, and a counter for the threads of one process.
+        static WRITES: AtomicUsize = AtomicUsize::new(0);
+        let unique = format!("{key}.{}.{}.tmp", std::process::id(), WRITES.fetch_add(1, Ordering::Relaxed));
         let tmp = self.dir.join(unique);
         let result = (|| {
             let mut f = fs::File::create(&tmp)?;
