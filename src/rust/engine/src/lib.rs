@@ -10,6 +10,7 @@ pub mod cuda;
 pub mod error;
 pub mod formula;
 pub mod math;
+pub mod memory;
 pub mod operator;
 pub mod plan;
 pub mod real;

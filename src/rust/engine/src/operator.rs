@@ -159,8 +159,7 @@ impl Operator {
                     }
                     Precision::F32 => run_cpu::<f32>(&self.formula, inputs, n_i, n_j, options, threads),
                     Precision::F64 => run_cpu::<f64>(&self.formula, inputs, n_i, n_j, options, threads),
-                }
-                .ok_or(Error::Interrupted)?;
+                }?;
                 timings.push(("CPU evaluation", clock.elapsed().as_secs_f64()));
                 (rows, "CPU".to_string())
             }
@@ -266,7 +265,7 @@ fn run_cpu<T: Real>(
     n_j: usize,
     options: &RunOptions,
     threads: usize,
-) -> Option<RowMajor> {
+) -> Result<RowMajor> {
     let converted = convert::<T>(inputs);
     let inputs = Inputs { data: converted.iter().map(|c| c.as_ref()).collect(), n_i, n_j };
     cpu::evaluate(formula, &inputs, options.sum_scheme, threads, options.interrupt)

@@ -378,3 +378,52 @@ fn large_dimensions_group_rows() {
         assert_eq!(out.indices.unwrap(), nearest_rows, "3 nearest along i, D = 37");
     }
 }
+
+/// Intermediate values of 2 x 10^5 components: the tile shrinks so that a worker's buffers stay
+/// small (they would be 400 MB per thread at the usual 256 indices), and the result is right.
+#[test]
+fn wide_intermediate_values_use_short_tiles() {
+    let (n, m) = (7, 1003);
+    let y = random(m, 4);
+    let x = random(n, 5);
+    let args: Vec<String> = ["x = Vi(1)", "y = Vj(1)"].iter().map(|s| s.to_string()).collect();
+    let op = Operator::new("Sum_Reduction(Extract(OneHot(Floor(4*y), 200000), 0, 4) * x, 0)", &args).unwrap();
+    let inputs = [Input { data: &x, nrow: n, ncol: 1 }, Input { data: &y, nrow: m, ncol: 1 }];
+    for threads in [1, 2] {
+        let options = RunOptions { threads, precision: Precision::F64, backend: Backend::Cpu, ..Default::default() };
+        let v = op.run(&inputs, &options).unwrap().values.unwrap();
+        for k in 0..4 {
+            let count = y.iter().filter(|&&t| (4.0 * t).floor() as usize == k).count() as f64;
+            for i in 0..n {
+                let got = v[i + n * k];
+                assert!((got - count * x[i]).abs() <= 1e-12 * count, "row {i}, component {k}: {got} vs {}", count * x[i]);
+            }
+        }
+    }
+}
+
+/// A formula whose intermediate values would take gigabytes for a single reduced index is an error
+/// that says so, before anything large is allocated.
+#[test]
+fn intermediate_values_too_large_for_memory_are_an_error() {
+    let terms: Vec<String> = (0..130).map(|k| format!("OneHot(y + {k}, 1048576)")).collect();
+    let formula = format!("Sum_Reduction({}, 0)", terms.join(" + "));
+    let args: Vec<String> = ["x = Vi(1)", "y = Vj(1)"].iter().map(|s| s.to_string()).collect();
+    let op = Operator::new(&formula, &args).unwrap();
+    let (x, y) = (vec![0.0; 3], vec![0.0; 5]);
+    let inputs = [Input { data: &x, nrow: 3, ncol: 1 }, Input { data: &y, nrow: 5, ncol: 1 }];
+    let e = op.run(&inputs, &RunOptions { backend: Backend::Cpu, ..Default::default() }).unwrap_err().to_string();
+    assert!(e.contains("intermediate values take") && e.contains("MB for one reduced index"), "{e}");
+}
+
+/// A result larger than memory is an error that says how large, not an abort of the process.
+#[test]
+fn results_larger_than_memory_are_an_error() {
+    let args: Vec<String> = ["x = Vi(1)", "y = Vj(1)"].iter().map(|s| s.to_string()).collect();
+    let op = Operator::new("Sum_Reduction(OneHot(x + y, 1048576), 0)", &args).unwrap();
+    // 10^6 rows of 2^20 values: 8.4 TB.
+    let (x, y) = (vec![0.0; 1_000_000], vec![0.0; 1]);
+    let inputs = [Input { data: &x, nrow: x.len(), ncol: 1 }, Input { data: &y, nrow: 1, ncol: 1 }];
+    let e = op.run(&inputs, &RunOptions { backend: Backend::Cpu, ..Default::default() }).unwrap_err().to_string();
+    assert!(e.contains("the result (1000000 rows of 1048576 values) needs 8388.61 GB of memory"), "{e}");
+}

@@ -15,24 +15,54 @@ pub mod reducers;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Mutex;
 
+use crate::error::{Error, Result};
 use crate::formula::{Category, Formula, Op};
+use crate::memory;
 use crate::plan::{Plan, Role};
 use crate::real::Real;
 use crate::reduction::{ReductionKind, SumScheme};
 use lanes::Arg;
 use reducers::Accumulator;
 
+/// Most memory one thread takes for its tile buffers and the reduction states of its block of rows:
+/// the tile and the block shrink to fit (intermediate values of 10^5 components, K-selections with a
+/// large K), so that memory does not grow with the number of cores times those sizes.
+const THREAD_BUDGET: usize = 64 << 20;
+
 /// Reduced indices per tile: long tiles spread the cost of walking the formula graph, short ones
 /// keep the tile's buffers in L1 (16 KiB each) and the inputs it reads in L2 (1 MiB at most). Measured
-/// on a Zen CPU: 4096 is best for D = 3 in float32, 1024 for D = 64 in float64.
-fn tile_len<T>(formula: &Formula) -> usize {
+/// on a Zen CPU: 4096 is best for D = 3 in float32, 1024 for D = 64 in float64. Shorter where the
+/// buffers of one reduced index are large (see `THREAD_BUDGET`); an error where even one index
+/// would take more than 16 times that.
+fn tile_len<T>(formula: &Formula, plan: &Plan, fusions: &fusion::Fusions) -> Result<usize> {
     let size = std::mem::size_of::<T>();
     let reduced = if formula.reduction.axis == 0 { Category::J } else { Category::I };
     let input_dims: usize = formula.variables.iter().filter(|v| v.category == reduced).map(|v| v.dim).sum();
     let fit = (16 << 10) / size;
     let fit = fit.min((1 << 20) / (size * input_dims.max(1)));
     // A power of two between 256 and 4096.
-    (1usize << fit.max(1).ilog2()).clamp(256, 4096)
+    let tile = (1usize << fit.max(1).ilog2()).clamp(256, 4096);
+    // What `Workspace::new` allocates per reduced index of a tile.
+    let graph = &formula.graph;
+    let mut values = 2;
+    for (id, role) in plan.roles.iter().enumerate() {
+        if role.is_some_and(Role::varies_in_tile) && !matches!(graph.nodes[id].op, Op::Input(_)) {
+            values += graph.dim(id);
+        }
+    }
+    if let Some((_, x, _)) = fusions.row_block {
+        values += row_block::ROWS + graph.dim(x);
+    }
+    let per_index = values.saturating_mul(size);
+    if per_index > 16 * THREAD_BUDGET {
+        return Err(Error::Invalid(format!(
+            "the formula's intermediate values take {:.1} MB for one reduced index (each worker holds              them at once); at most {} MB: use fewer or smaller intermediate dimensions",
+            per_index as f64 / 1e6,
+            16 * THREAD_BUDGET >> 20
+        )));
+    }
+    let fit = (THREAD_BUDGET / per_index).max(1);
+    Ok(tile.min(1 << fit.ilog2()))
 }
 
 /// What the evaluator returns: `width` values and indices per output row, rows one after the other;
@@ -45,10 +75,13 @@ pub struct RowMajor {
 
 impl RowMajor {
     /// Room for `n_out` rows of what `kind` returns, and nothing for what it does not (an ArgKMin of
-    /// 10^6 rows needs no 80 MB of values).
-    pub fn new(kind: ReductionKind, n_out: usize, width: usize) -> RowMajor {
-        let len = |wanted: bool| if wanted { n_out * width } else { 0 };
-        RowMajor { values: vec![0.0; len(kind.returns_values())], indices: vec![0; len(kind.returns_indices())], width }
+    /// 10^6 rows needs no 80 MB of values); an error where that does not fit in memory.
+    pub fn new(kind: ReductionKind, n_out: usize, width: usize) -> Result<RowMajor> {
+        let len = |wanted: bool| if wanted { n_out.saturating_mul(width) } else { 0 };
+        let what = format!("the result ({n_out} rows of {width} values)");
+        let values = memory::zeros(len(kind.returns_values()), &what)?;
+        let indices = memory::zeros(len(kind.returns_indices()), &what)?;
+        Ok(RowMajor { values, indices, width })
     }
 }
 
@@ -64,26 +97,28 @@ pub struct Inputs<'a, T> {
     pub n_j: usize,
 }
 
-/// Evaluates the reduction of `formula` on `threads` threads; None when `interrupt` (called on this
-/// thread while the workers compute) said to stop.
+/// Evaluates the reduction of `formula` on `threads` threads; `Error::Interrupted` when `interrupt`
+/// (called on this thread while the workers compute) said to stop.
 pub fn evaluate<T: Real>(
     formula: &Formula,
     inputs: &Inputs<T>,
     scheme: SumScheme,
     threads: usize,
     interrupt: Option<fn() -> bool>,
-) -> Option<RowMajor> {
+) -> Result<RowMajor> {
     let red = &formula.reduction;
     let acc = Accumulator::new(formula, scheme);
     let (n_out, n_red) = if red.axis == 0 { (inputs.n_i, inputs.n_j) } else { (inputs.n_j, inputs.n_i) };
     let mut plan = Plan::new(formula);
     let fusions = fusion::fuse(formula, &mut plan, scheme);
     let width = acc.width();
-    let mut out = RowMajor::new(red.kind, n_out, width);
+    let mut out = RowMajor::new(red.kind, n_out, width)?;
 
     // Enough blocks of rows to keep every thread busy to the end, few enough to amortise a tile.
     let threads = threads.clamp(1, n_out.max(1));
-    let rows_per_block = n_out.div_ceil(threads * 8).clamp(1, 64);
+    let state_bytes = acc.state_len().max(1) * std::mem::size_of::<f64>();
+    let rows_per_block = n_out.div_ceil(threads * 8).clamp(1, 64).min((THREAD_BUDGET / state_bytes).max(1));
+    let tile = tile_len::<T>(formula, &plan, &fusions)?;
     let mut values = out.values.chunks_mut(rows_per_block * width);
     let mut indices = out.indices.chunks_mut(rows_per_block * width);
     let blocks = Mutex::new(
@@ -94,7 +129,7 @@ pub fn evaluate<T: Real>(
         formula,
         plan: &plan,
         fusions: &fusions,
-        tile: tile_len::<T>(formula),
+        tile,
         acc: &acc,
         inputs,
         n_out,
@@ -113,7 +148,10 @@ pub fn evaluate<T: Real>(
         }),
         Some(interrupted) => run_polling(threads, work, interrupted, &ctx.stop),
     }
-    (!ctx.stop.load(Relaxed)).then_some(out)
+    if ctx.stop.load(Relaxed) {
+        return Err(Error::Interrupted);
+    }
+    Ok(out)
 }
 
 /// Runs `work` on `threads` new threads while this one asks `interrupted` every few milliseconds,

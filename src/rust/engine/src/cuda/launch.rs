@@ -14,6 +14,7 @@ use crate::cpu::reducers::Accumulator;
 use crate::cpu::{row_of, Inputs, RowMajor};
 use crate::error::{Error, Result};
 use crate::formula::{Category, Formula};
+use crate::memory;
 use crate::operator::RunOptions;
 use crate::real::Real;
 
@@ -54,7 +55,7 @@ pub fn evaluate<S: DeviceRepr + ValidAsZeroBits + Copy, T: Real>(
     timings.push(("compile or load", clock.elapsed().as_secs_f64()));
     let acc = Accumulator::new(formula, scheme);
     let blocks = Blocks::new(device, formula, &kernel, n_out, n_red, std::mem::size_of::<S>(), memory_limit)?;
-    let mut states = vec![0.0; n_out * kernel.state_len];
+    let mut states = memory::zeros(n_out.saturating_mul(kernel.state_len), "the reduction states of the rows")?;
     let mut times = [0.0; 4];
     // Inputs larger than the device are processed in blocks of rows; the states of the blocks of
     // the reduced range are merged in order, as the 2D scheme's chunks are.
@@ -72,7 +73,7 @@ pub fn evaluate<S: DeviceRepr + ValidAsZeroBits + Copy, T: Real>(
     }
     timings.extend([("upload", times[0]), ("kernel", times[1]), ("download", times[2]), ("merge", times[3])]);
     let clock = Instant::now();
-    let rows = finish::<T>(&acc, states, n_out, kernel.state_len);
+    let rows = finish::<T>(&acc, states, n_out, kernel.state_len)?;
     timings.push(("finalise", clock.elapsed().as_secs_f64()));
     Ok(rows)
 }
@@ -248,9 +249,9 @@ fn merge_block(
 }
 
 /// Finalises every row, on every core.
-fn finish<T: Real>(acc: &Accumulator, states: Vec<f64>, n_out: usize, state_len: usize) -> RowMajor {
+fn finish<T: Real>(acc: &Accumulator, states: Vec<f64>, n_out: usize, state_len: usize) -> Result<RowMajor> {
     let width = acc.width();
-    let mut out = RowMajor::new(acc.kind, n_out, width);
+    let mut out = RowMajor::new(acc.kind, n_out, width)?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let rows_per_thread = n_out.div_ceil(threads).max(4096);
     std::thread::scope(|s| {
@@ -265,5 +266,5 @@ fn finish<T: Real>(acc: &Accumulator, states: Vec<f64>, n_out: usize, state_len:
             });
         }
     });
-    out
+    Ok(out)
 }

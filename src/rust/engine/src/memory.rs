@@ -1,0 +1,53 @@
+//! Large host allocations that fail with an error instead of aborting the process, and R with it:
+//! checked against the memory the system has available, then reserved with `try_reserve`.
+
+use crate::error::{Error, Result};
+
+/// Below this, allocations are not checked (reading /proc/meminfo costs more than they do).
+const CHECKED_FROM: usize = 64 << 20;
+
+/// A vector of `len` zeros, or an error saying that `what` does not fit in memory.
+pub fn zeros<T: Clone + Default>(len: usize, what: &str) -> Result<Vec<T>> {
+    let bytes = len.saturating_mul(std::mem::size_of::<T>());
+    if bytes < CHECKED_FROM {
+        return Ok(vec![T::default(); len]);
+    }
+    let available = available();
+    let too_big = || {
+        let beyond = available.map_or(String::new(), |a| format!(", more than the {} available", gigabytes(a)));
+        Error::Invalid(format!("{what} needs {} of memory{beyond}", gigabytes(bytes)))
+    };
+    if available.is_some_and(|a| bytes > a) {
+        return Err(too_big());
+    }
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| too_big())?;
+    v.resize(len, T::default());
+    Ok(v)
+}
+
+fn gigabytes(bytes: usize) -> String {
+    format!("{:.2} GB", bytes as f64 / 1e9)
+}
+
+/// Bytes that new allocations can get without swapping (Linux: MemAvailable); None where unknown.
+fn available() -> Option<usize> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb.saturating_mul(1024))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_and_large_allocations_and_impossible_ones() {
+        assert_eq!(zeros::<f64>(10, "x").unwrap(), vec![0.0; 10]);
+        let big = zeros::<u8>(CHECKED_FROM + 1, "x").unwrap();
+        assert!(big.len() == CHECKED_FROM + 1 && big.iter().all(|&b| b == 0));
+        let e = zeros::<f64>(usize::MAX / 16, "the result").unwrap_err().to_string();
+        assert!(e.starts_with("the result needs") && e.contains("GB of memory"), "{e}");
+    }
+}
