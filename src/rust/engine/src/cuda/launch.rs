@@ -53,6 +53,7 @@ pub fn evaluate<S: DeviceRepr + ValidAsZeroBits + Copy, T: Real>(
     let clock = Instant::now();
     let function = device.function(&kernel, cache)?;
     timings.push(("compile or load", clock.elapsed().as_secs_f64()));
+    check_registers(device, &function, &kernel)?;
     let acc = Accumulator::new(formula, scheme);
     let blocks = Blocks::new(device, formula, &kernel, n_out, n_red, std::mem::size_of::<S>(), memory_limit)?;
     let mut states = memory::zeros(n_out.saturating_mul(kernel.state_len), "the reduction states of the rows")?;
@@ -246,6 +247,25 @@ fn merge_block(
             });
         }
     });
+}
+
+/// A kernel whose registers per thread leave room for fewer threads per block than its tile would
+/// fail at launch: an error that says why and what to do, before anything is copied.
+fn check_registers(device: &Device, function: &cudarc::driver::CudaFunction, kernel: &codegen::Kernel) -> Result<()> {
+    let on_device = format!("device {} ({})", device.ordinal, device.name);
+    let max_threads = function
+        .max_threads_per_block()
+        .map_err(|e| Error::Gpu(format!("reading the kernel's attributes on {on_device}: {e:?}")))?;
+    if (max_threads.max(0) as usize) < kernel.tile {
+        let registers = function.num_regs().map_or("too many".to_string(), |r| r.to_string());
+        return Err(Error::Gpu(format!(
+            "the kernel of this formula uses {registers} registers per thread: {on_device} can run at most \
+             {max_threads} such threads per block, fewer than the {} it needs. Use fewer or smaller \
+             intermediate values, or compute on the CPU (rkeops_use_cpu())",
+            kernel.tile
+        )));
+    }
+    Ok(())
 }
 
 /// Finalises every row, on every core.
