@@ -3,6 +3,8 @@
 //! (execution); where either is missing they say so, and check that the reason given is the
 //! right one, instead of comparing results.
 
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
 use engine::cuda::codegen::{self, Dtype};
 use engine::cuda::device;
 use engine::formula::Formula;
@@ -10,6 +12,18 @@ use engine::{Backend, Input, Operator, Precision, RunOptions, SumScheme};
 
 mod common;
 use common::random;
+
+/// The test that takes (nearly) all the device's memory holds this for writing, so that it runs
+/// alone; the other tests that use the GPU hold it for reading, and run side by side as before.
+static GPU_MEMORY: RwLock<()> = RwLock::new(());
+
+fn sharing_the_gpu() -> RwLockReadGuard<'static, ()> {
+    GPU_MEMORY.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn alone_on_the_gpu() -> RwLockWriteGuard<'static, ()> {
+    GPU_MEMORY.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 const ARGS: [&str; 9] = [
     "x = Vi(3)",
@@ -200,6 +214,7 @@ fn compare(text: &str, gpu: &engine::Output, cpu: &engine::Output, precision: Pr
 
 #[test]
 fn gpu_equals_cpu_for_every_operation_and_reduction() {
+    let _gpu = sharing_the_gpu();
     let gpu = match device::availability(0) {
         Ok(description) => description,
         Err(why) => {
@@ -240,6 +255,7 @@ fn gpu_equals_cpu_for_every_operation_and_reduction() {
 
 #[test]
 fn gpu_propagates_nan_and_survives_bad_launches() {
+    let _gpu = sharing_the_gpu();
     if let Err(why) = device::availability(0) {
         println!("NO GPU: NaN propagation on the GPU is not checked here ({why})");
         return;
@@ -267,6 +283,7 @@ fn gpu_propagates_nan_and_survives_bad_launches() {
 
 #[test]
 fn gpu_processes_inputs_larger_than_its_memory_in_blocks() {
+    let _gpu = sharing_the_gpu();
     if let Err(why) = device::availability(0) {
         println!("NO GPU: the blocked GPU path is not checked here ({why})");
         return;
@@ -294,6 +311,149 @@ fn gpu_processes_inputs_larger_than_its_memory_in_blocks() {
             let g = op.run(&inputs, &options).unwrap_or_else(|e| panic!("{text}: {e}"));
             let c = run(&op, &inputs, Precision::F64, Backend::Cpu, SumScheme::Auto);
             compare(&text, &g, &c, Precision::F64);
+        }
+    }
+}
+
+/// Takes device memory in decreasing pieces until at most `leave` bytes are free (or nothing more
+/// can be had); the memory is given back when the returned buffers are dropped.
+fn occupy(dev: &device::Device, leave: usize) -> Vec<cudarc::driver::CudaSlice<u8>> {
+    let mut held = Vec::new();
+    let mut piece = 1usize << 30;
+    while piece >= 1 << 16 {
+        let free = dev.ctx.mem_get_info().expect("querying the free device memory").0;
+        if free <= leave {
+            break;
+        }
+        match dev.stream.alloc_zeros::<u8>(piece.min(free - leave)) {
+            Ok(buffer) => held.push(buffer),
+            Err(_) => piece /= 2,
+        }
+    }
+    dev.stream.synchronize().expect("synchronizing after taking the memory");
+    held
+}
+
+/// Gives the memory back, and waits until the driver sees it free again (the stream's memory
+/// pool returns freed memory to the device when the stream synchronises).
+fn release(dev: &device::Device, held: Vec<cudarc::driver::CudaSlice<u8>>) {
+    drop(held);
+    dev.stream.synchronize().expect("synchronizing after giving the memory back");
+}
+
+/// Reliability of the GPU path when it fails: (a) a device whose memory is taken by someone else
+/// (here: this test, through cudarc) either gets the work done in smaller blocks, or fails with an
+/// error that names the device and says it is out of memory; (b) kernels that need more than a
+/// GPU thread can have are computed correctly or refused with a GPU error. After each failure
+/// the same device, context and operators must keep working: a CUDA error that poisoned the
+/// context (or a buffer left allocated) would fail every later run of the R session.
+#[test]
+fn gpu_out_of_memory_and_failed_launches_leave_it_usable() {
+    let _gpu = alone_on_the_gpu();
+    let description = match device::availability(0) {
+        Ok(description) => description,
+        Err(why) => {
+            println!("NO GPU: running out of device memory and oversized kernels are not checked here ({why})");
+            let why = why.to_string();
+            assert!(why.contains("driver") || why.contains("NVRTC") || why.contains("device"), "{why}");
+            return;
+        }
+    };
+    let dev = device::device(0).unwrap();
+    let name = format!("device 0 ({})", dev.name);
+    let clock = std::time::Instant::now();
+
+    // (a) Out of memory. 20 million i-rows (80 MB of float32 inputs, 160 MB of float64 states)
+    // against a short reduced range, so that the CPU checks it in well under a second.
+    let args: Vec<String> = ["x = Vi(1)", "y = Vj(1)"].iter().map(|s| s.to_string()).collect();
+    let (n, m) = (20_000_003, 37);
+    let (x, y) = (random(n, 21), random(m, 22));
+    let inputs = [Input { data: &x, nrow: n, ncol: 1 }, Input { data: &y, nrow: m, ncol: 1 }];
+    let op = Operator::new("Sum_Reduction(Exp(-3*Square(x - y)), 0)", &args).unwrap();
+    let cpu = run(&op, &inputs, Precision::F32, Backend::Cpu, SumScheme::Auto);
+    let gpu_run = || {
+        let options = RunOptions { precision: Precision::F32, backend: Backend::Gpu(0), ..Default::default() };
+        op.run(&inputs, &options)
+    };
+    // Compiled and loaded before the memory is taken: what is short below is the memory of the
+    // reduction itself, not that of its code.
+    compare("before", &gpu_run().unwrap(), &cpu, Precision::F32);
+    let (free, total) = dev.ctx.mem_get_info().unwrap();
+
+    // 256 MB left, less than the 240 MB the run needs plus the 20% the engine leaves free: it
+    // sizes its blocks of rows to the memory it finds free, so this succeeds (in blocks).
+    let held = occupy(&dev, 256 << 20);
+    let sliver = dev.ctx.mem_get_info().unwrap().0;
+    let blocked = gpu_run();
+    release(&dev, held);
+    assert!(n * (4 + 8) > sliver / 10 * 8, "{sliver} bytes free: the inputs fit, no blocks were needed");
+    let blocked = blocked.unwrap_or_else(|e| panic!("{sliver} bytes free: {e}"));
+    compare("in blocks", &blocked, &cpu, Precision::F32);
+
+    // Nothing left that can be allocated (the driver may still report a few MB free, which the
+    // engine believes): the run is refused, with an error that names the device and says that
+    // its memory is short, from the driver ("out of memory") or from the engine's own estimate.
+    let held = occupy(&dev, 0);
+    let none_left = dev.ctx.mem_get_info().unwrap().0;
+    let full = gpu_run();
+    release(&dev, held);
+    let e = full.expect_err("a reduction ran on a device without free memory").to_string();
+    assert!(e.starts_with("GPU: ") && e.contains(&name), "{e}");
+    assert!(e.contains("out of memory") || e.contains("too little free memory"), "{e}");
+
+    // The memory given back, the same operator runs again, correctly.
+    assert!(dev.ctx.mem_get_info().unwrap().0 >= free / 10 * 9, "the memory taken was not given back");
+    compare("after", &gpu_run().unwrap(), &cpu, Precision::F32);
+    println!(
+        "out of memory on {description}: {:.1} of {:.1} GB free; with {:.0} MB free: computed in blocks; \
+         with {:.1} MB free: {e}; then usable again ({:.1} s)",
+        free as f64 / 1e9,
+        total as f64 / 1e9,
+        sliver as f64 / 1e6,
+        none_left as f64 / 1e6,
+        clock.elapsed().as_secs_f64()
+    );
+
+    // (b) Kernels that need more than a GPU thread has: a 300 x 300 tensor product per pair
+    // (90000 values per thread for the term, as many for the sum), and a pair term of 100000
+    // values. The local memory they ask for may exceed what a thread may have (the launch is
+    // refused) or what the device has for all resident threads.
+    let small_args: Vec<String> = ["x = Vi(1)", "y = Vj(1)"].iter().map(|s| s.to_string()).collect();
+    let (sx, sy) = (random(37, 23), random(41, 24));
+    let small_inputs = [Input { data: &sx, nrow: 37, ncol: 1 }, Input { data: &sy, nrow: 41, ncol: 1 }];
+    let small = Operator::new("Sum_Reduction(Exp(-Square(x - y))*y, 0)", &small_args).unwrap();
+    for (text, decl, dims, rows) in [
+        ("Sum_Reduction(TensorProd(u, v), 0)", ["u = Vi(300)", "v = Vj(300)"], [300, 300], [7, 11]),
+        ("Sum_Reduction(Sum(u*v), 0)", ["u = Vi(100000)", "v = Vj(1)"], [100_000, 1], [5, 3]),
+    ] {
+        let clock = std::time::Instant::now();
+        let decl: Vec<String> = decl.iter().map(|s| s.to_string()).collect();
+        let (u, v) = (random(rows[0] * dims[0], 25), random(rows[1] * dims[1], 26));
+        let big_inputs =
+            [Input { data: &u, nrow: rows[0], ncol: dims[0] }, Input { data: &v, nrow: rows[1], ncol: dims[1] }];
+        let big = Operator::new(text, &decl).unwrap();
+        for precision in [Precision::F32, Precision::F64] {
+            let options = RunOptions { precision, backend: Backend::Gpu(0), ..Default::default() };
+            let outcome = match big.run(&big_inputs, &options) {
+                Ok(g) => {
+                    let c = run(&big, &big_inputs, precision, Backend::Cpu, SumScheme::Auto);
+                    compare(text, &g, &c, precision);
+                    "computed, equal to the CPU".to_string()
+                }
+                Err(e) => {
+                    // Compilation errors come from NVRTC (no device yet); the others name the device
+                    // and say which resource is short, before any launch.
+                    let e = e.to_string();
+                    let said = e.contains("local memory") || e.contains("registers per thread");
+                    assert!(e.starts_with("GPU: ") && (e.contains(&name) && said || e.contains("NVRTC")), "{e}");
+                    e
+                }
+            };
+            // The device still computes a small, normal reduction correctly.
+            let g = run(&small, &small_inputs, precision, Backend::Gpu(0), SumScheme::Auto);
+            let c = run(&small, &small_inputs, precision, Backend::Cpu, SumScheme::Auto);
+            compare(&format!("after {text}"), &g, &c, precision);
+            println!("{text} ({precision:?}): {outcome}; then usable again ({:.1} s)", clock.elapsed().as_secs_f64());
         }
     }
 }
