@@ -58,7 +58,7 @@ fn tile_len<T>(formula: &Formula, plan: &Plan, fusions: &fusion::Fusions) -> Res
         return Err(Error::Invalid(format!(
             "the formula's intermediate values take {:.1} MB for one reduced index (each worker holds              them at once); at most {} MB: use fewer or smaller intermediate dimensions",
             per_index as f64 / 1e6,
-            16 * THREAD_BUDGET >> 20
+            (16 * THREAD_BUDGET) >> 20
         )));
     }
     let fit = (THREAD_BUDGET / per_index).max(1);
