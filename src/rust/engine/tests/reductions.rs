@@ -427,3 +427,41 @@ fn results_larger_than_memory_are_an_error() {
     let e = op.run(&inputs, &RunOptions { backend: Backend::Cpu, ..Default::default() }).unwrap_err().to_string();
     assert!(e.contains("the result (1000000 rows of 1048576 values) needs 8388.61 GB of memory"), "{e}");
 }
+
+/// The K-min selections that compute their squared distances as they select (`fusion::select_dist`)
+/// give exactly what the general path gives (forced here by a product with 1): the same values and
+/// indices for every dimension it takes, both axes, ties, NaN and lengths around its blocks of 128.
+#[test]
+fn fused_distance_selections_equal_the_general_path() {
+    for d in 1..=4 {
+        for (n, m) in [(3, 1), (5, 127), (4, 128), (6, 129), (7, 1000)] {
+            // Values on a coarse grid, so that many distances tie; one NaN in each.
+            let grid = |len: usize, seed: u64| -> Vec<f64> {
+                let mut v: Vec<f64> = random(len * d, seed).iter().map(|t| (t * 4.0).floor()).collect();
+                v[len * d / 2] = f64::NAN;
+                v
+            };
+            let (x, y) = (grid(n, 7), grid(m, 8));
+            let args = [format!("x = Vi({d})"), format!("y = Vj({d})")];
+            let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+            let inputs = [Input { data: &x, nrow: n, ncol: d }, Input { data: &y, nrow: m, ncol: d }];
+            for p in [Precision::F64, Precision::F32] {
+                for (red, k, axis) in [("KMin_ArgKMin_Reduction", "3, ", 0), ("Min_ArgMin_Reduction", "", 1), ("ArgKMin_Reduction", "2, ", 1)] {
+                    let range = if axis == 0 { m } else { n };
+                    if k.starts_with(|c: char| c.to_digit(10).is_some_and(|k| k as usize > range)) {
+                        continue;
+                    }
+                    let fused = run(&format!("{red}(SqDist(x,y), {k}{axis})"), &args, &inputs, p, 2);
+                    let general = run(&format!("{red}(SqDist(x,y) * 1, {k}{axis})"), &args, &inputs, p, 2);
+                    let same = |a: &Option<Vec<f64>>, b: &Option<Vec<f64>>| match (a, b) {
+                        (Some(a), Some(b)) => a.iter().zip(b).all(|(u, v)| u.to_bits() == v.to_bits() || u.is_nan() && v.is_nan()),
+                        (a, b) => a.is_none() && b.is_none(),
+                    };
+                    let case = format!("{red}, {k}{axis}, D = {d}, n = {n}, m = {m}, {p:?}");
+                    assert!(same(&fused.values, &general.values), "{case}: {:?} vs {:?}", fused.values, general.values);
+                    assert_eq!(fused.indices, general.indices, "{case}");
+                }
+            }
+        }
+    }
+}

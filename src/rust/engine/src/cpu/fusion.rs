@@ -5,12 +5,14 @@
 //! - a Sum reduction of a product a * b (a kernel times its weights) is accumulated as a dot product
 //!   of a and b, without storing the product;
 //! - the squared distance of two inputs of large dimension, one per index, is computed for a group of
-//!   output rows at once (`row_block`).
+//!   output rows at once (`row_block`);
+//! - a K-min selection of a squared distance between a value per row and a value per reduced index
+//!   (nearest neighbours) computes the distances as it selects (`select_dist`).
 //!
 //! A node is absorbed only where nothing else uses it.
 
 use crate::formula::{Formula, NodeId, Op};
-use super::row_block;
+use super::{reducers, row_block};
 use crate::formula::Category;
 use crate::plan::{Plan, Role};
 use crate::reduction::ReductionKind;
@@ -26,6 +28,9 @@ pub struct Fusions {
     /// A squared distance computed for groups of rows: `(node, x, y)` with `x` the input of the
     /// output index and `y` that of the reduced index.
     pub row_block: Option<(NodeId, NodeId, NodeId)>,
+    /// The arguments `[a, b]` of the squared distance that a Min or K-min reduction selects from, when
+    /// one is a value per row and the other a value per reduced index.
+    pub select_dist: Option<[NodeId; 2]>,
 }
 
 /// Finds what can be fused and drops the nodes it absorbs from `plan`.
@@ -96,8 +101,21 @@ pub fn fuse(formula: &Formula, plan: &mut Plan, scheme: SumScheme) -> Fusions {
         (input(x) && input(y) && nodes[x].dim == nodes[y].dim && nodes[x].dim >= row_block::MIN_DIM)
             .then_some((id, x, y))
     });
+    let per_row = |r: Option<Role>| matches!(r, Some(Role::Outer | Role::Constant));
+    let select_dist = sq_dists[f].filter(|&[a, b]| {
+        use ReductionKind::*;
+        matches!(red.kind, Min | ArgMin | MinArgMin | KMin | ArgKMin | KMinArgKMin)
+            && row_block.is_none()
+            && uses[f] == 1
+            && nodes[a].dim.max(nodes[b].dim) <= reducers::SELECT_DIST_DIM
+            && (per_row(plan.roles[a]) && plan.roles[b] == Some(Role::Inner)
+                || per_row(plan.roles[b]) && plan.roles[a] == Some(Role::Inner))
+    });
+    if select_dist.is_some() {
+        plan.roles[f] = None;
+    }
     for list in [&mut plan.constant, &mut plan.outer, &mut plan.inner, &mut plan.pair] {
         list.retain(|&id| plan.roles[id].is_some());
     }
-    Fusions { sq_dists, scaled_exps, product_sum, row_block }
+    Fusions { sq_dists, scaled_exps, product_sum, row_block, select_dist }
 }

@@ -300,6 +300,9 @@ impl<T: Real> Workspace<T> {
                 if let Some([a, b]) = ctx.fusions.product_sum {
                     let (a, b) = (view(ctx, &self.buffers, a, &frame), view(ctx, &self.buffers, b, &frame));
                     acc.accumulate_product_sum(state, &a, &b, len, &mut self.scratch, fma);
+                } else if let Some([a, b]) = ctx.fusions.select_dist {
+                    let (a, b) = (view(ctx, &self.buffers, a, &frame), view(ctx, &self.buffers, b, &frame));
+                    acc.accumulate_select_dist(state, &a, &b, len, j0, fma);
                 } else {
                     let f = view(ctx, &self.buffers, red.f, &frame);
                     let g = red.g.map_or(Arg::EMPTY, |g| view(ctx, &self.buffers, g, &frame));

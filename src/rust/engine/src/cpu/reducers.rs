@@ -114,6 +114,91 @@ fn any_candidate<T: Real>(block: &[T], worst: T, max: bool) -> bool {
     block.iter().fold(false, |any, &x| any | may_beat(x, worst, max))
 }
 
+/// Inserts the terms of `chunk` flagged in `candidates` (those that may beat `worst`) into the
+/// sorted selection `v`, `ix` (indices from `first`), and updates `worst`, its last value.
+#[inline(always)]
+fn insert<T: Real>(chunk: &[T], mut candidates: u64, first: usize, v: &mut [f64], ix: &mut [f64], max: bool, worst: &mut T) {
+    let k = v.len();
+    while candidates != 0 {
+        let u = candidates.trailing_zeros() as usize;
+        candidates &= candidates - 1;
+        let Some(&xt) = chunk.get(u) else { break };
+        if ix[k - 1] >= 0.0 && !better(xt, *worst, max) {
+            continue;
+        }
+        let mut p = k - 1;
+        while p > 0 && (ix[p - 1] < 0.0 || better(xt, T::from_f64(v[p - 1]), max)) {
+            v[p] = v[p - 1];
+            ix[p] = ix[p - 1];
+            p -= 1;
+        }
+        v[p] = xt.to_f64();
+        ix[p] = (first + u) as f64;
+        *worst = T::from_f64(v[k - 1]);
+    }
+}
+
+/// Most components of the distances that `Accumulator::accumulate_select_dist` computes itself.
+pub const SELECT_DIST_DIM: usize = 4;
+
+/// `Accumulator::accumulate_select_dist` for `D` components: `point` one value per component for the
+/// tile, `points` the tile's values.
+#[inline(always)]
+fn select_dist<T: Real, const D: usize>(state: &mut [f64], point: &Arg<T>, points: &Arg<T>, len: usize, j0: usize, fma: bool) {
+    let k = state.len() / 2;
+    let (v, ix) = state.split_at_mut(k);
+    let mut worst = T::from_f64(v[k - 1]);
+    let columns: [(T, &[T]); D] = std::array::from_fn(|c| match (point.lane(c, len), points.lane(c, len)) {
+        (Lane::Scalar(p), Lane::Vector(q)) => (p, q),
+        _ => unreachable!("fusion::select_dist pairs a value per row with values per index"),
+    });
+    let distances = |t: usize| {
+        let mut s = T::ZERO;
+        for (p, q) in &columns {
+            s = (*p - q[t]).madd(*p - q[t], s, fma);
+        }
+        s
+    };
+    // Blocks of distances, ruled out at once when none may enter; the rest by chunks of SCAN.
+    const BLOCK: usize = 128;
+    let mut block = [T::ZERO; BLOCK];
+    let full = len - len % BLOCK;
+    for start in (0..full).step_by(BLOCK) {
+        let cols: [(T, &[T; BLOCK]); D] = columns.map(|(p, q)| (p, q[start..start + BLOCK].try_into().unwrap()));
+        // Whether any may enter, found with the distances still in registers (reading the block
+        // back right after storing it would stall).
+        let mut any = false;
+        for (t, d) in block.iter_mut().enumerate() {
+            let mut s = T::ZERO;
+            for (p, q) in &cols {
+                s = (*p - q[t]).madd(*p - q[t], s, fma);
+            }
+            *d = s;
+            any |= may_beat(s, worst, false);
+        }
+        if ix[k - 1] >= 0.0 && !any {
+            continue;
+        }
+        select_from(&block, j0 + start, v, ix, &mut worst);
+    }
+    let tail = &mut block[..len - full];
+    for (t, d) in tail.iter_mut().enumerate() {
+        *d = distances(full + t);
+    }
+    select_from(tail, j0 + full, v, ix, &mut worst);
+}
+
+/// Inserts the terms of `x` (indices from `first`) that enter the K-min selection `v`, `ix`, looking
+/// at chunks of SCAN terms at once.
+#[inline(always)]
+fn select_from<T: Real>(x: &[T], first: usize, v: &mut [f64], ix: &mut [f64], worst: &mut T) {
+    let k = v.len();
+    for (start, chunk) in (0..x.len()).step_by(SCAN).zip(x.chunks(SCAN)) {
+        let candidates = if ix[k - 1] >= 0.0 { candidate_mask(chunk, *worst, false) } else { u64::MAX };
+        insert(chunk, candidates, first + start, v, ix, false, worst);
+    }
+}
+
 impl Accumulator {
     /// The accumulator of `formula`'s reduction.
     pub fn new(formula: &crate::formula::Formula, scheme: SumScheme) -> Accumulator {
@@ -268,27 +353,35 @@ impl Accumulator {
                     continue;
                 }
                 for (chunk_start, chunk) in (block_start..len).step_by(SCAN).zip(block.chunks(SCAN)) {
-                    let mut candidates =
-                        if ix[k - 1] >= 0.0 { candidate_mask(chunk, worst, max) } else { u64::MAX };
-                    while candidates != 0 {
-                        let u = candidates.trailing_zeros() as usize;
-                        candidates &= candidates - 1;
-                        let Some(&xt) = chunk.get(u) else { break };
-                        if ix[k - 1] >= 0.0 && !better(xt, worst, max) {
-                            continue;
-                        }
-                        let mut p = k - 1;
-                        while p > 0 && (ix[p - 1] < 0.0 || better(xt, T::from_f64(v[p - 1]), max)) {
-                            v[p] = v[p - 1];
-                            ix[p] = ix[p - 1];
-                            p -= 1;
-                        }
-                        v[p] = xt.to_f64();
-                        ix[p] = (j0 + chunk_start + u) as f64;
-                        worst = T::from_f64(v[k - 1]);
-                    }
+                    let candidates = if ix[k - 1] >= 0.0 { candidate_mask(chunk, worst, max) } else { u64::MAX };
+                    insert(chunk, candidates, j0 + chunk_start, v, ix, max, &mut worst);
                 }
             }
+        }
+    }
+
+    /// A K-min selection of squared distances SqNorm2(a - b), one of a and b per row and the other per
+    /// reduced index, of at most `SELECT_DIST_DIM` components (`fusion::select_dist`): the distances of
+    /// a chunk are computed (the same bits as `ops::sq_dist`), compared at once with the current k-th
+    /// smallest, and stored in the state only where they may enter it; no tile buffer is written.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn accumulate_select_dist<T: Real>(
+        &self,
+        state: &mut [f64],
+        a: &Arg<T>,
+        b: &Arg<T>,
+        len: usize,
+        j0: usize,
+        fma: bool,
+    ) {
+        let (point, points) = if a.vector { (b, a) } else { (a, b) };
+        match a.dim.max(b.dim) {
+            1 => select_dist::<T, 1>(state, point, points, len, j0, fma),
+            2 => select_dist::<T, 2>(state, point, points, len, j0, fma),
+            3 => select_dist::<T, 3>(state, point, points, len, j0, fma),
+            4 => select_dist::<T, 4>(state, point, points, len, j0, fma),
+            d => unreachable!("fusion::select_dist takes at most {SELECT_DIST_DIM} components, not {d}"),
         }
     }
 
