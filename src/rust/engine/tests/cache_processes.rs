@@ -51,24 +51,21 @@ fn work(dir: &Path) -> Result<(usize, usize), String> {
     Ok((loads, stores))
 }
 
-/// Runs only in the children (a plain `cargo test` passes it at once).
 #[test]
-fn cache_worker() {
+fn four_processes_share_one_fresh_cache() {
+    // In the children (this test run again, with WORKER set): one process's work.
     if let Ok(dir) = std::env::var(WORKER) {
         let (loads, stores) = work(Path::new(&dir)).unwrap_or_else(|e| panic!("{e}"));
         println!("worker {}: {loads} loads, {stores} stores", std::process::id());
+        return;
     }
-}
-
-#[test]
-fn four_processes_share_one_fresh_cache() {
     let dir: PathBuf = std::env::temp_dir().join(format!("rkeops-cache-processes-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let exe = std::env::current_exe().unwrap();
     let mut children: Vec<_> = (0..PROCESSES)
         .map(|_| {
             Command::new(&exe)
-                .args(["--exact", "cache_worker", "--nocapture", "--test-threads=1"])
+                .args(["--exact", "four_processes_share_one_fresh_cache", "--nocapture", "--test-threads=1"])
                 .env(WORKER, &dir)
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())

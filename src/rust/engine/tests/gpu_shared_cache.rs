@@ -24,7 +24,7 @@ const SALT_ENV: &str = "RKEOPS_CACHE_WORKER_SALT";
 const SYNC_ENV: &str = "RKEOPS_CACHE_WORKER_SYNC";
 /// Which worker this is (0..WORKERS).
 const ID_ENV: &str = "RKEOPS_CACHE_WORKER_ID";
-const WORKER_TEST: &str = "shared_cache_worker";
+const WORKER_TEST: &str = "four_processes_compile_and_run_the_same_new_formulas_on_one_fresh_cache";
 const WORKERS: usize = 4;
 /// Sizes that are not multiples of any tile (64, 128, 256) nor of a warp.
 const N: usize = 1003;
@@ -152,13 +152,11 @@ fn wait_for(path: &Path, limit: Duration) -> bool {
     true
 }
 
-/// The worker, run in the child processes of the test below (it does nothing in a normal test
-/// run): initialises the GPU, says it is ready, waits for the common start, then compiles and runs
-/// the formulas against the shared cache, and says it is done (so that the parent knows it ran,
-/// and was not filtered out).
-#[test]
-fn shared_cache_worker() {
-    let Ok(dir) = std::env::var(WORKER_ENV) else { return };
+/// The work of a child process of the test below (the same test, run with `WORKER_ENV` set):
+/// initialises the GPU, says it is ready, waits for the common start, then compiles and runs the
+/// formulas against the shared cache, and says it is done (so that the parent knows it ran, and
+/// was not filtered out).
+fn shared_cache_worker(dir: String) {
     let env = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set"));
     let salt: u32 = env(SALT_ENV).parse().unwrap();
     let sync = PathBuf::from(env(SYNC_ENV));
@@ -173,6 +171,9 @@ fn shared_cache_worker() {
 
 #[test]
 fn four_processes_compile_and_run_the_same_new_formulas_on_one_fresh_cache() {
+    if let Ok(dir) = std::env::var(WORKER_ENV) {
+        return shared_cache_worker(dir);
+    }
     let gpu = match device::availability(0) {
         Ok(description) => description,
         Err(why) => {

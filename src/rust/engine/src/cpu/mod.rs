@@ -56,7 +56,8 @@ fn tile_len<T>(formula: &Formula, plan: &Plan, fusions: &fusion::Fusions) -> Res
     let per_index = values.saturating_mul(size);
     if per_index > 16 * THREAD_BUDGET {
         return Err(Error::Invalid(format!(
-            "the formula's intermediate values take {:.1} MB for one reduced index (each worker holds              them at once); at most {} MB: use fewer or smaller intermediate dimensions",
+            "the formula's intermediate values take {:.1} MB for one reduced index (each worker \
+             holds them at once); at most {} MB: use fewer or smaller intermediate dimensions",
             per_index as f64 / 1e6,
             (16 * THREAD_BUDGET) >> 20
         )));

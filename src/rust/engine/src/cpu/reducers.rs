@@ -160,11 +160,12 @@ fn select_dist<T: Real, const D: usize>(state: &mut [f64], point: &Arg<T>, point
         s
     };
     // Blocks of distances, ruled out at once when none may enter; the rest by chunks of SCAN.
-    const BLOCK: usize = 128;
-    let mut block = [T::ZERO; BLOCK];
-    let full = len - len % BLOCK;
-    for start in (0..full).step_by(BLOCK) {
-        let cols: [(T, &[T; BLOCK]); D] = columns.map(|(p, q)| (p, q[start..start + BLOCK].try_into().unwrap()));
+    const DIST_BLOCK: usize = 128;
+    let mut block = [T::ZERO; DIST_BLOCK];
+    let full = len - len % DIST_BLOCK;
+    for start in (0..full).step_by(DIST_BLOCK) {
+        let cols: [(T, &[T; DIST_BLOCK]); D] =
+            columns.map(|(p, q)| (p, q[start..start + DIST_BLOCK].try_into().unwrap()));
         // Whether any may enter, found with the distances still in registers (reading the block
         // back right after storing it would stall).
         let mut any = false;
