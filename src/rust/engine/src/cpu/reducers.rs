@@ -114,6 +114,30 @@ fn any_candidate<T: Real>(block: &[T], worst: T, max: bool) -> bool {
     block.iter().fold(false, |any, &x| any | may_beat(x, worst, max))
 }
 
+/// The largest value of `x`, NaN if one is NaN: what a fold of `Real::max` gives, in a form that
+/// vectorises (independent running maxima, NaN tracked apart; the fold is a scalar chain).
+#[inline(always)]
+fn nan_or_max<T: Real>(x: &[T]) -> T {
+    const LANES: usize = 16;
+    let (mut m, mut nan) = ([T::NEG_INFINITY; LANES], false);
+    let chunks = x.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for chunk in chunks {
+        for (m, &v) in m.iter_mut().zip(chunk) {
+            *m = if v > *m { v } else { *m };
+            nan |= v.is_nan();
+        }
+    }
+    for (m, &v) in m.iter_mut().zip(rest) {
+        *m = if v > *m { v } else { *m };
+        nan |= v.is_nan();
+    }
+    if nan {
+        return T::from_f64(f64::NAN);
+    }
+    m.iter().fold(T::NEG_INFINITY, |a, &b| a.max(b))
+}
+
 /// Inserts the terms of `chunk` flagged in `candidates` (those that may beat `worst`) into the
 /// sorted selection `v`, `ix` (indices from `first`), and updates `worst`, its last value.
 #[inline(always)]
@@ -401,7 +425,7 @@ impl Accumulator {
     ) {
         let (e, rest) = scratch.split_at_mut(len);
         let fx = as_slice(f.lane(0, len), len, rest);
-        let tile_max = fx.iter().fold(T::NEG_INFINITY, |m, &x| m.max(x));
+        let tile_max = nan_or_max(fx);
         if tile_max.is_nan() {
             state.fill(f64::NAN);
             return;
@@ -524,6 +548,31 @@ impl Accumulator {
             SumSoftMaxWeight => {
                 for c in 0..self.gdim {
                     values[c] = round(state[2 + c] / state[1]);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `nan_or_max` is the fold of `Real::max` it replaces, on every length around its 16 lanes,
+    /// with infinities and NaN at every place.
+    #[test]
+    fn nan_or_max_is_the_fold_of_max() {
+        for len in 0..40 {
+            let base: Vec<f32> = (0..len).map(|i| ((i * 7919) % 37) as f32 - 18.0).collect();
+            for special in [None, Some(f32::NAN), Some(f32::INFINITY), Some(f32::NEG_INFINITY)] {
+                for at in 0..len.max(1) {
+                    let mut x = base.clone();
+                    if let (Some(v), Some(slot)) = (special, x.get_mut(at)) {
+                        *slot = v;
+                    }
+                    let want = x.iter().fold(f32::NEG_INFINITY, |m, &v| Real::max(m, v));
+                    let got = nan_or_max(&x);
+                    assert!(got == want || got.is_nan() && want.is_nan(), "{x:?}: {got} vs {want}");
                 }
             }
         }
