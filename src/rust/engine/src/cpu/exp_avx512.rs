@@ -160,10 +160,13 @@ mod tests {
     use super::*;
     use crate::math::tests::{check_exp_f32, check_exp_f64};
 
+    /// Whether the processor has AVX-512; where it has not, checks that the evaluator will not use
+    /// these functions (the generic exponential, tested in `math`, is the one that runs).
     fn avx512() -> bool {
         let has = is_x86_feature_detected!("avx512f");
         if !has {
             eprintln!("no AVX-512 on this processor: the AVX-512 exponential is not tested here");
+            assert!(!super::super::isa::Level::detect().has_avx512());
         }
         has
     }
