@@ -12,6 +12,7 @@ pub mod formula;
 pub mod math;
 pub mod memory;
 pub mod operator;
+pub mod parallel;
 pub mod plan;
 pub mod real;
 pub mod reduction;

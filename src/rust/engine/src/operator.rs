@@ -1,10 +1,10 @@
 //! The public entry point: an `Operator` is a parsed formula; `run` checks the inputs against the
 //! declared variables, evaluates the reduction and returns column-major results, as R stores them.
 
-use crate::cache::DiskCache;
 use crate::cpu::{self, Inputs, RowMajor};
 use crate::cuda;
 use crate::cuda::codegen::Dtype;
+use crate::cuda::resident::DeviceMatrix;
 use crate::error::{Error, Result};
 use crate::formula::{Category, Formula};
 use crate::real::Real;
@@ -76,11 +76,13 @@ pub struct Output {
 #[derive(Debug, Clone)]
 pub struct Operator {
     pub formula: Formula,
+    /// Its GPU kernels, compiled on first use.
+    kernels: cuda::device::Kernels,
 }
 
 impl Operator {
     pub fn new(formula: &str, args: &[String]) -> Result<Operator> {
-        Ok(Operator { formula: Formula::parse(formula, args)? })
+        Ok(Operator { formula: Formula::parse(formula, args)?, kernels: Default::default() })
     }
 
     pub fn reduction_kind(&self) -> ReductionKind {
@@ -88,64 +90,78 @@ impl Operator {
     }
 
     pub fn run(&self, inputs: &[Input], options: &RunOptions) -> Result<Output> {
-        let (n_i, n_j) = self.check_inputs(inputs)?;
+        self.run_with(inputs, &[], options)
+    }
+
+    /// `run`, where `resident[p]`, when given, holds input `p` on a device (its `Input` gives the
+    /// shape and no data): it must be in the precision of the call, and on its device when the
+    /// call computes on a GPU; the CPU reads it back.
+    pub fn run_with(&self, inputs: &[Input], resident: &[Option<&DeviceMatrix>], options: &RunOptions) -> Result<Output> {
+        let resident_at = |p: usize| resident.get(p).copied().flatten();
+        let (n_i, n_j) = self.check_inputs(inputs, &resident_at)?;
         let gpu = match options.backend {
             Backend::Cpu => None,
             Backend::Gpu(d) => Some(cuda::device::device(d)?),
             Backend::Auto => cuda::device::device(options.device).ok(),
         };
+        let precision_name = |p: Precision| format!("{p:?}").replace('F', "float");
+        for (var, m) in self.formula.variables.iter().enumerate().filter_map(|(p, v)| Some((v, resident_at(p)?))) {
+            let bad = |what: String| Error::Input { name: var.name.clone(), what };
+            if m.precision != options.precision {
+                return Err(bad(format!(
+                    "is kept on {}, but this computation is in {}: keep it again in that precision, or pass the matrix itself",
+                    m.where_(),
+                    precision_name(options.precision)
+                )));
+            }
+            if let Some(device) = gpu.as_ref().filter(|d| d.ordinal != m.ordinal()) {
+                return Err(bad(format!(
+                    "is kept on {}, but this computation runs on GPU {}: keep it on that device, or pass the matrix itself",
+                    m.where_(),
+                    device.ordinal
+                )));
+            }
+        }
+        // The CPU computes from host data: resident inputs are read back.
+        let downloaded: Vec<Option<Vec<f64>>> = match gpu {
+            Some(_) => vec![],
+            None => (0..inputs.len()).map(|p| resident_at(p).map(|m| m.to_host()).transpose()).collect::<Result<_>>()?,
+        };
+        let host_inputs: Vec<Input> = inputs
+            .iter()
+            .enumerate()
+            .map(|(p, x)| match downloaded.get(p).and_then(|d| d.as_deref()) {
+                Some(data) => Input { data, ..*x },
+                None => *x,
+            })
+            .collect();
+        let inputs = &host_inputs[..];
         let mut timings = Vec::new();
-        let (rows, backend) = match gpu {
+        let red = &self.formula.reduction;
+        let nrow = if red.axis == 0 { n_i } else { n_j };
+        let (values, indices, backend) = match gpu {
             Some(device) => {
-                let cache = options.cache_dir.as_ref().map(DiskCache::open).transpose().map_err(Error::Invalid)?;
-                let clock = std::time::Instant::now();
-                let rows = match options.precision {
-                    Precision::F16 => {
-                        let bits: Vec<Vec<u16>> = inputs.iter().map(|x| to_f16(x.data, |h| h.to_bits())).collect();
-                        timings.push(("conversion", clock.elapsed().as_secs_f64()));
-                        let inputs = Inputs { data: bits.iter().map(|c| c.as_slice()).collect(), n_i, n_j };
-                        cuda::launch::evaluate::<u16, f32>(
-                            &device,
-                            &self.formula,
-                            &inputs,
-                            Dtype::F16,
-                            options,
-                            cache.as_ref(),
-                            &mut timings,
-                        )?
-                    }
-                    Precision::F32 => {
-                        let converted = convert::<f32>(inputs);
-                        timings.push(("conversion", clock.elapsed().as_secs_f64()));
-                        let inputs = Inputs { data: converted.iter().map(|c| c.as_ref()).collect(), n_i, n_j };
-                        cuda::launch::evaluate::<f32, f32>(
-                            &device,
-                            &self.formula,
-                            &inputs,
-                            Dtype::F32,
-                            options,
-                            cache.as_ref(),
-                            &mut timings,
-                        )?
-                    }
-                    Precision::F64 => {
-                        let inputs = Inputs { data: inputs.iter().map(|x| x.data).collect(), n_i, n_j };
-                        cuda::launch::evaluate::<f64, f64>(
-                            &device,
-                            &self.formula,
-                            &inputs,
-                            Dtype::F64,
-                            options,
-                            cache.as_ref(),
-                            &mut timings,
-                        )?
-                    }
+                let dtype = match options.precision {
+                    Precision::F16 => Dtype::F16,
+                    Precision::F32 => Dtype::F32,
+                    Precision::F64 => Dtype::F64,
                 };
-                (rows, format!("GPU {} ({})", device.ordinal, device.name))
+                let clock = std::time::Instant::now();
+                let compiled =
+                    self.kernels.get(&device, &self.formula, dtype, options.sum_scheme, options.cache_dir.as_deref())?;
+                timings.push(("compile or load", clock.elapsed().as_secs_f64()));
+                let sizes = (n_i, n_j);
+                let (f, c, t) = (&self.formula, &compiled, &mut timings);
+                let columns = match options.precision {
+                    Precision::F16 => cuda::launch::evaluate::<u16, f32>(&device, c, f, inputs, resident, sizes, options, t),
+                    Precision::F32 => cuda::launch::evaluate::<f32, f32>(&device, c, f, inputs, resident, sizes, options, t),
+                    Precision::F64 => cuda::launch::evaluate::<f64, f64>(&device, c, f, inputs, resident, sizes, options, t),
+                }?;
+                (columns.values, columns.indices, format!("GPU {} ({})", device.ordinal, device.name))
             }
             None => {
                 let threads = match options.threads {
-                    0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+                    0 => crate::parallel::cores(),
                     n => n,
                 };
                 let clock = std::time::Instant::now();
@@ -161,12 +177,10 @@ impl Operator {
                     Precision::F64 => run_cpu::<f64>(&self.formula, inputs, n_i, n_j, options, threads),
                 }?;
                 timings.push(("CPU evaluation", clock.elapsed().as_secs_f64()));
-                (rows, "CPU".to_string())
+                let (values, indices) = to_column_major(rows, nrow);
+                (values, indices, "CPU".to_string())
             }
         };
-        let red = &self.formula.reduction;
-        let nrow = if red.axis == 0 { n_i } else { n_j };
-        let (values, indices) = to_column_major(rows, nrow);
         Ok(Output {
             values,
             indices,
@@ -179,7 +193,7 @@ impl Operator {
     }
 
     /// Checks the number and shapes of the inputs; returns the sizes of the i and j ranges.
-    fn check_inputs(&self, inputs: &[Input]) -> Result<(usize, usize)> {
+    fn check_inputs<'m>(&self, inputs: &[Input], resident: &dyn Fn(usize) -> Option<&'m DeviceMatrix>) -> Result<(usize, usize)> {
         let vars = &self.formula.variables;
         if inputs.len() != vars.len() {
             let names: Vec<&str> = vars.iter().map(|v| v.name.as_str()).collect();
@@ -191,9 +205,9 @@ impl Operator {
             )));
         }
         let mut rows: [Option<(usize, &str)>; 2] = [None, None];
-        for (var, input) in vars.iter().zip(inputs) {
+        for (p, (var, input)) in vars.iter().zip(inputs).enumerate() {
             let bad = |what: String| Error::Input { name: var.name.clone(), what };
-            if input.data.len() != input.nrow * input.ncol {
+            if resident(p).is_none() && input.data.len() != input.nrow * input.ncol {
                 return Err(bad(format!("holds {} values, not {} x {}", input.data.len(), input.nrow, input.ncol)));
             }
             let slot = match var.category {

@@ -175,19 +175,8 @@ impl_real!(f64, crate::math::exp_f64, crate::cpu::exp_avx512::exp_f64, Cow::Borr
 /// Rounds doubles to floats, on every core for large inputs (the conversion of R's doubles is on
 /// the path of every float32 call).
 fn to_f32(x: &[f64]) -> Vec<f32> {
-    const SERIAL_BELOW: usize = 1 << 16;
     let mut out = vec![0f32; x.len()];
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if x.len() < SERIAL_BELOW || threads == 1 {
-        out.iter_mut().zip(x).for_each(|(o, &v)| *o = v as f32);
-        return out;
-    }
-    let chunk = x.len().div_ceil(threads);
-    std::thread::scope(|s| {
-        for (o, i) in out.chunks_mut(chunk).zip(x.chunks(chunk)) {
-            s.spawn(move || o.iter_mut().zip(i).for_each(|(o, &v)| *o = v as f32));
-        }
-    });
+    crate::parallel::map(x, &mut out, |v| v as f32);
     out
 }
 

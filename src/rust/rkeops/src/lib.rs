@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use engine::cuda::resident::DeviceMatrix;
 use engine::{Backend, Input, Operator, Precision, RunOptions, SumScheme};
 use extendr_api::prelude::*;
 
@@ -109,10 +110,23 @@ fn keops_run(
         let list = inputs.as_list().ok_or("the inputs must be a list")?;
         let names = op.formula.variables.iter().map(|v| v.name.as_str());
         let robjs: Vec<Robj> = list.values().collect();
+        let resident = robjs
+            .iter()
+            .zip(names.clone().chain(std::iter::repeat("?")))
+            .map(|(x, name)| match x.is_external_pointer() {
+                true => device_matrix(x, name).map(Some),
+                false => Ok(None),
+            })
+            .collect::<std::result::Result<Vec<_>, String>>()?;
+        let resident_refs: Vec<Option<&DeviceMatrix>> = resident.iter().map(|m| m.as_deref()).collect();
         let inputs = robjs
             .iter()
+            .zip(&resident_refs)
             .zip(names.chain(std::iter::repeat("?")))
-            .map(|(x, name)| {
+            .map(|((x, resident), name)| {
+                if let Some(m) = resident {
+                    return Ok(Input { data: &[], nrow: m.nrow, ncol: m.ncol });
+                }
                 let data =
                     x.as_real_slice().ok_or_else(|| format!("input '{name}' must be a numeric vector or matrix"))?;
                 let dim = x.get_attrib("dim").and_then(|d| d.as_integer_vector());
@@ -146,7 +160,7 @@ fn keops_run(
             gpu_memory: None,
             interrupt: Some(interrupt_pending),
         };
-        let out = match op.run(&inputs, &options) {
+        let out = match op.run_with(&inputs, &resident_refs, &options) {
             // The R side turns this into an interrupt condition.
             Err(engine::Error::Interrupted) => {
                 return List::from_names_and_values(
@@ -178,6 +192,83 @@ fn keops_run(
         )
         .map(Robj::from)
         .map_err(|e| e.to_string())
+    })
+}
+
+/// What an R device matrix holds: the matrix, until `keops_device_free` empties it.
+type DeviceSlot = Option<Arc<DeviceMatrix>>;
+
+/// The matrix behind an R device matrix (an external pointer made by `keops_device_put`).
+fn device_matrix(x: &Robj, name: &str) -> std::result::Result<Arc<DeviceMatrix>, String> {
+    let slot: &ExternalPtr<DeviceSlot> = x.try_into().map_err(|_| {
+        format!(
+            "input '{name}' is an external pointer but not a matrix kept on a GPU (or one saved and loaded again, \
+             which keeps nothing): make it with keops_device()"
+        )
+    })?;
+    slot.as_ref().clone().ok_or_else(|| format!("input '{name}' was freed by keops_device_free(): make it again with keops_device()"))
+}
+
+/// Copies a numeric matrix to GPU `device` in `precision`; returns the external pointer that holds it.
+#[extendr]
+fn keops_device_put(x: Robj, precision: &str, device: i32) -> Robj {
+    guarded(|| {
+        let data = x.as_real_slice().ok_or("'x' must be a numeric matrix or vector")?;
+        let dim = x.get_attrib("dim").and_then(|d| d.as_integer_vector());
+        let (nrow, ncol) = match dim.as_deref() {
+            Some(&[nrow, ncol]) => (nrow.max(0) as usize, ncol.max(0) as usize),
+            Some(_) => return Err("'x' must be a vector or a matrix, not an array".into()),
+            None => (data.len(), 1),
+        };
+        let precision = match precision {
+            "float16" => Precision::F16,
+            "float32" => Precision::F32,
+            "float64" => Precision::F64,
+            _ => return Err(format!("precision must be \"float16\", \"float32\" or \"float64\", not \"{precision}\"")),
+        };
+        let gpu = engine::cuda::device::device(device.max(0) as usize).map_err(|e| e.to_string())?;
+        let m = DeviceMatrix::new(gpu, data, nrow, ncol, precision).map_err(|e| e.to_string())?;
+        let slot: DeviceSlot = Some(Arc::new(m));
+        Ok(ExternalPtr::new(slot).into())
+    })
+}
+
+/// The values of a device matrix, back in R: `list(values, nrow, ncol)`.
+#[extendr]
+fn keops_device_get(x: Robj) -> Robj {
+    guarded(|| {
+        let m = device_matrix(&x, "x")?;
+        let values = m.to_host().map_err(|e| e.to_string())?;
+        List::from_names_and_values(
+            ["values", "nrow", "ncol", "where"],
+            [Robj::from(values), Robj::from(m.nrow as i32), Robj::from(m.ncol as i32), Robj::from(m.where_())],
+        )
+        .map(Robj::from)
+        .map_err(|e| e.to_string())
+    })
+}
+
+/// Frees the device memory of a device matrix now (it is otherwise freed when R collects it).
+#[extendr]
+fn keops_device_free(mut x: Robj) -> Robj {
+    guarded(|| {
+        let slot: &mut ExternalPtr<DeviceSlot> =
+            (&mut x).try_into().map_err(|_| "'x' must be a matrix kept on a GPU (made by keops_device())".to_string())?;
+        // Calls in progress hold their own reference; the memory goes when the last one ends.
+        *slot.as_mut() = None;
+        Ok(Robj::from(true))
+    })
+}
+
+/// Gives back the GPU memory the engine keeps between calls (its buffers are allocated again
+/// by the next call): `list(released = TRUE)`.
+#[extendr]
+fn gpu_release_memory(device: i32) -> Robj {
+    guarded(|| {
+        if let Ok(d) = engine::cuda::device::device(device.max(0) as usize) {
+            d.release_memory();
+        }
+        List::from_names_and_values(["released"], [Robj::from(true)]).map(Robj::from).map_err(|e| e.to_string())
     })
 }
 
@@ -215,4 +306,8 @@ extendr_module! {
     fn keops_run;
     fn gpu_status;
     fn clean_cache;
+    fn keops_device_put;
+    fn keops_device_get;
+    fn keops_device_free;
+    fn gpu_release_memory;
 }

@@ -3,11 +3,17 @@
 //! Each thread owns one output row: its variables of the output index and its reduction state live
 //! in registers; tiles of the reduced index's variables go through shared memory, loaded once per
 //! block and read by every thread. Block `(bx, by)` reduces rows `bx*TILE ..` over the chunk
-//! `by*chunk ..` of the reduced range (gridDim.y = 1 is the 1D scheme) and writes its states, in
-//! the layout of the CPU accumulator, for the host to merge and finalise.
+//! `by*chunk ..` of the reduced range (gridDim.y = 1 is the 1D scheme). With one chunk it writes
+//! the final results (column-major, in the working type, 1-based int indices); otherwise it writes
+//! its states, in the layout of the CPU accumulator, and a second kernel (`rkeops_merge`) merges
+//! the chunks in order and finalises them on the device.
+//!
+//! The numbers of the formula are not in the source: they are read from an array argument, so that
+//! formulas that differ only by their numbers (a loop over a bandwidth) share one compiled kernel.
 
 use std::fmt::Write;
 
+use super::finish;
 use crate::cpu::reducers::Accumulator;
 use crate::formula::{Category, Formula, NodeId, Op};
 use crate::plan::{Plan, Role};
@@ -32,7 +38,7 @@ impl Dtype {
             Dtype::F64 => 8,
         }
     }
-    fn c_type(self) -> &'static str {
+    pub fn c_type(self) -> &'static str {
         match self {
             Dtype::F16 | Dtype::F32 => "float",
             Dtype::F64 => "double",
@@ -58,6 +64,10 @@ impl Dtype {
 pub struct Kernel {
     pub source: String,
     pub name: &'static str,
+    /// The kernel that merges the states of several chunks (or blocks) and finalises them.
+    pub merge_name: &'static str,
+    /// The numbers of the formula, in the order of the kernel's `rk_consts` argument.
+    pub constants: Vec<f64>,
     /// Threads per block = reduced indices per shared-memory tile.
     pub tile: usize,
     /// Output rows per thread: each value of the reduced index read from shared memory serves
@@ -65,9 +75,12 @@ pub struct Kernel {
     pub rows: usize,
     /// Number of f64 per output row in the states written by the kernel.
     pub state_len: usize,
+    /// Values (and indices) per output row of the final results.
+    pub width: usize,
 }
 
 pub const KERNEL_NAME: &str = "rkeops_reduce";
+pub const MERGE_NAME: &str = "rkeops_merge";
 
 pub fn generate(formula: &Formula, dtype: Dtype, scheme: SumScheme) -> Kernel {
     let red = &formula.reduction;
@@ -89,6 +102,15 @@ pub fn generate(formula: &Formula, dtype: Dtype, scheme: SumScheme) -> Kernel {
     let tile = [256, 128, 64].into_iter().find(|&t| fits(t)).unwrap_or(64);
     let shared = fits(tile) && inner_width > 0;
     let rows = rows_per_thread(formula, &plan, &acc, dtype);
+    let constant_nodes: Vec<NodeId> =
+        plan.constant.iter().copied().filter(|&id| matches!(formula.graph.nodes[id].op, Op::Constant(_))).collect();
+    let constants = constant_nodes
+        .iter()
+        .map(|&id| match formula.graph.nodes[id].op {
+            Op::Constant(bits) => f64::from_bits(bits),
+            _ => unreachable!("filtered above"),
+        })
+        .collect();
     let mut g = Gen {
         formula,
         dtype,
@@ -96,8 +118,10 @@ pub fn generate(formula: &Formula, dtype: Dtype, scheme: SumScheme) -> Kernel {
         src: String::new(),
         shared_offsets: vec![None; formula.variables.len()],
         q: 0,
+        constant_nodes,
     };
     g.prelude(tile, rows);
+    finish::functions(&mut g.src, &acc, dtype.c_type());
     g.signature();
     g.line("  const int row0 = blockIdx.x * (TILE * ROWS) + threadIdx.x;");
     for q in 0..rows {
@@ -185,15 +209,29 @@ pub fn generate(formula: &Formula, dtype: Dtype, scheme: SumScheme) -> Kernel {
         g.line("    __syncthreads();");
     }
     g.line("  }");
+    // The state of a row, either finalised here (one chunk) or stored for rkeops_merge.
     for q in 0..rows {
         g.q = q;
         g.line(&format!("  if (row_{q} < n_out) {{"));
+        g.line(&format!("    if (finalize) {{\n    double out[{}];", acc.state_len()));
+        reducer.store(&mut g);
+        g.line(&format!("    rk_finalize(out, out_values, out_indices, row_{q}, n_out);\n    }} else {{"));
         g.line(&format!("    double* out = states + ((long long)blockIdx.y * n_out + row_{q}) * {};", acc.state_len()));
         reducer.store(&mut g);
-        g.line("  }");
+        g.line("    }\n  }");
     }
     g.line("}");
-    Kernel { source: g.src, name: KERNEL_NAME, tile, rows, state_len: acc.state_len() }
+    finish::merge_kernel(&mut g.src, &acc);
+    Kernel {
+        source: g.src,
+        name: KERNEL_NAME,
+        merge_name: MERGE_NAME,
+        constants,
+        tile,
+        rows,
+        state_len: acc.state_len(),
+        width: acc.width(),
+    }
 }
 
 /// Rows per thread: as many as the registers allow (the state and the per-row values of every
@@ -217,6 +255,8 @@ struct Gen<'a> {
     shared_offsets: Vec<Option<usize>>,
     /// The row slot being emitted.
     q: usize,
+    /// The number nodes, in the order of `rk_consts`.
+    constant_nodes: Vec<NodeId>,
 }
 
 impl Gen<'_> {
@@ -253,7 +293,7 @@ impl Gen<'_> {
         let storage = self.dtype.storage_type();
         let _ = write!(
             self.src,
-            "// Generated by rkeops for: {}\n\
+            "// Generated by rkeops (the formula's numbers are in rk_consts).\n\
              typedef {t} T;\n\
              typedef {storage} S;\n\
              #define TILE {tile}\n\
@@ -268,8 +308,7 @@ impl Gen<'_> {
              }}\n\
              __device__ __forceinline__ bool rk_isnan(T x) {{ return x != x; }}\n\
              {exp}\n\
-             {load}\n",
-            self.formula.text.replace('\n', " ")
+             {load}\n"
         );
     }
 
@@ -279,11 +318,15 @@ impl Gen<'_> {
             "const int n_red".into(),
             "const int chunk".into(),
             "const int j_offset".into(),
+            "const int finalize".into(),
         ];
         for v in &self.formula.variables {
             params.push(format!("const S* __restrict__ in{}", v.position));
         }
+        params.push("const T* __restrict__ rk_consts".into());
         params.push("double* __restrict__ states".into());
+        params.push("T* __restrict__ out_values".into());
+        params.push("int* __restrict__ out_indices".into());
         let _ = writeln!(
             self.src,
             "extern \"C\" __global__ void __launch_bounds__(TILE) {KERNEL_NAME}({}) {{",
@@ -306,21 +349,6 @@ impl Gen<'_> {
         self.dtype.math(name)
     }
 
-    fn constant(&self, bits: u64) -> String {
-        let x = f64::from_bits(bits);
-        if x.is_nan() {
-            "(RK_INF - RK_INF)".into()
-        } else if x.is_infinite() {
-            if x > 0.0 {
-                "RK_INF".into()
-            } else {
-                "(-RK_INF)".into()
-            }
-        } else {
-            format!("((T){x:?})")
-        }
-    }
-
     /// Emits `T v{id}[dim]` computed from its arguments.
     fn node(&mut self, id: NodeId) {
         let node = &self.formula.graph.nodes[id];
@@ -340,7 +368,10 @@ impl Gen<'_> {
         let elementwise = |expr: String| format!("for (int k = 0; k < {d}; k++) {out}[k] = {expr};");
         let body = match node.op {
             Op::Input(_) => return,
-            Op::Constant(bits) => format!("{out}[0] = {};", self.constant(bits)),
+            Op::Constant(_) => {
+                let slot = self.constant_nodes.iter().position(|&c| c == id).expect("every number has a slot");
+                format!("{out}[0] = rk_consts[{slot}];")
+            }
             Op::Neg => elementwise(format!("-{}", at(0, "k"))),
             Op::Abs => elementwise(format!("{}({})", m("fabs"), at(0, "k"))),
             Op::Acos => elementwise(format!("{}({})", m("acos"), at(0, "k"))),
@@ -459,7 +490,12 @@ impl Gen<'_> {
             ),
         };
         let indent = if matches!(self.plan.roles[id], Some(Role::Inner | Role::Pair)) { "        " } else { "  " };
-        self.line(&format!("{indent}// node {id}: {:?}\n{indent}T {out}[{d}]; {body}", node.op));
+        // A number's value stays out of the source (it is in rk_consts).
+        let what = match node.op {
+            Op::Constant(_) => "number".to_string(),
+            op => format!("{op:?}"),
+        };
+        self.line(&format!("{indent}// node {id}: {what}\n{indent}T {out}[{d}]; {body}"));
     }
 }
 

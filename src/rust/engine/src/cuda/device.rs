@@ -1,5 +1,7 @@
 //! GPU discovery, one context per device, and the kernels compiled for it: NVRTC to a CUBIN for the
-//! device's architecture, kept on disk between sessions and loaded once per process.
+//! device's architecture, kept on disk between sessions and loaded once per process. Everything
+//! about a device (context, stream, loaded kernels, the memory reused between calls) is looked up
+//! once and kept with it.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
@@ -9,9 +11,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream};
 use cudarc::nvrtc::{result as nvrtc_result, sys as nvrtc_sys, Ptx};
 
-use super::codegen::Kernel;
+use super::codegen::{self, Dtype, Kernel};
+use super::workspace::Workspace;
 use crate::cache::{self, DiskCache};
 use crate::error::{Error, Result};
+use crate::formula::Formula;
+use crate::reduction::SumScheme;
 
 pub struct Device {
     pub ordinal: usize,
@@ -22,8 +27,63 @@ pub struct Device {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     nvrtc_version: (i32, i32),
-    /// Loaded kernels by cache key: a repeated call costs a launch, not a load.
-    functions: Mutex<HashMap<String, CudaFunction>>,
+    /// Loaded kernels (the reduction and its merge) by cache key: a repeated call costs a launch,
+    /// not a load.
+    functions: Mutex<HashMap<String, (CudaFunction, CudaFunction)>>,
+    /// The buffers reused from call to call; held for the whole of a call, which also keeps two
+    /// threads from interleaving their work on this device.
+    pub workspace: Mutex<Option<Workspace>>,
+}
+
+/// A formula's kernels, compiled and loaded on one device, with their checked resources.
+pub struct Compiled {
+    pub kernel: Kernel,
+    pub reduce: CudaFunction,
+    pub merge: CudaFunction,
+}
+
+/// The compiled kernels of one operator by device, precision and summation scheme, so that a
+/// repeated call neither generates nor hashes its source again.
+#[derive(Default)]
+pub struct Kernels(Mutex<HashMap<(usize, Dtype, SumScheme), Arc<Compiled>>>);
+
+impl Clone for Kernels {
+    /// A copy starts empty: what it holds is only a cache.
+    fn clone(&self) -> Kernels {
+        Kernels::default()
+    }
+}
+
+impl std::fmt::Debug for Kernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Kernels")
+    }
+}
+
+impl Kernels {
+    /// The kernels of `formula` on `device`, compiled (or loaded from `cache_dir`) on first use.
+    pub fn get(
+        &self,
+        device: &Device,
+        formula: &Formula,
+        dtype: Dtype,
+        scheme: SumScheme,
+        cache_dir: Option<&std::path::Path>,
+    ) -> Result<Arc<Compiled>> {
+        let key = (device.ordinal, dtype, scheme);
+        if let Some(c) = self.0.lock().ok().and_then(|m| m.get(&key).cloned()) {
+            return Ok(c);
+        }
+        let kernel = codegen::generate(formula, dtype, scheme);
+        let cache = cache_dir.map(DiskCache::open).transpose().map_err(Error::Invalid)?;
+        let (reduce, merge) = device.functions(&kernel, cache.as_ref())?;
+        super::launch::check_resources(device, &reduce, &kernel)?;
+        let compiled = Arc::new(Compiled { kernel, reduce, merge });
+        if let Ok(mut m) = self.0.lock() {
+            m.insert(key, compiled.clone());
+        }
+        Ok(compiled)
+    }
 }
 
 /// Runs `f`, turning a panic of the CUDA bindings (a missing library or symbol) into an error.
@@ -121,11 +181,26 @@ impl Device {
             stream,
             nvrtc_version: (major, minor),
             functions: Mutex::new(HashMap::new()),
+            workspace: Mutex::new(None),
         })
     }
 
-    /// The compiled kernel: from memory, else from the disk cache, else compiled now (and cached).
-    pub fn function(&self, kernel: &Kernel, cache: Option<&DiskCache>) -> Result<CudaFunction> {
+    /// How many distinct kernels this device has loaded.
+    pub fn loaded_kernels(&self) -> usize {
+        self.functions.lock().map_or(0, |m| m.len())
+    }
+
+    /// Gives back the memory kept between calls (the next call allocates it again).
+    pub fn release_memory(&self) {
+        if let Ok(mut w) = self.workspace.lock() {
+            if let Some(w) = w.as_mut() {
+                w.release();
+            }
+        }
+    }
+
+    /// The compiled kernels: from memory, else from the disk cache, else compiled now (and cached).
+    pub fn functions(&self, kernel: &Kernel, cache: Option<&DiskCache>) -> Result<(CudaFunction, CudaFunction)> {
         let arch = format!("sm_{}{}", self.arch.0, self.arch.1);
         let versions =
             format!("engine {} nvrtc {}.{}", env!("CARGO_PKG_VERSION"), self.nvrtc_version.0, self.nvrtc_version.1);
@@ -149,7 +224,8 @@ impl Device {
                 .ctx
                 .load_module(Ptx::from_binary(cubin))
                 .map_err(|e| driver_error(&format!("loading the kernel on device {}", self.ordinal), e))?;
-            module.load_function(kernel.name).map_err(|e| driver_error("finding the kernel", e))
+            let find = |name| module.load_function(name).map_err(|e| driver_error("finding the kernel", e));
+            Ok((find(kernel.name)?, find(kernel.merge_name)?))
         })?;
         if let Ok(mut m) = self.functions.lock() {
             m.insert(key, f.clone());

@@ -1,27 +1,34 @@
-//! Runs a reduction on the GPU: uploads the inputs (column-major, as R stores them: each
-//! component is a contiguous array, so loads are coalesced), launches the kernel with the 1D scheme
-//! or, when the output rows alone cannot fill the GPU, the 2D scheme (chunks of the reduced range
-//! in `gridDim.y`), and merges and finalises the states on the host.
+//! Runs a reduction on the GPU. The inputs are converted from R's doubles straight into
+//! page-locked staging memory, in the layout of one device buffer (column-major, as R stores them:
+//! each component is a contiguous array, so loads are coalesced), and copied in one asynchronous
+//! transfer; the kernel runs with the 1D scheme or, when the output rows alone cannot fill the GPU,
+//! the 2D scheme (chunks of the reduced range in `gridDim.y`, merged in order by a second kernel);
+//! the results are finalised on the device and only they come back, in the working type, with one
+//! synchronisation per call. Both buffers are the device's own, reused from call to call.
 
+use std::ops::Range;
 use std::time::Instant;
 
-use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
+use cudarc::driver::{result, CudaFunction, LaunchConfig, PushKernelArg};
 
-use super::codegen::{self, Dtype};
-use super::device::{guarded, Device};
-use crate::cache::DiskCache;
-use crate::cpu::reducers::Accumulator;
-use crate::cpu::{row_of, Inputs, RowMajor};
+use super::codegen;
+use super::device::{guarded, Compiled, Device};
+use super::resident::DeviceMatrix;
+use super::workspace::{Layout, Workspace};
 use crate::error::{Error, Result};
 use crate::formula::{Category, Formula};
 use crate::memory;
-use crate::operator::RunOptions;
+use crate::operator::{Input, RunOptions};
+use crate::parallel;
 use crate::real::Real;
 
 /// Resident blocks per multiprocessor we aim for before splitting the reduced range.
 const BLOCKS_PER_SM: usize = 8;
-/// A chunk of the 2D scheme covers at least this many tiles, so its state write is amortised.
-const MIN_TILES_PER_CHUNK: usize = 4;
+/// A chunk of the 2D scheme covers at least this many tiles (its states are merged on the device,
+/// cheaply: small problems gain more from using more multiprocessors).
+const MIN_TILES_PER_CHUNK: usize = 1;
+/// Threads per block of the merge kernel.
+const MERGE_THREADS: usize = 256;
 
 /// How many chunks of the reduced range to run side by side.
 pub fn chunks_for(n_out: usize, n_red: usize, tile: usize, rows: usize, multiprocessors: usize) -> usize {
@@ -31,52 +38,155 @@ pub fn chunks_for(n_out: usize, n_red: usize, tile: usize, rows: usize, multipro
     wanted.min(most).max(1)
 }
 
-/// Runs the reduction with inputs stored as `S` on the device and arithmetic in `T` (f32 for
-/// float16 storage, otherwise the same type).
-#[allow(clippy::too_many_arguments)]
-pub fn evaluate<S: DeviceRepr + ValidAsZeroBits + Copy, T: Real>(
+/// How inputs are stored on the device: R's doubles rounded to this type.
+pub trait Stored: Copy + Send + Sync {
+    fn from_f64(x: f64) -> Self;
+}
+
+impl Stored for f64 {
+    fn from_f64(x: f64) -> f64 {
+        x
+    }
+}
+
+impl Stored for f32 {
+    fn from_f64(x: f64) -> f32 {
+        x as f32
+    }
+}
+
+/// float16 bits.
+impl Stored for u16 {
+    fn from_f64(x: f64) -> u16 {
+        half::f16::from_f64(x).to_bits()
+    }
+}
+
+/// Results in R's order: `n_out x width` column-major values and 1-based indices (each present
+/// only when the reduction returns it).
+pub struct Columns {
+    pub values: Option<Vec<f64>>,
+    pub indices: Option<Vec<i32>>,
+}
+
+/// Runs the reduction with inputs stored as `S` on the device and arithmetic and results in `T`
+/// (f32 for float16 storage, otherwise the same type).
+pub fn evaluate<S: Stored, T: Real>(
     device: &Device,
+    compiled: &Compiled,
     formula: &Formula,
-    inputs: &Inputs<S>,
-    dtype: Dtype,
+    inputs: &[Input],
+    resident: &[Option<&DeviceMatrix>],
+    (n_i, n_j): (usize, usize),
     options: &RunOptions,
-    cache: Option<&DiskCache>,
     timings: &mut Vec<(&'static str, f64)>,
-) -> Result<RowMajor> {
-    let (scheme, memory_limit) = (options.sum_scheme, options.gpu_memory);
+) -> Result<Columns> {
+    let resident: Vec<Option<&DeviceMatrix>> = (0..inputs.len()).map(|p| resident.get(p).copied().flatten()).collect();
+    let kernel = &compiled.kernel;
     let red = &formula.reduction;
-    let kernel = codegen::generate(formula, dtype, scheme);
-    let (n_out, n_red) = if red.axis == 0 { (inputs.n_i, inputs.n_j) } else { (inputs.n_j, inputs.n_i) };
+    let (n_out, n_red) = if red.axis == 0 { (n_i, n_j) } else { (n_j, n_i) };
     if n_out > i32::MAX as usize || n_red > i32::MAX as usize {
         return Err(Error::Gpu(format!("at most {} rows per variable are supported on the GPU", i32::MAX)));
     }
-    let clock = Instant::now();
-    let function = device.function(&kernel, cache)?;
-    timings.push(("compile or load", clock.elapsed().as_secs_f64()));
-    check_resources(device, &function, &kernel)?;
-    let acc = Accumulator::new(formula, scheme);
-    let blocks = Blocks::new(device, formula, &kernel, n_out, n_red, std::mem::size_of::<S>(), memory_limit)?;
-    let mut states = memory::zeros(n_out.saturating_mul(kernel.state_len), "the reduction states of the rows")?;
-    let mut times = [0.0; 4];
+    let width = kernel.width;
+    let results = n_out.saturating_mul(width);
+    let mut columns = Columns {
+        values: red.kind.returns_values().then(|| memory::zeros(results, "the results")).transpose()?,
+        indices: red.kind.returns_indices().then(|| memory::zeros(results, "the result's indices")).transpose()?,
+    };
+    let mut workspace = device.workspace.lock().map_err(|_| Error::Gpu("the GPU's workspace is unusable".into()))?;
+    if workspace.is_none() {
+        *workspace = Some(guarded("creating the GPU's workspace", Workspace::new)?);
+    }
+    let workspace = workspace.as_mut().expect("created above");
+    let sizes = Sizes::new::<S, T>(formula, kernel, &resident, workspace.held().0);
+    let blocks = Blocks::new(device, kernel, &sizes, n_out, n_red, options.gpu_memory)?;
+    // The kernels index a resident matrix whole: its rows cannot be split into blocks.
+    if (blocks.rows_out, blocks.rows_red) != (n_out, n_red) && resident.iter().any(Option::is_some) {
+        return Err(Error::Gpu(format!(
+            "device {} ({}) has too little free memory for this reduction with inputs kept on it in one piece; \
+             pass the matrices themselves (they are then processed in blocks)",
+            device.ordinal, device.name
+        )));
+    }
+    let mut times = Times::default();
     // Inputs larger than the device are processed in blocks of rows; the states of the blocks of
-    // the reduced range are merged in order, as the 2D scheme's chunks are.
+    // the reduced range are merged in order on the device, as the 2D scheme's chunks are.
     for i0 in (0..n_out).step_by(blocks.rows_out) {
-        let i1 = (i0 + blocks.rows_out).min(n_out);
-        let rows = &mut states[i0 * kernel.state_len..i1 * kernel.state_len];
-        for j0 in (0..n_red).step_by(blocks.rows_red) {
-            let j1 = (j0 + blocks.rows_red).min(n_red);
-            let block = Block { out: i0..i1, red: j0..j1, n_out, n_red };
-            let part = run_block(device, formula, &function, &kernel, &block, inputs, &mut times)?;
-            let clock = Instant::now();
-            merge_block(&acc, rows, part, j0 == 0, i1 - i0, kernel.state_len);
-            times[3] += clock.elapsed().as_secs_f64();
+        let out = i0..(i0 + blocks.rows_out).min(n_out);
+        let red_blocks = n_red.div_ceil(blocks.rows_red);
+        for (b, j0) in (0..n_red).step_by(blocks.rows_red).enumerate() {
+            let step = Step {
+                out: out.clone(),
+                red: j0..(j0 + blocks.rows_red).min(n_red),
+                n_out,
+                n_red,
+                first: b == 0,
+                last: b + 1 == red_blocks,
+                rows_red: blocks.rows_red,
+            };
+            let data = Data { inputs, resident: &resident };
+            run_step::<S, T>(device, compiled, formula, &data, &step, workspace, &mut columns, &mut times)?;
         }
     }
-    timings.extend([("upload", times[0]), ("kernel", times[1]), ("download", times[2]), ("merge", times[3])]);
-    let clock = Instant::now();
-    let rows = finish::<T>(&acc, states, n_out, kernel.state_len)?;
-    timings.push(("finalise", clock.elapsed().as_secs_f64()));
-    Ok(rows)
+    timings.extend([
+        ("conversion", times.convert),
+        ("upload", times.upload),
+        ("kernel", times.kernel),
+        ("download", times.download),
+        ("results", times.results),
+    ]);
+    Ok(columns)
+}
+
+#[derive(Default)]
+struct Times {
+    convert: f64,
+    upload: f64,
+    kernel: f64,
+    download: f64,
+    results: f64,
+}
+
+/// Bytes per row of the inputs and per output row of the states and results.
+struct Sizes {
+    /// Per row of the output index, of the reduced index, and for the parameters and numbers.
+    input_out: usize,
+    input_red: usize,
+    fixed: usize,
+    state: usize,
+    results: usize,
+    /// Device memory already held by this device's workspace (usable again).
+    held: usize,
+}
+
+impl Sizes {
+    /// (Resident inputs need no room.)
+    fn new<S, T>(formula: &Formula, kernel: &codegen::Kernel, resident: &[Option<&DeviceMatrix>], held: usize) -> Sizes {
+        let outer = outer_category(formula);
+        let dims = |keep: &dyn Fn(Category) -> bool| -> usize {
+            let uploaded = formula.variables.iter().zip(resident).filter(|(_, r)| r.is_none());
+            uploaded.filter(|(v, _)| keep(v.category)).map(|(v, _)| v.dim).sum()
+        };
+        let (s, t) = (std::mem::size_of::<S>(), std::mem::size_of::<T>());
+        let red = &formula.reduction.kind;
+        Sizes {
+            input_out: dims(&|c| c == outer) * s,
+            input_red: dims(&|c| c != outer && c != Category::Param) * s,
+            fixed: dims(&|c| c == Category::Param) * s + kernel.constants.len() * t,
+            state: kernel.state_len * 8,
+            results: kernel.width * (if red.returns_values() { t } else { 0 } + if red.returns_indices() { 4 } else { 0 }),
+            held,
+        }
+    }
+}
+
+fn outer_category(formula: &Formula) -> Category {
+    if formula.reduction.axis == 0 {
+        Category::I
+    } else {
+        Category::J
+    }
 }
 
 /// How many output and reduced rows go to the GPU at once: everything when it fits in memory.
@@ -86,35 +196,31 @@ struct Blocks {
 }
 
 impl Blocks {
-    #[allow(clippy::too_many_arguments)]
     fn new(
         device: &Device,
-        formula: &Formula,
         kernel: &codegen::Kernel,
+        sizes: &Sizes,
         n_out: usize,
         n_red: usize,
-        elem: usize,
         limit: Option<usize>,
     ) -> Result<Blocks> {
         let free = device.ctx.mem_get_info().map(|(free, _)| free).unwrap_or(usize::MAX);
-        let budget = limit.unwrap_or(usize::MAX).min(free / 10 * 8);
-        let outer_category = if formula.reduction.axis == 0 { Category::I } else { Category::J };
-        let width = |inner: bool| -> usize {
-            let vars = formula.variables.iter().filter(|v| v.category != Category::Param);
-            vars.filter(|v| (v.category == outer_category) != inner).map(|v| v.dim).sum()
-        };
-        let (width_out, width_red) = (width(false) * elem, width(true) * elem);
+        let budget = limit.unwrap_or(usize::MAX).min(free.saturating_add(sizes.held) / 10 * 8);
         let need = |rows_out: usize, rows_red: usize| {
             let chunks = chunks_for(rows_out, rows_red, kernel.tile, kernel.rows, device.multiprocessors);
-            rows_out * width_out + rows_red * width_red + chunks * rows_out * kernel.state_len * 8
+            let states = if chunks > 1 || rows_red < n_red { chunks + 1 } else { 0 };
+            rows_out * (sizes.input_out + sizes.results + states * sizes.state) + rows_red * sizes.input_red + sizes.fixed
         };
         if need(n_out, n_red) <= budget {
             return Ok(Blocks { rows_out: n_out.max(1), rows_red: n_red.max(1) });
         }
-        let granule = kernel.tile * kernel.rows;
+        // Blocks of whole tiles of rows (a block of the kernel may be partly empty).
+        let granule = kernel.tile;
         // A quarter of the budget for the reduced rows, the rest for the output rows and their states.
-        let rows_red = ((budget / 4 / width_red.max(1)).min(n_red) / kernel.tile * kernel.tile).max(kernel.tile);
-        let mut rows_out = (budget / 2 / (width_out + kernel.state_len * 8)).min(n_out) / granule * granule;
+        let rows_red =
+            ((budget / 4 / sizes.input_red.max(1)).min(n_red) / kernel.tile * kernel.tile).max(kernel.tile);
+        let per_out = sizes.input_out + sizes.results + 2 * sizes.state;
+        let mut rows_out = (budget / 2 / per_out.max(1)).min(n_out) / granule * granule;
         while rows_out > 0 && need(rows_out, rows_red) > budget {
             rows_out = rows_out / 2 / granule * granule;
         }
@@ -130,130 +236,259 @@ impl Blocks {
     }
 }
 
-/// The rows of one launch, within the whole ranges.
-struct Block {
-    out: std::ops::Range<usize>,
-    red: std::ops::Range<usize>,
+/// The inputs of a call: from the host, or kept on the device (`resident[p]`).
+struct Data<'a> {
+    inputs: &'a [Input<'a>],
+    resident: &'a [Option<&'a DeviceMatrix>],
+}
+
+/// One launch: these output rows against these reduced rows (`first` and `last` of the reduced
+/// range's blocks for these output rows; `rows_red` rows in the largest such block).
+struct Step {
+    out: Range<usize>,
+    red: Range<usize>,
     n_out: usize,
     n_red: usize,
+    first: bool,
+    last: bool,
+    rows_red: usize,
 }
 
-/// Rows `rows` of a column-major matrix with `n` rows: borrowed when they are all of them.
-fn rows_of<'a, T: Copy>(data: &'a [T], n: usize, rows: &std::ops::Range<usize>) -> std::borrow::Cow<'a, [T]> {
-    if rows.start == 0 && rows.end == n {
-        return std::borrow::Cow::Borrowed(data);
+/// Where each part of a step lives, in bytes from the start of the device buffer; the staging
+/// buffer mirrors its first part (inputs, then results).
+struct Regions {
+    inputs: Vec<usize>,
+    constants: usize,
+    upload_end: usize,
+    values: usize,
+    indices: usize,
+    download: Range<usize>,
+    states: usize,
+    running: usize,
+    end: usize,
+}
+
+impl Regions {
+    /// The layout of a step's buffer. It depends only on the output rows and the largest block of
+    /// the reduced range, so the running states of a block of output rows stay where they are from
+    /// one block of the reduced range to the next.
+    fn new<S, T>(formula: &Formula, kernel: &codegen::Kernel, data: &Data, step: &Step, chunks: usize, one_pass: bool) -> Regions {
+        let outer = outer_category(formula);
+        let (s, t) = (std::mem::size_of::<S>(), std::mem::size_of::<T>());
+        let rows_out = step.out.len();
+        let kind = formula.reduction.kind;
+        let mut layout = Layout::default();
+        let inputs = formula
+            .variables
+            .iter()
+            .zip(data.resident)
+            .map(|(v, resident)| {
+                let rows = match v.category {
+                    _ if resident.is_some() => 0,
+                    Category::Param => 1,
+                    c if c == outer => rows_out,
+                    _ => step.rows_red,
+                };
+                layout.push(rows * v.dim * s)
+            })
+            .collect();
+        let constants = layout.push(kernel.constants.len() * t);
+        let upload_end = layout.bytes;
+        let results = rows_out * kernel.width;
+        let values = layout.push(if kind.returns_values() { results * t } else { 0 });
+        let indices = layout.push(if kind.returns_indices() { results * 4 } else { 0 });
+        let download = values..layout.bytes;
+        let states = layout.push(if one_pass && chunks == 1 { 0 } else { chunks * rows_out * kernel.state_len * 8 });
+        let running = layout.push(if one_pass { 0 } else { rows_out * kernel.state_len * 8 });
+        Regions { inputs, constants, upload_end, values, indices, download, states, running, end: layout.bytes }
     }
-    let dim = data.len() / n.max(1);
-    std::borrow::Cow::Owned((0..dim).flat_map(|c| data[c * n + rows.start..c * n + rows.end].iter().copied()).collect())
 }
 
-/// Runs the kernel on one block; returns its states, `chunks` consecutive sets of one per row.
-fn run_block<S: DeviceRepr + ValidAsZeroBits + Copy>(
+/// Uploads one step's inputs, runs its kernels and, after the last block of the reduced range,
+/// brings its results back into `columns`.
+#[allow(clippy::too_many_arguments)]
+fn run_step<S: Stored, T: Real>(
     device: &Device,
+    compiled: &Compiled,
     formula: &Formula,
-    function: &cudarc::driver::CudaFunction,
-    kernel: &codegen::Kernel,
-    block: &Block,
-    inputs: &Inputs<S>,
-    times: &mut [f64; 4],
-) -> Result<(Vec<f64>, usize)> {
-    let (n_out, n_red) = (block.out.len(), block.red.len());
+    data: &Data,
+    step: &Step,
+    workspace: &mut Workspace,
+    columns: &mut Columns,
+    times: &mut Times,
+) -> Result<()> {
+    let kernel = &compiled.kernel;
+    let (rows_out, rows_red) = (step.out.len(), step.red.len());
     // RKEOPS_GPU_SCHEME=1D forces the 1D scheme (for benchmarks that compare the two).
     let force_1d = std::env::var("RKEOPS_GPU_SCHEME").is_ok_and(|s| s.eq_ignore_ascii_case("1d"));
-    let chunks = if force_1d { 1 } else { chunks_for(n_out, n_red, kernel.tile, kernel.rows, device.multiprocessors) };
-    let chunk = n_red.div_ceil(chunks).div_ceil(kernel.tile) * kernel.tile;
-    let chunks = n_red.div_ceil(chunk);
-    let outer_category = if formula.reduction.axis == 0 { Category::I } else { Category::J };
-    let slices: Vec<_> = formula
-        .variables
-        .iter()
-        .zip(&inputs.data)
-        .map(|(v, data)| match v.category {
-            Category::Param => std::borrow::Cow::Borrowed(*data),
-            c if c == outer_category => rows_of(data, block.n_out, &block.out),
-            _ => rows_of(data, block.n_red, &block.red),
-        })
-        .collect();
-    guarded("the GPU computation", || {
-        let stream = &device.stream;
-        let gpu_error = |what: &str, e: cudarc::driver::DriverError| {
-            Error::Gpu(format!("{what} on device {} ({}): {e:?}", device.ordinal, device.name))
+    let chunks_of = |n_red: usize| match force_1d {
+        true => 1,
+        false => chunks_for(rows_out, n_red, kernel.tile, kernel.rows, device.multiprocessors),
+    };
+    let chunk = rows_red.div_ceil(chunks_of(rows_red)).div_ceil(kernel.tile) * kernel.tile;
+    let chunks = rows_red.div_ceil(chunk);
+    let one_pass = step.first && step.last;
+    let finalize_here = one_pass && chunks == 1;
+    let regions = Regions::new::<S, T>(formula, kernel, data, step, chunks_of(step.rows_red).max(chunks), one_pass);
+    let on_device = format!("device {} ({})", device.ordinal, device.name);
+    let gpu_error = |what: &str, e: result::DriverError| Error::Gpu(format!("{what} on {on_device}: {e:?}"));
+    let base = workspace
+        .device(regions.end)
+        .map_err(|e| gpu_error(&format!("allocating {:.1} MB", regions.end as f64 / 1e6), e))?;
+    let events = workspace.events;
+    let host = workspace
+        .host(regions.download.end)
+        .map_err(|e| gpu_error(&format!("allocating {:.1} MB of page-locked host memory", regions.end as f64 / 1e6), e))?;
+
+    let clock = Instant::now();
+    let outer = outer_category(formula);
+    for (p, (v, &offset)) in formula.variables.iter().zip(&regions.inputs).enumerate() {
+        if data.resident[p].is_some() {
+            continue;
+        }
+        let (n, rows) = match v.category {
+            Category::Param => (1, 0..1),
+            c if c == outer => (step.n_out, step.out.clone()),
+            _ => (step.n_red, step.red.clone()),
         };
-        let clock = Instant::now();
-        let buffers = slices
-            .iter()
-            .map(|d| stream.clone_htod(d.as_ref()))
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| gpu_error("copying the inputs", e))?;
-        let mut states = stream
-            .alloc_zeros::<f64>(chunks * n_out * kernel.state_len)
-            .map_err(|e| gpu_error("allocating the results", e))?;
-        stream.synchronize().map_err(|e| gpu_error("copying the inputs", e))?;
-        times[0] += clock.elapsed().as_secs_f64();
-        let clock = Instant::now();
-        let (n_out_arg, n_red_arg, chunk_arg, offset_arg) =
-            (n_out as i32, n_red as i32, chunk as i32, block.red.start as i32);
+        pack::<S>(&mut host[offset..], data.inputs[p].data, n, &rows, v.dim);
+    }
+    let constants: Vec<T> = kernel.constants.iter().map(|&c| T::from_f64(c)).collect();
+    pack_values(&mut host[regions.constants..], &constants);
+    times.convert += clock.elapsed().as_secs_f64();
+
+    guarded("the GPU computation", || {
+        let stream = device.stream.cu_stream();
+        let at = |offset: usize| base + offset as u64;
+        // SAFETY (all the calls below): `base` holds `regions.end` bytes and `host` at least
+        // `regions.download.end`; both stay untouched until the synchronisation at the end.
+        unsafe {
+            result::event::record(events[0], stream).map_err(|e| gpu_error("timing", e))?;
+            if regions.upload_end > 0 {
+                result::memcpy_htod_async(base, &host[..regions.upload_end], stream)
+                    .map_err(|e| gpu_error("copying the inputs", e))?;
+            }
+            result::event::record(events[1], stream).map_err(|e| gpu_error("timing", e))?;
+        }
+        let ints = [rows_out as i32, rows_red as i32, chunk as i32, step.red.start as i32, finalize_here as i32];
+        let mut pointers: Vec<u64> =
+            regions.inputs.iter().zip(data.resident).map(|(&o, r)| r.map_or(at(o), |m| m.pointer())).collect();
+        pointers.extend([at(regions.constants), at(regions.states), at(regions.values), at(regions.indices)]);
         let config = LaunchConfig {
-            grid_dim: (n_out.div_ceil(kernel.tile * kernel.rows) as u32, chunks as u32, 1),
+            grid_dim: (rows_out.div_ceil(kernel.tile * kernel.rows) as u32, chunks as u32, 1),
             block_dim: (kernel.tile as u32, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut launch = stream.launch_builder(function);
-        launch.arg(&n_out_arg).arg(&n_red_arg).arg(&chunk_arg).arg(&offset_arg);
-        for b in &buffers {
-            launch.arg(b);
+        // SAFETY: the arguments match the generated signature: five ints, one pointer per input
+        // (the step's rows, as the kernel indexes them), the numbers, the states of `chunks` x
+        // `rows_out` rows and the results of `rows_out` rows.
+        unsafe { launch(device, &compiled.reduce, config, &ints, &pointers) }
+            .map_err(|e| gpu_error("launching the kernel", e))?;
+        if !finalize_here {
+            let ints = [rows_out as i32, chunks as i32, step.first as i32, step.last as i32];
+            let pointers = [at(regions.states), at(regions.running), at(regions.values), at(regions.indices)];
+            let config = LaunchConfig {
+                grid_dim: (rows_out.div_ceil(MERGE_THREADS) as u32, 1, 1),
+                block_dim: (MERGE_THREADS as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: four ints, then the chunk states, running states and results as above.
+            unsafe { launch(device, &compiled.merge, config, &ints, &pointers) }
+                .map_err(|e| gpu_error("launching the merge kernel", e))?;
         }
-        launch.arg(&mut states);
-        // SAFETY: the arguments match the generated signature: four ints, one pointer per input
-        // (the block's rows, as the kernel indexes them), and the states buffer of
-        // chunks * n_out * state_len doubles.
-        unsafe { launch.launch(config) }.map_err(|e| gpu_error("launching the kernel", e))?;
-        stream.synchronize().map_err(|e| gpu_error("running the kernel", e))?;
-        times[1] += clock.elapsed().as_secs_f64();
+        unsafe {
+            result::event::record(events[2], stream).map_err(|e| gpu_error("timing", e))?;
+            if step.last && !regions.download.is_empty() {
+                result::memcpy_dtoh_async(&mut host[regions.download.clone()], at(regions.download.start), stream)
+                    .map_err(|e| gpu_error("copying the results", e))?;
+            }
+            result::event::record(events[3], stream).map_err(|e| gpu_error("timing", e))?;
+            result::stream::synchronize(stream).map_err(|e| gpu_error("running the kernel", e))?;
+            let elapsed = |a: usize, b: usize| result::event::elapsed(events[a], events[b]).map_or(0.0, |ms| ms as f64 / 1e3);
+            times.upload += elapsed(0, 1);
+            times.kernel += elapsed(1, 2);
+            times.download += elapsed(2, 3);
+        }
+        Ok(())
+    })?;
+
+    if step.last {
         let clock = Instant::now();
-        let host = stream.clone_dtoh(&states).map_err(|e| gpu_error("copying the results", e))?;
-        times[2] += clock.elapsed().as_secs_f64();
-        Ok((host, chunks))
-    })
+        let results = rows_out * kernel.width;
+        if let Some(values) = columns.values.as_mut() {
+            let got: &[T] = view(&host[regions.values..], results);
+            unpack(got, rows_out, values, step.n_out, step.out.start, |x| x.to_f64());
+        }
+        if let Some(indices) = columns.indices.as_mut() {
+            let got: &[i32] = view(&host[regions.indices..], results);
+            unpack(got, rows_out, indices, step.n_out, step.out.start, |i| i);
+        }
+        times.results += clock.elapsed().as_secs_f64();
+    }
+    Ok(())
 }
 
-/// Merges the chunks of one block into the states of its rows (the first block of the reduced
-/// range initialises them), in order, so ties keep the smallest index.
-fn merge_block(
-    acc: &Accumulator,
-    rows: &mut [f64],
-    (part, chunks): (Vec<f64>, usize),
-    first: bool,
-    n: usize,
-    state_len: usize,
-) {
-    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
-    let per_thread = n.div_ceil(threads).max(4096);
-    let part = &part;
-    std::thread::scope(|s| {
-        for (t, st) in rows.chunks_mut(per_thread * state_len).enumerate() {
-            s.spawn(move || {
-                for (k, state) in st.chunks_mut(state_len).enumerate() {
-                    let r = t * per_thread + k;
-                    for c in 0..chunks {
-                        let other = &part[(c * n + r) * state_len..(c * n + r + 1) * state_len];
-                        if first && c == 0 {
-                            state.copy_from_slice(other);
-                        } else {
-                            acc.merge(state, other);
-                        }
-                    }
-                }
-            });
-        }
-    });
+/// Launches `function` with these int arguments, then these device pointers.
+///
+/// # Safety
+/// The arguments must be those of the kernel's signature, the pointers valid for what it accesses.
+unsafe fn launch(
+    device: &Device,
+    function: &CudaFunction,
+    config: LaunchConfig,
+    ints: &[i32],
+    pointers: &[u64],
+) -> std::result::Result<(), result::DriverError> {
+    let mut builder = device.stream.launch_builder(function);
+    for i in ints {
+        builder.arg(i);
+    }
+    for p in pointers {
+        builder.arg(p);
+    }
+    builder.launch(config).map(|_| ())
+}
+
+/// `len` values of type `X` at the start of `bytes` (a region of the page-locked buffer, whose
+/// offsets are aligned to 256 bytes).
+fn view<X>(bytes: &[u8], len: usize) -> &[X] {
+    assert!(bytes.len() >= len * std::mem::size_of::<X>() && bytes.as_ptr().align_offset(std::mem::align_of::<X>()) == 0);
+    // SAFETY: in bounds and aligned (checked above); X is a plain number type.
+    unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast(), len) }
+}
+
+fn view_mut<X>(bytes: &mut [u8], len: usize) -> &mut [X] {
+    assert!(bytes.len() >= len * std::mem::size_of::<X>() && bytes.as_ptr().align_offset(std::mem::align_of::<X>()) == 0);
+    // SAFETY: as in `view`, and borrowed mutably.
+    unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast(), len) }
+}
+
+/// Rows `rows` of the column-major `n x dim` matrix `data`, as `S`, at the start of `bytes`.
+fn pack<S: Stored>(bytes: &mut [u8], data: &[f64], n: usize, rows: &Range<usize>, dim: usize) {
+    let len = rows.len();
+    let dst: &mut [S] = view_mut(bytes, len * dim);
+    for (c, column) in dst.chunks_mut(len.max(1)).enumerate() {
+        parallel::map(&data[c * n + rows.start..c * n + rows.end], column, S::from_f64);
+    }
+}
+
+fn pack_values<X: Copy>(bytes: &mut [u8], values: &[X]) {
+    view_mut(bytes, values.len()).copy_from_slice(values);
+}
+
+/// The column-major `rows x width` results of a block of rows into rows `start..` of the
+/// column-major `n x width` matrix `dst`.
+fn unpack<X: Copy + Sync, Y: Send>(got: &[X], rows: usize, dst: &mut [Y], n: usize, start: usize, f: impl Fn(X) -> Y + Sync) {
+    for (c, column) in got.chunks(rows.max(1)).enumerate() {
+        parallel::map(column, &mut dst[c * n + start..c * n + start + rows], &f);
+    }
 }
 
 /// Checks, before anything is copied, what would make the launch fail with an obscure driver error:
 /// registers per thread that leave room for fewer threads per block than the kernel's tile, and
 /// local memory per thread (the values of wide intermediate results) beyond the 512 KB a thread may
 /// have or beyond the device's memory, reserved for all the threads it keeps resident.
-fn check_resources(device: &Device, function: &cudarc::driver::CudaFunction, kernel: &codegen::Kernel) -> Result<()> {
+pub fn check_resources(device: &Device, function: &cudarc::driver::CudaFunction, kernel: &codegen::Kernel) -> Result<()> {
     let on_device = format!("device {} ({})", device.ordinal, device.name);
     let attribute_error = |e| Error::Gpu(format!("reading the kernel's attributes on {on_device}: {e:?}"));
     let advice = "Use fewer or smaller intermediate values, or compute on the CPU (rkeops_use_cpu())";
@@ -285,23 +520,3 @@ fn check_resources(device: &Device, function: &cudarc::driver::CudaFunction, ker
     Ok(())
 }
 
-/// Finalises every row, on every core.
-fn finish<T: Real>(acc: &Accumulator, states: Vec<f64>, n_out: usize, state_len: usize) -> Result<RowMajor> {
-    let width = acc.width();
-    let mut out = RowMajor::new(acc.kind, n_out, width)?;
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let rows_per_thread = n_out.div_ceil(threads).max(4096);
-    std::thread::scope(|s| {
-        let mut values = out.values.chunks_mut(rows_per_thread * width);
-        let mut indices = out.indices.chunks_mut(rows_per_thread * width);
-        for st in states.chunks(rows_per_thread * state_len) {
-            let (vals, idx) = (values.next().unwrap_or_default(), indices.next().unwrap_or_default());
-            s.spawn(move || {
-                for (k, state) in st.chunks(state_len).enumerate() {
-                    acc.finalize::<T>(state, row_of(vals, k, width), row_of(idx, k, width));
-                }
-            });
-        }
-    });
-    Ok(out)
-}

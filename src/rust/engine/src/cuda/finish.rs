@@ -1,0 +1,106 @@
+//! The end of a reduction in CUDA: merging the states of two parts of the reduced range and
+//! turning a state into the row's results. The same semantics as `Accumulator::merge` and
+//! `Accumulator::finalize` on the CPU (states in f64, the same layout), written for the device so
+//! that only the results travel back: `width` values in the working type and `width` int32
+//! indices per row, column-major (`values[c * n + row]`), as R stores them.
+
+use std::fmt::Write;
+
+use crate::cpu::reducers::Accumulator;
+use crate::reduction::ReductionKind::{self, *};
+
+fn is_selection(kind: ReductionKind) -> bool {
+    matches!(kind, Min | Max | ArgMin | ArgMax | MinArgMin | MaxArgMax | KMin | ArgKMin | KMinArgKMin)
+}
+
+/// `rk_finalize(state, values, indices, row, n)` and `rk_merge(state, other)` for `acc`'s reduction;
+/// `t` is the C type of the results (`float` or `double`).
+pub fn functions(src: &mut String, acc: &Accumulator, t: &str) {
+    let len = acc.state_len();
+    let kind = acc.kind;
+    let mut fin = String::new();
+    if kind == Sum {
+        let _ = write!(fin, "  for (int c = 0; c < {}; c++) values[c * n + row] = ({t})s[c];", acc.dim);
+    } else if is_selection(kind) {
+        let half = len / 2;
+        if kind.returns_values() {
+            let _ = write!(fin, "  for (int c = 0; c < {half}; c++) values[c * n + row] = ({t})s[c];\n");
+        }
+        if kind.returns_indices() {
+            // A slot no index reached (-1) becomes 0, as on the CPU.
+            let _ = write!(fin, "  for (int c = 0; c < {half}; c++) indices[c * n + row] = (int)s[{half} + c] + 1;");
+        }
+    } else if kind == LogSumExp {
+        let _ = write!(fin, "  values[row] = ({t})(s[0] + log(s[1]));");
+    } else if kind == LogSumExpWeight {
+        let _ = write!(fin, "  for (int c = 0; c < {}; c++) values[c * n + row] = ({t})(s[0] + log(s[1 + c]));", acc.gdim);
+    } else {
+        let _ = write!(fin, "  for (int c = 0; c < {}; c++) values[c * n + row] = ({t})(s[2 + c] / s[1]);", acc.gdim);
+    }
+    let _ = writeln!(
+        src,
+        "// The results of one row from its state.\n\
+         __device__ __forceinline__ void rk_finalize(const double* s, {t}* values, int* indices, long long row, long long n) {{\n\
+         {fin}\n}}"
+    );
+    let merge = if kind == Sum {
+        // Kahan states hold the sums then their compensations: both add up.
+        format!("  for (int k = 0; k < {len}; k++) s[k] += o[k];")
+    } else if is_selection(kind) {
+        let (k, half) = (acc.k, len / 2);
+        let max = matches!(kind, Max | ArgMax | MaxArgMax);
+        let (cmp, empty) = if max { (">", "-RK_INF") } else { ("<", "RK_INF") };
+        // Two sorted lists merged into the first; on ties `s` wins: it covers the earlier indices.
+        format!(
+            "  for (int c = 0; c < {dim}; c++) {{\n\
+             \x20   double* va = s + c * {k}; double* ia = s + {half} + c * {k};\n\
+             \x20   const double* vb = o + c * {k}; const double* ib = o + {half} + c * {k};\n\
+             \x20   double mv[{k}], mi[{k}]; int a = 0, b = 0;\n\
+             \x20   for (int p = 0; p < {k}; p++) {{\n\
+             \x20     bool a_ok = a < {k} && ia[a] >= 0.0, b_ok = b < {k} && ib[b] >= 0.0;\n\
+             \x20     if (b_ok && (!a_ok || vb[b] {cmp} va[a] || (vb[b] != vb[b] && va[a] == va[a]))) {{ mv[p] = vb[b]; mi[p] = ib[b]; b++; }}\n\
+             \x20     else if (a_ok) {{ mv[p] = va[a]; mi[p] = ia[a]; a++; }}\n\
+             \x20     else {{ mv[p] = (double){empty}; mi[p] = -1.0; }}\n\
+             \x20   }}\n\
+             \x20   for (int p = 0; p < {k}; p++) {{ va[p] = mv[p]; ia[p] = mi[p]; }}\n\
+             \x20 }}",
+            dim = acc.dim
+        )
+    } else {
+        format!(
+            "  if (o[0] == -(double)RK_INF) return;\n\
+             \x20 double m = fmax(s[0], o[0]);\n\
+             \x20 double sa = (s[0] == m) ? 1.0 : exp(s[0] - m), sb = (o[0] == m) ? 1.0 : exp(o[0] - m);\n\
+             \x20 s[0] = m;\n\
+             \x20 for (int k = 1; k < {len}; k++) s[k] = s[k] * sa + o[k] * sb;"
+        )
+    };
+    let _ = writeln!(
+        src,
+        "// Merges the state of a later part of the reduced range into s.\n\
+         __device__ __forceinline__ void rk_merge(double* s, const double* o) {{\n{merge}\n}}"
+    );
+}
+
+/// `rkeops_merge`: one thread per row merges the states of `chunks` parts of the reduced range, in
+/// order, into the row's running state (`first`: there is none yet), then stores that state back or
+/// (`finalize`) writes the row's results.
+pub fn merge_kernel(src: &mut String, acc: &Accumulator) {
+    let len = acc.state_len();
+    let _ = writeln!(
+        src,
+        "extern \"C\" __global__ void {name}(const int n_out, const int chunks, const int first, const int finalize,\n\
+         \x20   const double* __restrict__ parts, double* __restrict__ running, T* __restrict__ out_values, int* __restrict__ out_indices) {{\n\
+         \x20 const int row = blockIdx.x * blockDim.x + threadIdx.x;\n\
+         \x20 if (row >= n_out) return;\n\
+         \x20 double s[{len}];\n\
+         \x20 int c0 = 0;\n\
+         \x20 if (first) {{ for (int k = 0; k < {len}; k++) s[k] = parts[(long long)row * {len} + k]; c0 = 1; }}\n\
+         \x20 else {{ for (int k = 0; k < {len}; k++) s[k] = running[(long long)row * {len} + k]; }}\n\
+         \x20 for (int c = c0; c < chunks; c++) rk_merge(s, parts + ((long long)c * n_out + row) * {len});\n\
+         \x20 if (finalize) rk_finalize(s, out_values, out_indices, row, n_out);\n\
+         \x20 else for (int k = 0; k < {len}; k++) running[(long long)row * {len} + k] = s[k];\n\
+         }}",
+        name = super::codegen::MERGE_NAME
+    );
+}

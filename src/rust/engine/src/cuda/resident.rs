@@ -1,0 +1,118 @@
+//! Data kept on a device between calls. An iterative algorithm passes the same large matrices to
+//! every reduction; a `DeviceMatrix` is one of them copied to the device once, in the storage type
+//! of one precision, and passed in place of the host data: it is not converted nor uploaded again.
+//!
+//! It is a value the user holds (as candle's device storage is), not a cache keyed by the host
+//! data: its contents are fixed when it is made, so a result can never come from a stale copy.
+
+use std::sync::Arc;
+
+use cudarc::driver::{result, sys};
+
+use super::device::{guarded, Device};
+use super::launch::Stored;
+use crate::error::{Error, Result};
+use crate::operator::Precision;
+
+pub struct DeviceMatrix {
+    device: Arc<Device>,
+    pub precision: Precision,
+    pub nrow: usize,
+    pub ncol: usize,
+    ptr: sys::CUdeviceptr,
+}
+
+impl std::fmt::Debug for DeviceMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceMatrix({} x {}, {:?}, {})", self.nrow, self.ncol, self.precision, self.where_())
+    }
+}
+
+fn bytes_per_value(precision: Precision) -> usize {
+    match precision {
+        Precision::F16 => 2,
+        Precision::F32 => 4,
+        Precision::F64 => 8,
+    }
+}
+
+impl DeviceMatrix {
+    /// Copies the column-major `nrow x ncol` matrix `data` to `device`, rounded to `precision`'s
+    /// storage type (float16 bits, float32 or float64).
+    pub fn new(device: Arc<Device>, data: &[f64], nrow: usize, ncol: usize, precision: Precision) -> Result<Self> {
+        if data.len() != nrow.saturating_mul(ncol) {
+            return Err(Error::Invalid(format!("a {nrow} x {ncol} matrix needs {} values, not {}", nrow * ncol, data.len())));
+        }
+        let bytes = (data.len() * bytes_per_value(precision)).max(1);
+        guarded("copying a matrix to the GPU", || {
+            let on = format!("device {} ({})", device.ordinal, device.name);
+            device.ctx.bind_to_thread().map_err(|e| Error::Gpu(format!("binding the context of {on}: {e:?}")))?;
+            // SAFETY: a plain allocation of `bytes`, owned by the matrix and freed in `drop`.
+            let ptr = unsafe { result::malloc_sync(bytes) }.map_err(|e| {
+                Error::Gpu(format!("keeping a {nrow} x {ncol} matrix ({:.1} MB) on {on}: {e:?}", bytes as f64 / 1e6))
+            })?;
+            let matrix = DeviceMatrix { device: device.clone(), precision, nrow, ncol, ptr };
+            fn upload<S: Stored>(ptr: sys::CUdeviceptr, data: &[f64]) -> std::result::Result<(), result::DriverError> {
+                let mut host = vec![S::from_f64(0.0); data.len()];
+                crate::parallel::map(data, &mut host, S::from_f64);
+                // SAFETY: `ptr` holds `data.len()` values of S; the copy completes before returning.
+                unsafe { result::memcpy_htod_sync(ptr, &host) }
+            }
+            match precision {
+                Precision::F16 => upload::<u16>(ptr, data),
+                Precision::F32 => upload::<f32>(ptr, data),
+                Precision::F64 => upload::<f64>(ptr, data),
+            }
+            .map_err(|e| Error::Gpu(format!("copying a matrix to {on}: {e:?}")))?;
+            Ok(matrix)
+        })
+    }
+
+    /// The device it lives on.
+    pub fn ordinal(&self) -> usize {
+        self.device.ordinal
+    }
+
+    /// The address of its first value, for the kernels.
+    pub fn pointer(&self) -> sys::CUdeviceptr {
+        self.ptr
+    }
+
+    /// "GPU 0 in float32", for messages.
+    pub fn where_(&self) -> String {
+        let precision = match self.precision {
+            Precision::F16 => "float16",
+            Precision::F32 => "float32",
+            Precision::F64 => "float64",
+        };
+        format!("GPU {} in {precision}", self.device.ordinal)
+    }
+
+    /// Its values, back on the host as doubles (exactly the stored values).
+    pub fn to_host(&self) -> Result<Vec<f64>> {
+        let len = self.nrow * self.ncol;
+        guarded("copying a matrix from the GPU", || {
+            let failed = |e| Error::Gpu(format!("copying a matrix from GPU {}: {e:?}", self.device.ordinal));
+            self.device.ctx.bind_to_thread().map_err(failed)?;
+            fn download<S: Copy + Default>(ptr: sys::CUdeviceptr, len: usize) -> std::result::Result<Vec<S>, result::DriverError> {
+                let mut host = vec![S::default(); len];
+                // SAFETY: `ptr` holds `len` values of S; the copy completes before returning.
+                unsafe { result::memcpy_dtoh_sync(&mut host, ptr) }?;
+                Ok(host)
+            }
+            Ok(match self.precision {
+                Precision::F16 => download::<u16>(self.ptr, len).map_err(failed)?.into_iter().map(|h| half::f16::from_bits(h).to_f64()).collect(),
+                Precision::F32 => download::<f32>(self.ptr, len).map_err(failed)?.into_iter().map(|x| x as f64).collect(),
+                Precision::F64 => download::<f64>(self.ptr, len).map_err(failed)?,
+            })
+        })
+    }
+}
+
+impl Drop for DeviceMatrix {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new`; every call that read it has synchronised before returning.
+        let _ = self.device.ctx.bind_to_thread();
+        let _ = unsafe { result::free_sync(self.ptr) };
+    }
+}
