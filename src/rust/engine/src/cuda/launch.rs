@@ -214,8 +214,9 @@ impl Blocks {
         if need(n_out, n_red) <= budget {
             return Ok(Blocks { rows_out: n_out.max(1), rows_red: n_red.max(1) });
         }
-        // Blocks of whole tiles of rows (a block of the kernel may be partly empty).
-        let granule = kernel.tile;
+        // Blocks of whole warps of rows (a block of the kernel may be partly empty): rows with
+        // large states (K-selections of wide formulas) may leave room for a few hundred only.
+        let granule = 32;
         // A quarter of the budget for the reduced rows, the rest for the output rows and their states.
         let rows_red =
             ((budget / 4 / sizes.input_red.max(1)).min(n_red) / kernel.tile * kernel.tile).max(kernel.tile);
