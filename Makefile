@@ -12,6 +12,10 @@
 #                 (NMAX=1e6 largest N = M, BUDGET=60 seconds per measurement,
 #                 REPS=5, BENCH_OUT=file.md to also write the report,
 #                 CASES=regex to run only some cases, e.g. CASES='D=3 float64')
+#   make bench-iterative  time whole iterative algorithms (EM, Sinkhorn, landmark matching,
+#                 K-means, CG kriging) from R with their R peers (bench/iterative.R;
+#                 BACKEND=CPU|GPU, SIZES=small|full, CASES=regex, BUDGET=60 s per case,
+#                 REPS=3, BENCH_OUT=file.md)
 #   make doc      regenerate NAMESPACE and man/ with roxygen2
 #   make clean    remove R build products (keeps the cargo target directory)
 #   make distclean  also remove src/rust/target and src/rust/.cargo
@@ -38,7 +42,13 @@ REPS ?= 5
 BENCH_OUT ?=
 CASES ?=
 
-.PHONY: all deps install demo test fuzz check doc clean distclean bench-cpu
+# make bench-iterative settings (see bench/iterative.R); empty: the script's defaults.
+BACKEND ?= CPU
+SIZES ?=
+ITER_BUDGET ?= $(if $(filter command line,$(origin BUDGET)),$(BUDGET),60)
+ITER_REPS ?= $(if $(filter command line,$(origin REPS)),$(REPS),3)
+
+.PHONY: all deps install demo test fuzz check doc clean distclean bench-cpu bench-iterative
 
 all: install
 
@@ -104,6 +114,10 @@ fuzz:
 bench-cpu: install
 	NMAX=$(NMAX) BUDGET=$(BUDGET) REPS=$(REPS) BENCH_OUT='$(BENCH_OUT)' CASES='$(CASES)' \
 		R_LIBS=$(LIB_DIR) Rscript bench/cpu_compare.R
+
+bench-iterative: install
+	BACKEND='$(BACKEND)' SIZES='$(SIZES)' BUDGET=$(ITER_BUDGET) REPS=$(ITER_REPS) BENCH_OUT='$(BENCH_OUT)' \
+		CASES='$(CASES)' R_LIBS=$(LIB_DIR) Rscript bench/iterative.R
 
 # CRAN's incoming checks and the clock check need the internet: off, so that the
 # check runs offline and says the same everywhere. --as-cran needs qpdf.

@@ -131,14 +131,20 @@ keops_kernel <- function(formula, args, sum_scheme = "auto") {
   }
   info <- rust_result(.Call(wrap__keops_parse, formula, args))
   force(sum_scheme)
+  # Everything below runs at every call, so it stays at a few microseconds and does no work that
+  # grows with the data (see bench/iterative.R and bench/lazytensor_overhead.R).
   op <- function(input = list()) {
     inputs <- prepare_inputs(input, info)
-    opts <- get_rkeops_options()
+    opts <- .rkeops_env$options
     # 0 threads: the engine uses every core (parallel::detectCores() would cost a millisecond a call).
     threads <- if (is.null(opts$ncore)) 0L else opts$ncore
-    res <- rust_result(.Call(wrap__keops_run, formula, args, inputs, opts$precision,
-                             threads, sum_scheme, opts$backend, opts$device, rkeops_cache_dir()))
+    # The CPU backend compiles nothing: no cache directory to look up.
+    cache_dir <- if (opts$backend == "CPU") "" else kernel_cache_dir()
+    res <- .Call(wrap__keops_run, formula, args, inputs, opts$precision,
+                 threads, sum_scheme, opts$backend, opts$device, cache_dir)
+    if (!is.null(res$error)) rust_result(res)
     .rkeops_env$last_run <- list(backend = res$backend, timings = res$timings)
+    if (!is.null(.rkeops_env$phase_log)) log_phases(res$timings)
     shape_result(res, info)
   }
   # What keops_grad() needs to build the gradient's formula.
@@ -149,6 +155,42 @@ keops_kernel <- function(formula, args, sum_scheme = "auto") {
 # What computed the last reduction, and the seconds spent in each of its phases (conversion,
 # compilation, transfers, kernel, ...): a tool for benchmarks and for checking the backend.
 last_run <- function() .rkeops_env$last_run
+
+# Evaluates `expr` and returns list(value, calls, phases): the number of reductions it ran and the
+# seconds of each engine phase summed over them, by name (the names are the engine's; they differ
+# between backends). For benchmarks of whole algorithms (bench/iterative.R). Nested uses: the inner
+# one counts its calls only.
+phase_totals <- function(expr) {
+  log <- new.env(parent = emptyenv())
+  log$calls <- 0L
+  log$phases <- numeric(0)
+  old <- .rkeops_env$phase_log
+  .rkeops_env$phase_log <- log
+  on.exit(.rkeops_env$phase_log <- old)
+  value <- expr
+  list(value = value, calls = log$calls, phases = log$phases)
+}
+
+log_phases <- function(timings) {
+  log <- .rkeops_env$phase_log
+  log$calls <- log$calls + 1L
+  for (name in names(timings)) {
+    before <- log$phases[name]
+    log$phases[name] <- if (is.na(before)) timings[[name]] else before + timings[[name]]
+  }
+}
+
+# rkeops_cache_dir() costs tens of microseconds (tools::R_user_dir()); it is computed again only
+# when one of the environment variables it depends on changes.
+kernel_cache_dir <- function() {
+  env <- Sys.getenv(c("RKEOPS_CACHE_DIR", "R_USER_CACHE_DIR", "XDG_CACHE_HOME", "HOME"))
+  memo <- .rkeops_env$cache_dir_memo
+  if (is.null(memo) || !identical(memo$env, env)) {
+    memo <- list(env = env, dir = rkeops_cache_dir())
+    .rkeops_env$cache_dir_memo <- memo
+  }
+  memo$dir
+}
 
 # The Rust side reports failures as list(error = message), and Ctrl-C as list(error, interrupted =
 # TRUE): a condition that tryCatch(interrupt = ) catches like R's own, and that is an error for the
@@ -165,6 +207,18 @@ rust_result <- function(res) {
 # Checks the list of inputs (count, names, types) and converts each to a double vector or matrix.
 prepare_inputs <- function(input, info) {
   n <- length(info$names)
+  # The usual call, an unnamed list of double vectors and matrices, is passed on as it is: no copy,
+  # no work per element beyond these tests (the engine checks the shapes).
+  if (is.list(input) && !is.object(input) && length(input) == n && is.null(names(input))) {
+    plain <- TRUE
+    for (x in input) {
+      if (!is.double(x) || is.object(x) || length(dim(x)) == 1L || length(dim(x)) > 2L) {
+        plain <- FALSE
+        break
+      }
+    }
+    if (plain) return(input)
+  }
   expected <- paste(sprintf("%s = %s(%d)", info$names, info$categories, info$dims), collapse = ", ")
   if (!is.list(input) || is.data.frame(input)) {
     stop("the operator takes one argument, a list of ", n, " inputs (", expected, ")", call. = FALSE)

@@ -206,7 +206,7 @@ Complex.LazyTensor <- function(z) {
 # The real LazyTensor of the interleaved formula.
 complex_real_view <- function(z) {
   z <- unclass(z)
-  new_lazy(z$formula, z$vars, z$cats, z$dimres)
+  new_lazy(z$formula, z$vars, z$cats, z$dimres, dims = z$dims)
 }
 
 # N x 2d interleaved real results as an N x d complex matrix.
@@ -240,7 +240,7 @@ complex_matvec <- function(x, b) {
   if (!"Vj" %in% x$cats) {
     stop("'%*%': the LazyTensor has no variable indexed by j (made with Vj())", call. = FALSE)
   }
-  M <- nrow(x$vars[[which(x$cats == "Vj")[1L]]])
+  M <- NROW(x$vars[[which(x$cats == "Vj")[1L]]])
   if (is.null(dim(b))) b <- matrix(b, ncol = 1L)
   if (!(is.numeric(b) || is.complex(b)) || nrow(b) != M) {
     stop(sprintf("'%%*%%': 'y' must be a numeric or complex matrix with %d rows (one per j), not %d",

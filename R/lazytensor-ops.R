@@ -14,10 +14,9 @@ elementwise_dim <- function(dims, what) {
 lazy_call <- function(name, xs, dimres = NULL, extra = NULL) {
   no_complex(xs, paste0(name, "()"))
   if (is.null(dimres)) dimres <- elementwise_dim(vapply(xs, function(x) x$dimres, 1L), name)
-  lazy_combine(xs, function(...) {
-    paste0(name, "(", paste(c(...), collapse = ", "), if (length(extra)) ", ",
-           paste(extra, collapse = ", "), ")")
-  }, dimres)
+  m <- lazy_merge(xs)
+  new_lazy(paste0(name, "(", paste(c(m$formulas, extra), collapse = ", "), ")"), m$vars, m$cats,
+           dimres, dims = m$dims)
 }
 
 lazy_unary <- function(x, name, fun, label = "x") {

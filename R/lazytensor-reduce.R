@@ -32,10 +32,12 @@ lazy_reduce <- function(x, name, index, fun, middle = NULL, weight = NULL) {
     parts <- m$formulas
     vars <- m$vars
     cats <- m$cats
+    args <- sprintf("V%d = %s(%d)", seq_along(vars) - 1L, cats, m$dims)
   } else {
     parts <- x$formula
     vars <- x$vars
     cats <- x$cats
+    args <- x$args
   }
   for (cat in c("Vi", "Vj")) {
     if (!cat %in% cats) {
@@ -45,7 +47,6 @@ lazy_reduce <- function(x, name, index, fun, middle = NULL, weight = NULL) {
   }
   body <- paste(c(parts, middle, axis), collapse = ", ")
   formula <- gsub("@([0-9]+)@", "V\\1", sprintf("%s_Reduction(%s)", name, body))
-  args <- sprintf("V%d = %s(%d)", seq_along(vars) - 1L, cats, vapply(vars, lazy_var_dim, 1L))
   lazy_operator(formula, args)(vars)
 }
 
@@ -228,20 +229,26 @@ lazy_matvec <- function(K, fun) {
                    substr(cat, 2, 2), cat), call. = FALSE)
     }
   }
-  M <- nrow(K$vars[[which(K$cats == "Vj")[1L]]])
+  M <- NROW(K$vars[[which(K$cats == "Vj")[1L]]])
   nb <- length(K$vars)
   vars <- K$vars
   base_args <- K$args
-  f <- gsub("@([0-9]+)@", "V\\1", K$formula)
+  # The formula and its operator are made once per number of columns of b, not at every product
+  # (solve() makes one product per iteration).
+  f <- sprintf("Sum_Reduction((%s) * V%d, 0)", gsub("@([0-9]+)@", "V\\1", K$formula), nb)
+  op <- NULL
+  op_cols <- -1L
   function(b) {
-    if (is.null(dim(b))) b <- matrix(b, ncol = 1L)
-    if (!is.numeric(b) || nrow(b) != M) {
+    # A vector is one column as it is (a dim attribute would copy it).
+    if (!is.numeric(b) || length(dim(b)) > 2L || NROW(b) != M) {
       stop(sprintf("%s: 'y' must be a numeric matrix with %d rows (one per j), not %d", fun, M,
                    NROW(b)), call. = FALSE)
     }
-    formula <- sprintf("Sum_Reduction((%s) * V%d, 0)", f, nb)
-    args <- c(base_args, sprintf("V%d = Vj(%d)", nb, ncol(b)))
-    lazy_operator(formula, args)(c(vars, list(b)))
+    if (NCOL(b) != op_cols) {
+      op_cols <<- NCOL(b)
+      op <<- lazy_operator(f, c(base_args, sprintf("V%d = Vj(%d)", nb, op_cols)))
+    }
+    op(c(vars, list(b)))
   }
 }
 
@@ -325,11 +332,11 @@ solve.LazyTensor <- function(a, b, alpha = 0, eps = 1e-6, maxiter = 10 * NROW(b)
     Ap <- op(p)
     step_len <- rr / pmax(colSums(p * Ap), .Machine$double.xmin)
     step_len[rr <= target] <- 0
-    x <- x + sweep(p, 2L, step_len, "*")
-    r <- r - sweep(Ap, 2L, step_len, "*")
+    x <- x + scale_columns(p, step_len)
+    r <- r - scale_columns(Ap, step_len)
     rr_new <- colSums(r * r)
     beta <- rr_new / pmax(rr, .Machine$double.xmin)
-    p <- r + sweep(p, 2L, beta, "*")
+    p <- r + scale_columns(p, beta)
     rr <- rr_new
     converged <- all(rr <= target)
   }
@@ -339,6 +346,9 @@ solve.LazyTensor <- function(a, b, alpha = 0, eps = 1e-6, maxiter = 10 * NROW(b)
   }
   x
 }
+
+# m %*% diag(s) without sweep()'s overhead: each column of m times the matching element of s.
+scale_columns <- function(m, s) if (length(s) == 1L) m * s else m * rep(s, each = nrow(m))
 
 #' Gradient of a reduction of a LazyTensor
 #'

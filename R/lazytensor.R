@@ -3,12 +3,17 @@
 #
 # A LazyTensor is a list with
 #   formula  the formula text, where variable k (0-based) is written as the placeholder "@k@";
-#   vars     the list of the data of its variables (matrices for Vi / Vj, vectors for Pm);
+#   vars     the list of the data of its variables (matrices for Vi / Vj, or a plain vector for a
+#            one-column Vi / Vj, vectors for Pm): the user's objects themselves, not copies, when
+#            they are already double;
 #   cats     their categories ("Vi", "Vj" or "Pm");
+#   dims     their dimensions (columns for Vi / Vj, lengths for Pm);
 #   args     their declarations, "V0 = Vi(3)", ... (names V0, V1, ... in the order of vars);
 #   dimres   the dimension of the formula.
 # Combining two LazyTensors merges their variables (the same data in the same category is one
-# variable, compared with identical()) and renumbers the placeholders of the second one.
+# variable, compared with identical(), which returns at once for the same object) and renumbers
+# the placeholders of the second one. Iterative algorithms build their expressions again at every
+# iteration, so this costs microseconds and nothing that grows with the data.
 
 #' Symbolic matrices: LazyTensor objects
 #'
@@ -41,9 +46,10 @@
 #' @return A `LazyTensor` of dimension `ncol(x)` (`Vi()`, `Vj()`) or
 #'   `length(x)` (`Pm()`): a list with `formula` (the formula, with the
 #'   variables written `@k@`; [print()][print.LazyTensor] names them `V0`,
-#'   `V1`, ...), `vars` (the data of the variables), `cats` (their
-#'   categories), `args` (their declarations, such as `"V0 = Vi(3)"`) and
-#'   `dimres` (the dimension `d` of the formula). [dim()][dim.LazyTensor] gives
+#'   `V1`, ...), `vars` (the data of the variables, not copied when it is
+#'   already a double matrix or vector), `cats` (their categories), `dims`
+#'   (their dimensions), `args` (their declarations, such as `"V0 = Vi(3)"`)
+#'   and `dimres` (the dimension `d` of the formula). [dim()][dim.LazyTensor] gives
 #'   `c(N, M, d)`.
 #' @export
 #' @examples
@@ -86,34 +92,50 @@ lazy_variable <- function(x, cat, label) {
   if (is.LazyTensor(x)) stop("'", label, "' is already a LazyTensor", call. = FALSE)
   if (is.data.frame(x)) x <- as.matrix(x)
   if (is.complex(x)) return(complex_variable(x, cat, label))   # see lazytensor-complex.R
-  if (!(is.numeric(x) || is.logical(x)) || length(x) == 0L || length(dim(x)) > 2L) {
+  d <- dim(x)
+  if (!(is.numeric(x) || is.logical(x)) || length(x) == 0L || length(d) > 2L) {
     what <- if (cat == "Pm") "a non-empty numeric vector" else "a numeric matrix or vector"
     stop(sprintf("%s(): '%s' must be %s", cat, label, what), call. = FALSE)
   }
+  # The data is kept as it is whenever the engine can read it (a double vector or matrix): any
+  # change here (a dim attribute, other attributes removed) would copy all of it at every call.
+  if (!is.double(x)) storage.mode(x) <- "double"
   if (cat == "Pm") {
-    x <- as.vector(x)
-    storage.mode(x) <- "double"
-    d <- length(x)
+    if (!is.null(d) || !is.null(attributes(x))) x <- as.vector(x)
+    dim <- length(x)
   } else {
-    if (is.null(dim(x))) x <- matrix(x, ncol = 1L)
-    storage.mode(x) <- "double"
-    attributes(x) <- list(dim = dim(x))
-    d <- ncol(x)
-    if (d == 0L || nrow(x) == 0L) stop(sprintf("%s(): '%s' has no rows or no columns", cat, label),
-                                       call. = FALSE)
+    if (length(d) == 1L) d <- NULL              # a one-dimensional array: a vector
+    if (is.null(d)) {
+      if (!is.null(attributes(x))) x <- as.vector(x)
+      dim <- 1L                                  # a vector is one column, without copying it
+    } else {
+      if (d[1L] == 0L || d[2L] == 0L) {
+        stop(sprintf("%s(): '%s' has no rows or no columns", cat, label), call. = FALSE)
+      }
+      # Only dim and dimnames may stay (the engine reads neither names nor classes).
+      if (is.object(x) || length(attributes(x)) > 1L &&
+          !all(names(attributes(x)) %in% c("dim", "dimnames"))) {
+        attributes(x) <- list(dim = d)
+      }
+      dim <- d[2L]
+    }
   }
-  new_lazy("@0@", list(x), cat, d)
+  new_lazy("@0@", list(x), cat, dim, dims = dim)
 }
 
-new_lazy <- function(formula, vars, cats, dimres) {
-  args <- if (length(vars)) {
-    sprintf("V%d = %s(%d)", seq_along(vars) - 1L, cats, vapply(vars, lazy_var_dim, 1L))
-  } else character(0)
-  structure(list(formula = formula, vars = vars, cats = cats, args = args,
-                 dimres = as.integer(dimres)), class = "LazyTensor")
+new_lazy <- function(formula, vars, cats, dimres, dims = NULL) {
+  if (is.null(dims)) dims <- vapply(seq_along(vars), function(k) lazy_var_dim(vars[[k]], cats[k]), 1L)
+  args <- if (length(vars)) sprintf("V%d = %s(%d)", seq_along(vars) - 1L, cats, dims) else character(0)
+  x <- list(formula = formula, vars = vars, cats = cats, dims = dims, args = args,
+            dimres = as.integer(dimres))
+  class(x) <- "LazyTensor"
+  x
 }
 
-lazy_var_dim <- function(v) if (is.matrix(v)) ncol(v) else length(v)
+# The dimension of a variable: columns for Vi and Vj (a vector is one column), length for Pm.
+lazy_var_dim <- function(v, cat) {
+  if (cat == "Pm") length(v) else if (is.matrix(v)) ncol(v) else 1L
+}
 
 # A constant written in the formula language: integers as integers, other numbers with enough
 # digits to round-trip; negative ones in parentheses.
@@ -155,29 +177,36 @@ need_lazy <- function(x, label, fun) {
   x
 }
 
-# Renumbers the placeholders of `formula`: @k@ becomes @map[k + 1]@.
+# Renumbers the placeholders of `formula`: @k@ becomes @map[k + 1]@. Split at the "@"s, the
+# numbers are every second piece: a few microseconds (regmatches() took tens).
 remap_placeholders <- function(formula, map) {
-  m <- gregexpr("@[0-9]+@", formula)
-  found <- regmatches(formula, m)[[1L]]
-  if (length(found) == 0L) return(formula)
-  k <- as.integer(gsub("@", "", found, fixed = TRUE))
-  regmatches(formula, m) <- list(sprintf("@%d@", map[k + 1L]))
-  formula
+  if (identical(map, seq_along(map) - 1L)) return(formula)
+  p <- strsplit(formula, "@", fixed = TRUE)[[1L]]
+  if (endsWith(formula, "@")) p <- c(p, "")   # strsplit() drops a last empty piece
+  at <- seq.int(2L, length(p), by = 2L)
+  p[at] <- map[as.integer(p[at]) + 1L]
+  paste(p, collapse = "@")
 }
 
 # Merges the variables of several LazyTensors; returns the merged lists and the formulas of the
 # inputs renumbered against them.
 lazy_merge <- function(xs) {
-  vars <- list()
-  cats <- character(0)
+  first <- xs[[1L]]
+  if (length(xs) == 1L) {
+    return(list(vars = first$vars, cats = first$cats, dims = first$dims, formulas = first$formula))
+  }
+  vars <- first$vars
+  cats <- first$cats
+  dims <- first$dims
   formulas <- character(length(xs))
-  for (n in seq_along(xs)) {
+  formulas[1L] <- first$formula   # the first one keeps its numbers
+  for (n in seq_along(xs)[-1L]) {
     x <- xs[[n]]
     map <- integer(length(x$vars))
     for (k in seq_along(x$vars)) {
       hit <- 0L
       for (q in seq_along(vars)) {
-        if (cats[q] == x$cats[k] && identical(vars[[q]], x$vars[[k]])) {
+        if (cats[q] == x$cats[k] && dims[q] == x$dims[k] && identical(vars[[q]], x$vars[[k]])) {
           hit <- q
           break
         }
@@ -185,20 +214,23 @@ lazy_merge <- function(xs) {
       if (hit == 0L) {
         vars[[length(vars) + 1L]] <- x$vars[[k]]
         cats <- c(cats, x$cats[k])
+        dims <- c(dims, x$dims[k])
         hit <- length(vars)
       }
       map[k] <- hit - 1L
     }
     formulas[n] <- remap_placeholders(x$formula, map)
   }
-  list(vars = vars, cats = cats, formulas = formulas)
+  list(vars = vars, cats = cats, dims = dims, formulas = formulas)
 }
 
 # Builds a LazyTensor from a template over the formulas of its inputs: `fmt` is a function of the
 # renumbered formula strings returning the new formula text.
 lazy_combine <- function(xs, fmt, dimres) {
   m <- lazy_merge(xs)
-  new_lazy(do.call(fmt, as.list(m$formulas)), m$vars, m$cats, dimres)
+  formula <- switch(length(xs), fmt(m$formulas[1L]), fmt(m$formulas[1L], m$formulas[2L]),
+                    do.call(fmt, as.list(m$formulas)))
+  new_lazy(formula, m$vars, m$cats, dimres, dims = m$dims)
 }
 
 # The formula with the placeholders written as V0, V1, ...
@@ -238,7 +270,7 @@ print_lazy_variables <- function(x) {
     sizes <- vapply(seq_along(x$vars), function(k) {
       v <- x$vars[[k]]
       if (x$cats[k] == "Pm") sprintf("vector of length %d", length(v))
-      else sprintf("%d x %d matrix", nrow(v), ncol(v))
+      else sprintf("%d x %d matrix", NROW(v), NCOL(v))
     }, "")
     cat("variables:\n")
     cat(paste0("  ", x$args, "  (", sizes, ")", collapse = "\n"), "\n", sep = "")
