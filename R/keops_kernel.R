@@ -196,6 +196,7 @@ kernel_cache_dir <- function() {
 # TRUE): a condition that tryCatch(interrupt = ) catches like R's own, and that is an error for the
 # rest (a script stops there).
 rust_result <- function(res) {
+  if (!is.list(res)) return(res)   # a value that is not a list (an external pointer) is a success
   if (isTRUE(res$interrupted)) {
     stop(structure(class = c("interrupt", "error", "condition"),
                    list(message = res$error, call = NULL)))
@@ -249,6 +250,9 @@ as_numeric_input <- function(x, name, category, dim) {
     sprintf("a numeric matrix with %d column%s (%s(%d))", dim, if (dim == 1L) "" else "s", category, dim)
   }
   if (is.null(x)) stop(sprintf("input '%s' is NULL; expected %s", name, what), call. = FALSE)
+  # A matrix kept on the GPU (keops_device()) goes to the engine as it is; the engine checks its
+  # shape, precision and device.
+  if (inherits(x, "keops_device_matrix")) return(x)
   if (is.data.frame(x)) x <- as.matrix(x)
   if (!(is.numeric(x) || is.logical(x)) || is.object(x) && !is.matrix(x)) {
     stop(sprintf("input '%s' must be %s, not %s", name, what, class(x)[1L]), call. = FALSE)

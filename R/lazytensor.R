@@ -92,6 +92,10 @@ lazy_variable <- function(x, cat, label) {
   if (is.LazyTensor(x)) stop("'", label, "' is already a LazyTensor", call. = FALSE)
   if (is.data.frame(x)) x <- as.matrix(x)
   if (is.complex(x)) return(complex_variable(x, cat, label))   # see lazytensor-complex.R
+  if (inherits(x, "keops_device_matrix")) {                     # kept on the GPU, see device.R
+    dim <- if (cat == "Pm") prod(dim(x)) else dim(x)[2L]
+    return(new_lazy("@0@", list(x), cat, dim, dims = dim))
+  }
   d <- dim(x)
   if (!(is.numeric(x) || is.logical(x)) || length(x) == 0L || length(d) > 2L) {
     what <- if (cat == "Pm") "a non-empty numeric vector" else "a numeric matrix or vector"
@@ -134,6 +138,7 @@ new_lazy <- function(formula, vars, cats, dimres, dims = NULL) {
 
 # The dimension of a variable: columns for Vi and Vj (a vector is one column), length for Pm.
 lazy_var_dim <- function(v, cat) {
+  if (inherits(v, "keops_device_matrix")) return(if (cat == "Pm") prod(dim(v)) else dim(v)[2L])
   if (cat == "Pm") length(v) else if (is.matrix(v)) ncol(v) else 1L
 }
 

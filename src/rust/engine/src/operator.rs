@@ -212,12 +212,13 @@ impl Operator {
             }
             let slot = match var.category {
                 Category::Param => {
-                    if input.data.len() != var.dim {
+                    let len = if resident(p).is_some() { input.nrow * input.ncol } else { input.data.len() };
+                    if len != var.dim {
                         return Err(bad(format!(
                             "expected a parameter of length {} (Pm({})), got {} values",
                             var.dim,
                             var.dim,
-                            input.data.len()
+                            len
                         )));
                     }
                     continue;
