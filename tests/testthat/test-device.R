@@ -48,7 +48,7 @@ test_that("matrices kept on the GPU give the results of the R matrices, never st
   expect_equal(gauss(list(xd, y, b, 2)), dense(x), tolerance = 1e-12)
   # another precision than the kept one
   set_rkeops_options(backend = "GPU", precision = "float32")
-  expect_error(gauss(list(xd, y, b, 2)), "'x' is kept on GPU 0 in float64, but this computation is in float32")
+  expect_error(gauss(list(xd, y, b, 2)), "'x': is kept on GPU 0 in float64, but this computation is in float32")
   # freed: an error, then a new copy works
   keops_device_free(xd)
   set_rkeops_options(precision = "float64")
