@@ -157,7 +157,11 @@ fn main() {
             .collect();
         let phases = op.run(&inputs, &options).unwrap().timings;
         let phases: Vec<String> = phases.iter().map(|(n, t)| format!("{n} {:.3}", t * 1e3)).collect();
-        println!("rkeops cached call, N = M = {n}: {:.3} ms (median of 200); phases (ms): {}", median(cached) * 1e3, phases.join(", "));
+        println!(
+            "rkeops cached call, N = M = {n}: {:.3} ms (median of 200); phases (ms): {}",
+            median(cached) * 1e3,
+            phases.join(", ")
+        );
     }
     let _ = std::fs::remove_dir_all(dir);
 }

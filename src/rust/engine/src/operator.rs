@@ -96,7 +96,12 @@ impl Operator {
     /// `run`, where `resident[p]`, when given, holds input `p` on a device (its `Input` gives the
     /// shape and no data): it must be in the precision of the call, and on its device when the
     /// call computes on a GPU; the CPU reads it back.
-    pub fn run_with(&self, inputs: &[Input], resident: &[Option<&DeviceMatrix>], options: &RunOptions) -> Result<Output> {
+    pub fn run_with(
+        &self,
+        inputs: &[Input],
+        resident: &[Option<&DeviceMatrix>],
+        options: &RunOptions,
+    ) -> Result<Output> {
         let resident_at = |p: usize| resident.get(p).copied().flatten();
         let (n_i, n_j) = self.check_inputs(inputs, &resident_at)?;
         let gpu = match options.backend {
@@ -125,7 +130,9 @@ impl Operator {
         // The CPU computes from host data: resident inputs are read back.
         let downloaded: Vec<Option<Vec<f64>>> = match gpu {
             Some(_) => vec![],
-            None => (0..inputs.len()).map(|p| resident_at(p).map(|m| m.to_host()).transpose()).collect::<Result<_>>()?,
+            None => {
+                (0..inputs.len()).map(|p| resident_at(p).map(|m| m.to_host()).transpose()).collect::<Result<_>>()?
+            }
         };
         let host_inputs: Vec<Input> = inputs
             .iter()
@@ -147,15 +154,26 @@ impl Operator {
                     Precision::F64 => Dtype::F64,
                 };
                 let clock = std::time::Instant::now();
-                let compiled =
-                    self.kernels.get(&device, &self.formula, dtype, options.sum_scheme, options.cache_dir.as_deref())?;
+                let compiled = self.kernels.get(
+                    &device,
+                    &self.formula,
+                    dtype,
+                    options.sum_scheme,
+                    options.cache_dir.as_deref(),
+                )?;
                 timings.push(("compile or load", clock.elapsed().as_secs_f64()));
                 let sizes = (n_i, n_j);
                 let (f, c, t) = (&self.formula, &compiled, &mut timings);
                 let columns = match options.precision {
-                    Precision::F16 => cuda::launch::evaluate::<u16, f32>(&device, c, f, inputs, resident, sizes, options, t),
-                    Precision::F32 => cuda::launch::evaluate::<f32, f32>(&device, c, f, inputs, resident, sizes, options, t),
-                    Precision::F64 => cuda::launch::evaluate::<f64, f64>(&device, c, f, inputs, resident, sizes, options, t),
+                    Precision::F16 => {
+                        cuda::launch::evaluate::<u16, f32>(&device, c, f, inputs, resident, sizes, options, t)
+                    }
+                    Precision::F32 => {
+                        cuda::launch::evaluate::<f32, f32>(&device, c, f, inputs, resident, sizes, options, t)
+                    }
+                    Precision::F64 => {
+                        cuda::launch::evaluate::<f64, f64>(&device, c, f, inputs, resident, sizes, options, t)
+                    }
                 }?;
                 (columns.values, columns.indices, format!("GPU {} ({})", device.ordinal, device.name))
             }
@@ -181,19 +199,15 @@ impl Operator {
                 (values, indices, "CPU".to_string())
             }
         };
-        Ok(Output {
-            values,
-            indices,
-            nrow,
-            k: red.k,
-            dim: self.formula.output_dim(),
-            backend,
-            timings,
-        })
+        Ok(Output { values, indices, nrow, k: red.k, dim: self.formula.output_dim(), backend, timings })
     }
 
     /// Checks the number and shapes of the inputs; returns the sizes of the i and j ranges.
-    fn check_inputs<'m>(&self, inputs: &[Input], resident: &dyn Fn(usize) -> Option<&'m DeviceMatrix>) -> Result<(usize, usize)> {
+    fn check_inputs<'m>(
+        &self,
+        inputs: &[Input],
+        resident: &dyn Fn(usize) -> Option<&'m DeviceMatrix>,
+    ) -> Result<(usize, usize)> {
         let vars = &self.formula.variables;
         if inputs.len() != vars.len() {
             let names: Vec<&str> = vars.iter().map(|v| v.name.as_str()).collect();
@@ -216,9 +230,7 @@ impl Operator {
                     if len != var.dim {
                         return Err(bad(format!(
                             "expected a parameter of length {} (Pm({})), got {} values",
-                            var.dim,
-                            var.dim,
-                            len
+                            var.dim, var.dim, len
                         )));
                     }
                     continue;

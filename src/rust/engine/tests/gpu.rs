@@ -602,7 +602,12 @@ fn inputs_kept_on_the_device() {
     shapes[0].data = &[];
     let g0 = op.run_with(&shapes, &[Some(&before)], &options).unwrap();
     let g1 = op.run_with(&shapes, &[Some(&after)], &options).unwrap();
-    compare("before the change", &g0, &run(&op, &inputs, Precision::F64, Backend::Cpu, SumScheme::Auto), Precision::F64);
+    compare(
+        "before the change",
+        &g0,
+        &run(&op, &inputs, Precision::F64, Backend::Cpu, SumScheme::Auto),
+        Precision::F64,
+    );
     inputs[0].data = &shifted;
     compare("after the change", &g1, &run(&op, &inputs, Precision::F64, Backend::Cpu, SumScheme::Auto), Precision::F64);
     assert_ne!(g0.values, g1.values);

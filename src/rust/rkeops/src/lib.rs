@@ -206,7 +206,9 @@ fn device_matrix(x: &Robj, name: &str) -> std::result::Result<Arc<DeviceMatrix>,
              which keeps nothing): make it with keops_device()"
         )
     })?;
-    slot.as_ref().clone().ok_or_else(|| format!("input '{name}' was freed by keops_device_free(): make it again with keops_device()"))
+    slot.as_ref()
+        .clone()
+        .ok_or_else(|| format!("input '{name}' was freed by keops_device_free(): make it again with keops_device()"))
 }
 
 /// Copies a numeric matrix to GPU `device` in `precision`; returns the external pointer that holds it.
@@ -252,8 +254,9 @@ fn keops_device_get(x: Robj) -> Robj {
 #[extendr]
 fn keops_device_free(mut x: Robj) -> Robj {
     guarded(|| {
-        let slot: &mut ExternalPtr<DeviceSlot> =
-            (&mut x).try_into().map_err(|_| "'x' must be a matrix kept on a GPU (made by keops_device())".to_string())?;
+        let slot: &mut ExternalPtr<DeviceSlot> = (&mut x)
+            .try_into()
+            .map_err(|_| "'x' must be a matrix kept on a GPU (made by keops_device())".to_string())?;
         // Calls in progress hold their own reference; the memory goes when the last one ends.
         *slot.as_mut() = None;
         Ok(Robj::from(true))

@@ -33,7 +33,8 @@ pub fn functions(src: &mut String, acc: &Accumulator, t: &str) {
     } else if kind == LogSumExp {
         let _ = write!(fin, "  values[row] = ({t})(s[0] + log(s[1]));");
     } else if kind == LogSumExpWeight {
-        let _ = write!(fin, "  for (int c = 0; c < {}; c++) values[c * n + row] = ({t})(s[0] + log(s[1 + c]));", acc.gdim);
+        let _ =
+            write!(fin, "  for (int c = 0; c < {}; c++) values[c * n + row] = ({t})(s[0] + log(s[1 + c]));", acc.gdim);
     } else {
         let _ = write!(fin, "  for (int c = 0; c < {}; c++) values[c * n + row] = ({t})(s[2 + c] / s[1]);", acc.gdim);
     }

@@ -162,7 +162,12 @@ struct Sizes {
 
 impl Sizes {
     /// (Resident inputs need no room.)
-    fn new<S, T>(formula: &Formula, kernel: &codegen::Kernel, resident: &[Option<&DeviceMatrix>], held: usize) -> Sizes {
+    fn new<S, T>(
+        formula: &Formula,
+        kernel: &codegen::Kernel,
+        resident: &[Option<&DeviceMatrix>],
+        held: usize,
+    ) -> Sizes {
         let outer = outer_category(formula);
         let dims = |keep: &dyn Fn(Category) -> bool| -> usize {
             let uploaded = formula.variables.iter().zip(resident).filter(|(_, r)| r.is_none());
@@ -175,7 +180,8 @@ impl Sizes {
             input_red: dims(&|c| c != outer && c != Category::Param) * s,
             fixed: dims(&|c| c == Category::Param) * s + kernel.constants.len() * t,
             state: kernel.state_len * 8,
-            results: kernel.width * (if red.returns_values() { t } else { 0 } + if red.returns_indices() { 4 } else { 0 }),
+            results: kernel.width
+                * (if red.returns_values() { t } else { 0 } + if red.returns_indices() { 4 } else { 0 }),
             held,
         }
     }
@@ -209,7 +215,9 @@ impl Blocks {
         let need = |rows_out: usize, rows_red: usize| {
             let chunks = chunks_for(rows_out, rows_red, kernel.tile, kernel.rows, device.multiprocessors);
             let states = if chunks > 1 || rows_red < n_red { chunks + 1 } else { 0 };
-            rows_out * (sizes.input_out + sizes.results + states * sizes.state) + rows_red * sizes.input_red + sizes.fixed
+            rows_out * (sizes.input_out + sizes.results + states * sizes.state)
+                + rows_red * sizes.input_red
+                + sizes.fixed
         };
         if need(n_out, n_red) <= budget {
             return Ok(Blocks { rows_out: n_out.max(1), rows_red: n_red.max(1) });
@@ -218,8 +226,7 @@ impl Blocks {
         // large states (K-selections of wide formulas) may leave room for a few hundred only.
         let granule = 32;
         // A quarter of the budget for the reduced rows, the rest for the output rows and their states.
-        let rows_red =
-            ((budget / 4 / sizes.input_red.max(1)).min(n_red) / kernel.tile * kernel.tile).max(kernel.tile);
+        let rows_red = ((budget / 4 / sizes.input_red.max(1)).min(n_red) / kernel.tile * kernel.tile).max(kernel.tile);
         let per_out = sizes.input_out + sizes.results + 2 * sizes.state;
         let mut rows_out = (budget / 2 / per_out.max(1)).min(n_out) / granule * granule;
         while rows_out > 0 && need(rows_out, rows_red) > budget {
@@ -273,7 +280,14 @@ impl Regions {
     /// The layout of a step's buffer. It depends only on the output rows and the largest block of
     /// the reduced range, so the running states of a block of output rows stay where they are from
     /// one block of the reduced range to the next.
-    fn new<S, T>(formula: &Formula, kernel: &codegen::Kernel, data: &Data, step: &Step, chunks: usize, one_pass: bool) -> Regions {
+    fn new<S, T>(
+        formula: &Formula,
+        kernel: &codegen::Kernel,
+        data: &Data,
+        step: &Step,
+        chunks: usize,
+        one_pass: bool,
+    ) -> Regions {
         let outer = outer_category(formula);
         let (s, t) = (std::mem::size_of::<S>(), std::mem::size_of::<T>());
         let rows_out = step.out.len();
@@ -337,9 +351,9 @@ fn run_step<S: Stored, T: Real>(
         .device(regions.end)
         .map_err(|e| gpu_error(&format!("allocating {:.1} MB", regions.end as f64 / 1e6), e))?;
     let events = workspace.events;
-    let host = workspace
-        .host(regions.download.end)
-        .map_err(|e| gpu_error(&format!("allocating {:.1} MB of page-locked host memory", regions.end as f64 / 1e6), e))?;
+    let host = workspace.host(regions.download.end).map_err(|e| {
+        gpu_error(&format!("allocating {:.1} MB of page-locked host memory", regions.end as f64 / 1e6), e)
+    })?;
 
     let clock = Instant::now();
     let outer = outer_category(formula);
@@ -358,8 +372,8 @@ fn run_step<S: Stored, T: Real>(
     pack_values(&mut host[regions.constants..], &constants);
     times.convert += clock.elapsed().as_secs_f64();
 
-    guarded("the GPU computation", || {
-        let stream = device.stream.cu_stream();
+    let stream = device.stream.cu_stream();
+    let ran = guarded("the GPU computation", || {
         let at = |offset: usize| base + offset as u64;
         // SAFETY (all the calls below): `base` holds `regions.end` bytes and `host` at least
         // `regions.download.end`; both stay untouched until the synchronisation at the end.
@@ -405,13 +419,20 @@ fn run_step<S: Stored, T: Real>(
             }
             result::event::record(events[3], stream).map_err(|e| gpu_error("timing", e))?;
             result::stream::synchronize(stream).map_err(|e| gpu_error("running the kernel", e))?;
-            let elapsed = |a: usize, b: usize| result::event::elapsed(events[a], events[b]).map_or(0.0, |ms| ms as f64 / 1e3);
+            let elapsed =
+                |a: usize, b: usize| result::event::elapsed(events[a], events[b]).map_or(0.0, |ms| ms as f64 / 1e3);
             times.upload += elapsed(0, 1);
             times.kernel += elapsed(1, 2);
             times.download += elapsed(2, 3);
         }
         Ok(())
-    })?;
+    });
+    if ran.is_err() {
+        // Nothing queued before the failure may still use the buffers when the next call fills them.
+        // SAFETY: a plain wait on this device's stream.
+        let _ = unsafe { result::stream::synchronize(stream) };
+    }
+    ran?;
 
     if step.last {
         let clock = Instant::now();
@@ -453,13 +474,17 @@ unsafe fn launch(
 /// `len` values of type `X` at the start of `bytes` (a region of the page-locked buffer, whose
 /// offsets are aligned to 256 bytes).
 fn view<X>(bytes: &[u8], len: usize) -> &[X] {
-    assert!(bytes.len() >= len * std::mem::size_of::<X>() && bytes.as_ptr().align_offset(std::mem::align_of::<X>()) == 0);
+    assert!(
+        bytes.len() >= len * std::mem::size_of::<X>() && bytes.as_ptr().align_offset(std::mem::align_of::<X>()) == 0
+    );
     // SAFETY: in bounds and aligned (checked above); X is a plain number type.
     unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast(), len) }
 }
 
 fn view_mut<X>(bytes: &mut [u8], len: usize) -> &mut [X] {
-    assert!(bytes.len() >= len * std::mem::size_of::<X>() && bytes.as_ptr().align_offset(std::mem::align_of::<X>()) == 0);
+    assert!(
+        bytes.len() >= len * std::mem::size_of::<X>() && bytes.as_ptr().align_offset(std::mem::align_of::<X>()) == 0
+    );
     // SAFETY: as in `view`, and borrowed mutably.
     unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast(), len) }
 }
@@ -479,7 +504,14 @@ fn pack_values<X: Copy>(bytes: &mut [u8], values: &[X]) {
 
 /// The column-major `rows x width` results of a block of rows into rows `start..` of the
 /// column-major `n x width` matrix `dst`.
-fn unpack<X: Copy + Sync, Y: Send>(got: &[X], rows: usize, dst: &mut [Y], n: usize, start: usize, f: impl Fn(X) -> Y + Sync) {
+fn unpack<X: Copy + Sync, Y: Send>(
+    got: &[X],
+    rows: usize,
+    dst: &mut [Y],
+    n: usize,
+    start: usize,
+    f: impl Fn(X) -> Y + Sync,
+) {
     for (c, column) in got.chunks(rows.max(1)).enumerate() {
         parallel::map(column, &mut dst[c * n + start..c * n + start + rows], &f);
     }
@@ -489,7 +521,11 @@ fn unpack<X: Copy + Sync, Y: Send>(got: &[X], rows: usize, dst: &mut [Y], n: usi
 /// registers per thread that leave room for fewer threads per block than the kernel's tile, and
 /// local memory per thread (the values of wide intermediate results) beyond the 512 KB a thread may
 /// have or beyond the device's memory, reserved for all the threads it keeps resident.
-pub fn check_resources(device: &Device, function: &cudarc::driver::CudaFunction, kernel: &codegen::Kernel) -> Result<()> {
+pub fn check_resources(
+    device: &Device,
+    function: &cudarc::driver::CudaFunction,
+    kernel: &codegen::Kernel,
+) -> Result<()> {
     let on_device = format!("device {} ({})", device.ordinal, device.name);
     let attribute_error = |e| Error::Gpu(format!("reading the kernel's attributes on {on_device}: {e:?}"));
     let advice = "Use fewer or smaller intermediate values, or compute on the CPU (rkeops_use_cpu())";
@@ -520,4 +556,3 @@ pub fn check_resources(device: &Device, function: &cudarc::driver::CudaFunction,
     }
     Ok(())
 }
-

@@ -41,7 +41,11 @@ impl DeviceMatrix {
     /// storage type (float16 bits, float32 or float64).
     pub fn new(device: Arc<Device>, data: &[f64], nrow: usize, ncol: usize, precision: Precision) -> Result<Self> {
         if data.len() != nrow.saturating_mul(ncol) {
-            return Err(Error::Invalid(format!("a {nrow} x {ncol} matrix needs {} values, not {}", nrow * ncol, data.len())));
+            return Err(Error::Invalid(format!(
+                "a {nrow} x {ncol} matrix needs {} values, not {}",
+                nrow * ncol,
+                data.len()
+            )));
         }
         let bytes = (data.len() * bytes_per_value(precision)).max(1);
         guarded("copying a matrix to the GPU", || {
@@ -94,15 +98,24 @@ impl DeviceMatrix {
         guarded("copying a matrix from the GPU", || {
             let failed = |e| Error::Gpu(format!("copying a matrix from GPU {}: {e:?}", self.device.ordinal));
             self.device.ctx.bind_to_thread().map_err(failed)?;
-            fn download<S: Copy + Default>(ptr: sys::CUdeviceptr, len: usize) -> std::result::Result<Vec<S>, result::DriverError> {
+            fn download<S: Copy + Default>(
+                ptr: sys::CUdeviceptr,
+                len: usize,
+            ) -> std::result::Result<Vec<S>, result::DriverError> {
                 let mut host = vec![S::default(); len];
                 // SAFETY: `ptr` holds `len` values of S; the copy completes before returning.
                 unsafe { result::memcpy_dtoh_sync(&mut host, ptr) }?;
                 Ok(host)
             }
             Ok(match self.precision {
-                Precision::F16 => download::<u16>(self.ptr, len).map_err(failed)?.into_iter().map(|h| half::f16::from_bits(h).to_f64()).collect(),
-                Precision::F32 => download::<f32>(self.ptr, len).map_err(failed)?.into_iter().map(|x| x as f64).collect(),
+                Precision::F16 => download::<u16>(self.ptr, len)
+                    .map_err(failed)?
+                    .into_iter()
+                    .map(|h| half::f16::from_bits(h).to_f64())
+                    .collect(),
+                Precision::F32 => {
+                    download::<f32>(self.ptr, len).map_err(failed)?.into_iter().map(|x| x as f64).collect()
+                }
                 Precision::F64 => download::<f64>(self.ptr, len).map_err(failed)?,
             })
         })
