@@ -14,7 +14,7 @@ r_data <- function(seed = 3, N = 23, M = 17) {
 dense_d2 <- function(x, y) outer(rowSums(x^2), rowSums(y^2), "+") - 2 * tcrossprod(x, y)
 
 test_that("double matrices and vectors reach the engine without a copy", {
-  skip_if_not(capabilities("profmem"), "R without memory profiling: tracemem() unavailable")
+  expect_true(capabilities("profmem"), label = "memory profiling (tracemem), which these no-copy checks need")
   d <- r_data()
   op <- keops_kernel("Sum_Reduction(Exp(-SqDist(x, y)) * v, 0)", c("x = Vi(3)", "y = Vj(3)", "v = Vj(1)"))
   tracemem(d$x); tracemem(d$y); tracemem(d$v)
