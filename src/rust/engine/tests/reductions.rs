@@ -465,3 +465,58 @@ fn fused_distance_selections_equal_the_general_path() {
         }
     }
 }
+
+/// Short reduced ranges (K-means assignments, mixtures of a few components, predictions at a few
+/// points), which the CPU reduces a block of rows at a time (cpu/short_range.rs): against double
+/// loops, on both axes, in both precisions, for ranges of 1 to 64 indices and a number of rows that
+/// is not a multiple of the blocks.
+#[test]
+fn short_ranges_against_double_loops() {
+    let d = 3;
+    for len in [1, 10, 37, 64] {
+        let data = Data::new(1003, len, d);
+        let (n, m) = (data.n, data.m);
+        let f = |r: usize, t: usize| data.b[t] - data.sqdist(r, t);
+        let mut lse = vec![0.0; n];
+        let mut soft = vec![0.0; n * 2];
+        let mut gauss = vec![0.0; n * 2];
+        for r in 0..n {
+            let top = (0..m).map(|t| f(r, t)).fold(f64::NEG_INFINITY, f64::max);
+            let s: f64 = (0..m).map(|t| (f(r, t) - top).exp()).sum();
+            lse[r] = top + s.ln();
+            for c in 0..2 {
+                let weight = |t: usize| data.b[t + m * c];
+                soft[r + n * c] = (0..m).map(|t| (f(r, t) - top).exp() * weight(t)).sum::<f64>() / s;
+                gauss[r + n * c] = (0..m).map(|t| (-data.sqdist(r, t)).exp() * weight(t)).sum();
+            }
+        }
+        for axis in [0, 1] {
+            // x holds the output rows, y and b the reduced ones, whichever the axis.
+            let (out, red) = if axis == 0 { ("Vi", "Vj") } else { ("Vj", "Vi") };
+            let args = [format!("x = {out}({d})"), format!("y = {red}({d})"), format!("b = {red}(2)")];
+            let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+            let inputs = [
+                Input { data: &data.x, nrow: n, ncol: d },
+                Input { data: &data.y, nrow: m, ncol: d },
+                Input { data: &data.b, nrow: m, ncol: 2 },
+            ];
+            for p in [Precision::F64, Precision::F32] {
+                let (tol, case) = (tolerance(p), format!("{len} indices, axis {axis}, {p:?}"));
+                let out = run(&format!("ArgMin_Reduction(SqDist(x,y), {axis})"), &args, &inputs, p, 2);
+                assert_eq!(out.indices.unwrap(), select(&data, 0, 1, false).1, "argmin, {case}");
+                if len >= 3 {
+                    let (v, i) = select(&data, 0, 3, false);
+                    let out = run(&format!("KMin_ArgKMin_Reduction(SqDist(x,y), 3, {axis})"), &args, &inputs, p, 2);
+                    assert_close(out.values.as_ref().unwrap(), &v, tol, &format!("3-min, {case}"));
+                    assert_eq!(out.indices.unwrap(), i, "3-argmin, {case}");
+                }
+                let out = run(&format!("LogSumExp_Reduction(Elem(b,0) - SqDist(x,y), {axis})"), &args, &inputs, p, 2);
+                assert_close(out.values.as_ref().unwrap(), &lse, tol, &format!("logsumexp, {case}"));
+                let out = run(&format!("SumSoftMaxWeight_Reduction(Elem(b,0) - SqDist(x,y), b, {axis})"), &args, &inputs, p, 2);
+                assert_close(out.values.as_ref().unwrap(), &soft, tol * 10.0, &format!("softmax, {case}"));
+                let out = run(&format!("Sum_Reduction(Exp(-SqDist(x,y)) * b, {axis})"), &args, &inputs, p, 2);
+                assert_close(out.values.as_ref().unwrap(), &gauss, tol, &format!("gaussian sum, {case}"));
+            }
+        }
+    }
+}

@@ -35,49 +35,10 @@ pub struct Fusions {
 
 /// Finds what can be fused and drops the nodes it absorbs from `plan`.
 pub fn fuse(formula: &Formula, plan: &mut Plan, scheme: SumScheme) -> Fusions {
+    let uses = uses(formula, plan);
+    let Fusions { sq_dists, scaled_exps, .. } = fuse_elementwise(formula, plan);
     let nodes = &formula.graph.nodes;
     let red = &formula.reduction;
-    let mut uses = vec![0usize; nodes.len()];
-    uses[red.f] += 1;
-    if let Some(g) = red.g {
-        uses[g] += 1;
-    }
-    for (id, node) in nodes.iter().enumerate() {
-        if plan.roles[id].is_some() {
-            for &a in &node.args {
-                uses[a] += 1;
-            }
-        }
-    }
-    let mut sq_dists = vec![None; nodes.len()];
-    for (id, node) in nodes.iter().enumerate() {
-        if plan.roles[id].is_none() || node.op != Op::SqNorm2 {
-            continue;
-        }
-        let diff = node.args[0];
-        if nodes[diff].op == Op::Sub && uses[diff] == 1 {
-            sq_dists[id] = Some([nodes[diff].args[0], nodes[diff].args[1]]);
-            plan.roles[diff] = None;
-        }
-    }
-    let mut scaled_exps = vec![None; nodes.len()];
-    for (id, node) in nodes.iter().enumerate() {
-        // Element-wise operations keep the dimension: a dimension-1 Exp has dimension-1 arguments.
-        if plan.roles[id].is_none() || node.op != Op::Exp || node.dim != 1 {
-            continue;
-        }
-        let arg = node.args[0];
-        let one_per_tile = |n: NodeId| nodes[n].dim == 1 && plan.roles[n].is_some_and(|r| !r.varies_in_tile());
-        let fused = match (nodes[arg].op, &nodes[arg].args[..]) {
-            (Op::Neg, &[a]) => Some((a, None)),
-            (Op::Mul, &[s, a]) | (Op::Mul, &[a, s]) if one_per_tile(s) => Some((a, Some(s))),
-            _ => None,
-        };
-        if uses[arg] == 1 && fused.is_some() {
-            scaled_exps[id] = fused;
-            plan.roles[arg] = None;
-        }
-    }
     // The other sum schemes accumulate term by term in a set order: no fused form.
     let blocked = matches!(scheme, SumScheme::Auto | SumScheme::BlockSum);
     let f = red.f;
@@ -114,8 +75,70 @@ pub fn fuse(formula: &Formula, plan: &mut Plan, scheme: SumScheme) -> Fusions {
     if select_dist.is_some() {
         plan.roles[f] = None;
     }
+    retain_computed(plan);
+    Fusions { sq_dists, scaled_exps, product_sum, row_block, select_dist }
+}
+
+/// How many nodes of the plan (and the reduction) use each node: a node is absorbed only where
+/// nothing else uses it.
+fn uses(formula: &Formula, plan: &Plan) -> Vec<usize> {
+    let red = &formula.reduction;
+    let mut uses = vec![0usize; formula.graph.nodes.len()];
+    uses[red.f] += 1;
+    if let Some(g) = red.g {
+        uses[g] += 1;
+    }
+    for (id, node) in formula.graph.nodes.iter().enumerate() {
+        if plan.roles[id].is_some() {
+            for &a in &node.args {
+                uses[a] += 1;
+            }
+        }
+    }
+    uses
+}
+
+/// The fusions of element-wise operations only (squared distances, scaled exponentials), which hold
+/// whichever index runs along the tile; the others depend on how the reduction walks the rows.
+pub fn fuse_elementwise(formula: &Formula, plan: &mut Plan) -> Fusions {
+    let nodes = &formula.graph.nodes;
+    let uses = uses(formula, plan);
+    let mut sq_dists = vec![None; nodes.len()];
+    for (id, node) in nodes.iter().enumerate() {
+        if plan.roles[id].is_none() || node.op != Op::SqNorm2 {
+            continue;
+        }
+        let diff = node.args[0];
+        if nodes[diff].op == Op::Sub && uses[diff] == 1 {
+            sq_dists[id] = Some([nodes[diff].args[0], nodes[diff].args[1]]);
+            plan.roles[diff] = None;
+        }
+    }
+    let mut scaled_exps = vec![None; nodes.len()];
+    for (id, node) in nodes.iter().enumerate() {
+        // Element-wise operations keep the dimension: a dimension-1 Exp has dimension-1 arguments.
+        if plan.roles[id].is_none() || node.op != Op::Exp || node.dim != 1 {
+            continue;
+        }
+        let arg = node.args[0];
+        let one_per_tile = |n: NodeId| nodes[n].dim == 1 && plan.roles[n].is_some_and(|r| !r.varies_in_tile());
+        let fused = match (nodes[arg].op, &nodes[arg].args[..]) {
+            (Op::Neg, &[a]) => Some((a, None)),
+            (Op::Mul, &[s, a]) | (Op::Mul, &[a, s]) if one_per_tile(s) => Some((a, Some(s))),
+            _ => None,
+        };
+        if uses[arg] == 1 && fused.is_some() {
+            scaled_exps[id] = fused;
+            plan.roles[arg] = None;
+        }
+    }
+    retain_computed(plan);
+    Fusions { sq_dists, scaled_exps, product_sum: None, row_block: None, select_dist: None }
+}
+
+/// Drops the absorbed nodes from the lists of nodes to compute.
+fn retain_computed(plan: &mut Plan) {
     for list in [&mut plan.constant, &mut plan.outer, &mut plan.inner, &mut plan.pair] {
         list.retain(|&id| plan.roles[id].is_some());
     }
-    Fusions { sq_dists, scaled_exps, product_sum, row_block, select_dist }
 }

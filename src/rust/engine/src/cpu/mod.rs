@@ -1,14 +1,17 @@
 //! The CPU evaluator: tiles of (one output row) x (`tile_len` reduced indices), every operation one tight
 //! loop over the tile in structure-of-arrays layout, threads over blocks of output rows. Memory is
-//! O(inputs + outputs + threads x tile), never N x M.
+//! O(inputs + outputs + threads x tile), never N x M. Over a short reduced range the tiles run along
+//! the output rows instead (`short_range`).
 
 #[cfg(target_arch = "x86_64")]
 pub mod exp_avx512;
+mod columns;
 mod fusion;
 mod isa;
 mod lanes;
 mod ops;
 mod row_block;
+mod short_range;
 
 pub mod reducers;
 
@@ -107,19 +110,43 @@ pub fn evaluate<T: Real>(
     threads: usize,
     interrupt: Option<fn() -> bool>,
 ) -> Result<RowMajor> {
+    evaluate_with(formula, inputs, scheme, threads, interrupt, true)
+}
+
+/// `evaluate`, reducing short ranges a block of rows at a time only where `short_ranges` (the tests
+/// compare both ways).
+fn evaluate_with<T: Real>(
+    formula: &Formula,
+    inputs: &Inputs<T>,
+    scheme: SumScheme,
+    threads: usize,
+    interrupt: Option<fn() -> bool>,
+    short_ranges: bool,
+) -> Result<RowMajor> {
     let red = &formula.reduction;
     let acc = Accumulator::new(formula, scheme);
     let (n_out, n_red) = if red.axis == 0 { (inputs.n_i, inputs.n_j) } else { (inputs.n_j, inputs.n_i) };
     let mut plan = Plan::new(formula);
-    let fusions = fusion::fuse(formula, &mut plan, scheme);
     let width = acc.width();
     let mut out = RowMajor::new(red.kind, n_out, width)?;
 
-    // Enough blocks of rows to keep every thread busy to the end, few enough to amortise a tile.
     let threads = threads.clamp(1, n_out.max(1));
-    let state_bytes = acc.state_len().max(1) * std::mem::size_of::<f64>();
-    let rows_per_block = n_out.div_ceil(threads * 8).clamp(1, 64).min((THREAD_BUDGET / state_bytes).max(1));
-    let tile = tile_len::<T>(formula, &plan, &fusions)?;
+    let short = short_range::rows_per_block::<T>(formula, &plan, &acc, n_out, n_red, threads).filter(|_| short_ranges);
+    let (fusions, tile, rows_per_block) = match short {
+        // A tile is a block of rows.
+        Some(rows) => {
+            plan = short_range::transpose(&plan);
+            (fusion::fuse_elementwise(formula, &mut plan), rows, rows)
+        }
+        None => {
+            let fusions = fusion::fuse(formula, &mut plan, scheme);
+            // Enough blocks of rows to keep every thread busy to the end, few enough to amortise a tile.
+            let state_bytes = acc.state_len().max(1) * std::mem::size_of::<f64>();
+            let rows_per_block = n_out.div_ceil(threads * 8).clamp(1, 64).min((THREAD_BUDGET / state_bytes).max(1));
+            let tile = tile_len::<T>(formula, &plan, &fusions)?;
+            (fusions, tile, rows_per_block)
+        }
+    };
     let mut values = out.values.chunks_mut(rows_per_block * width);
     let mut indices = out.indices.chunks_mut(rows_per_block * width);
     let blocks = Mutex::new(
@@ -136,6 +163,7 @@ pub fn evaluate<T: Real>(
         n_out,
         n_red,
         rows_per_block,
+        transposed: short.is_some(),
         level: isa::Level::detect(),
         stop: AtomicBool::new(false),
     };
@@ -188,6 +216,9 @@ struct Context<'a, T> {
     n_out: usize,
     n_red: usize,
     rows_per_block: usize,
+    /// Whether the tiles run along the output rows, a frame being one reduced index (`short_range`):
+    /// `plan` is then transposed, and a tile is a block of `rows_per_block` rows.
+    transposed: bool,
     level: isa::Level,
     /// Set when the computation is interrupted: the workers leave at their next tile.
     stop: AtomicBool,
@@ -209,7 +240,12 @@ impl<'v, T: Real, B: Iterator<Item = Block<'v>>> isa::Kernel for Worker<'_, T, B
         loop {
             let next = self.blocks.lock().map(|mut it| it.next()).unwrap_or(None);
             let Some((b, vals, idx)) = next.filter(|_| !self.ctx.stop.load(Relaxed)) else { break };
-            ws.reduce_rows(self.ctx, b * self.ctx.rows_per_block, vals, idx, fma);
+            let first = b * self.ctx.rows_per_block;
+            if self.ctx.transposed {
+                ws.reduce_block(self.ctx, first, vals, idx, fma);
+            } else {
+                ws.reduce_rows(self.ctx, first, vals, idx, fma);
+            }
         }
     }
 }
@@ -226,6 +262,8 @@ struct Workspace<T> {
     group_first: usize,
     group_x: Vec<T>,
     packed_y: Vec<T>,
+    /// The terms of a block of rows, where they are reduced so (`short_range`).
+    columns: columns::Columns<T>,
 }
 
 impl<T: Real> Workspace<T> {
@@ -247,6 +285,7 @@ impl<T: Real> Workspace<T> {
             group_first: 0,
             group_x: Vec::new(),
             packed_y: Vec::new(),
+            columns: short_range::columns(ctx),
         };
         if let Some((_, x, _)) = ctx.fusions.row_block {
             ws.group = vec![T::ZERO; row_block::ROWS * ctx.tile];
@@ -351,10 +390,12 @@ fn view<'a, T: Real>(ctx: &'a Context<T>, buffers: &'a [Vec<T>], id: usize, fram
     match node.op {
         Op::Input(p) => {
             let data = ctx.inputs.data[p];
+            // Rows of the input that is one value per frame, and of the one along the tile.
+            let (fixed, tiled) = if ctx.transposed { (ctx.n_red, ctx.n_out) } else { (ctx.n_out, ctx.n_red) };
             match (ctx.formula.variables[p].category, role) {
                 (Category::Param, _) => Arg { data, dim: node.dim, stride: 1, vector: false },
-                (_, Role::Outer) => Arg { data: &data[frame.row..], dim: node.dim, stride: ctx.n_out, vector: false },
-                _ => Arg { data: &data[frame.j0..], dim: node.dim, stride: ctx.n_red, vector: true },
+                (_, Role::Outer) => Arg { data: &data[frame.row..], dim: node.dim, stride: fixed, vector: false },
+                _ => Arg { data: &data[frame.j0..], dim: node.dim, stride: tiled, vector: true },
             }
         }
         _ => {
@@ -365,7 +406,8 @@ fn view<'a, T: Real>(ctx: &'a Context<T>, buffers: &'a [Vec<T>], id: usize, fram
     }
 }
 
-/// Where the evaluator is: the output row, the first reduced index of the tile and the tile length.
+/// Where the evaluator is: the output row, the first reduced index of the tile and the tile length
+/// (in a transposed context: the reduced index, the first output row of the tile and its length).
 #[derive(Clone, Copy)]
 struct Frame {
     row: usize,

@@ -63,6 +63,7 @@ fn tile_dot<T: Real>(x: &[T], y: &[T], buf: &mut [T], fma: bool) -> T {
     fold_halves(buf)
 }
 
+/// The pairwise sum of `tile_sum` without its first level (which is the first step of the fold).
 #[inline(always)]
 fn fold_halves<T: Real>(buf: &mut [T]) -> T {
     let mut n = buf.len();
@@ -224,6 +225,26 @@ fn select_from<T: Real>(x: &[T], first: usize, v: &mut [f64], ix: &mut [f64], wo
     }
 }
 
+/// How a tile whose largest term is `tile_max` enters a log-sum-exp state (running maximum, then
+/// sums relative to it): the factors that the state's sums and the tile's sums (relative to
+/// `tile_max`) take, with the state's maximum updated; `None` where the tile leaves nothing to add,
+/// because its terms are all -inf or because one is NaN (the state is then NaN).
+#[inline(always)]
+pub(super) fn exp_tile_scales(state: &mut [f64], tile_max: f64) -> Option<(f64, f64)> {
+    if tile_max.is_nan() {
+        state.fill(f64::NAN);
+        return None;
+    }
+    if tile_max == f64::NEG_INFINITY {
+        return None;
+    }
+    let m_old = state[0];
+    let m_new = m_old.max(tile_max);
+    let scale = |m: f64| if m == m_new { 1.0 } else { (m - m_new).exp() };
+    state[0] = m_new;
+    Some((scale(m_old), scale(tile_max)))
+}
+
 impl Accumulator {
     /// The accumulator of `formula`'s reduction.
     pub fn new(formula: &crate::formula::Formula, scheme: SumScheme) -> Accumulator {
@@ -256,6 +277,8 @@ impl Accumulator {
         self.k * if self.gdim > 0 { self.gdim } else { self.dim }
     }
 
+    // Inlined: the evaluator of short ranges calls it for every row.
+    #[inline(always)]
     pub fn init(&self, state: &mut [f64]) {
         use ReductionKind::*;
         match self.kind {
@@ -426,13 +449,7 @@ impl Accumulator {
         let (e, rest) = scratch.split_at_mut(len);
         let fx = as_slice(f.lane(0, len), len, rest);
         let tile_max = nan_or_max(fx);
-        if tile_max.is_nan() {
-            state.fill(f64::NAN);
-            return;
-        }
-        if tile_max == T::NEG_INFINITY {
-            return;
-        }
+        let Some((old_scale, tile_scale)) = exp_tile_scales(state, tile_max.to_f64()) else { return };
         if tile_max == T::INFINITY {
             for (e, &x) in e.iter_mut().zip(fx) {
                 *e = if x == T::INFINITY { T::ONE } else { T::ZERO };
@@ -442,11 +459,6 @@ impl Accumulator {
                 *e = (x - tile_max).exp(fma);
             }
         }
-        let (m_old, m_tile) = (state[0], tile_max.to_f64());
-        let m_new = m_old.max(m_tile);
-        let scale = |m: f64| if m == m_new { 1.0 } else { (m - m_new).exp() };
-        let (old_scale, tile_scale) = (scale(m_old), scale(m_tile));
-        state[0] = m_new;
         let sums = &mut state[1..];
         let mut slot = 0;
         if self.kind != ReductionKind::LogSumExpWeight {
@@ -521,33 +533,57 @@ impl Accumulator {
 
     /// Writes the results of one row: `width()` values and indices, ordered `k + K c` (so that the
     /// R array has dimensions n x K x dim). An empty `values` or `indices` is one the caller does not want.
+    #[inline(always)]
     pub fn finalize<T: Real>(&self, state: &[f64], values: &mut [f64], indices: &mut [i32]) {
+        self.finalize_rows::<T>(state, values, indices);
+    }
+
+    /// `finalize` for consecutive rows: `states` holds their states one after the other, `values`
+    /// and `indices` their results, `width()` per row (or nothing). One dispatch on the kind for all
+    /// the rows: the evaluator of short ranges finalises blocks of rows that cost a few cycles each.
+    #[inline(always)]
+    pub fn finalize_rows<T: Real>(&self, states: &[f64], values: &mut [f64], indices: &mut [i32]) {
         use ReductionKind::*;
         let round = |x: f64| T::from_f64(x).to_f64();
+        let (len, width) = (self.state_len(), self.width());
+        let rows = states.chunks_exact(len);
+        let values = values.chunks_exact_mut(width.max(1));
         match self.kind {
             Sum => {
-                for c in 0..self.dim {
-                    values[c] = round(state[c]);
+                for (state, values) in rows.zip(values) {
+                    for c in 0..self.dim {
+                        values[c] = round(state[c]);
+                    }
                 }
             }
             Min | Max | ArgMin | ArgMax | MinArgMin | MaxArgMax | KMin | ArgKMin | KMinArgKMin => {
-                let half = state.len() / 2;
-                if !values.is_empty() {
+                let half = len / 2;
+                for (state, values) in rows.clone().zip(values) {
                     values.copy_from_slice(&state[..half]);
                 }
-                for (i, s) in indices.iter_mut().zip(&state[half..]) {
-                    *i = *s as i32 + 1;
+                for (state, indices) in rows.zip(indices.chunks_exact_mut(width.max(1))) {
+                    for (i, s) in indices.iter_mut().zip(&state[half..]) {
+                        *i = *s as i32 + 1;
+                    }
                 }
             }
-            LogSumExp => values[0] = round(state[0] + state[1].ln()),
+            LogSumExp => {
+                for (state, values) in rows.zip(values) {
+                    values[0] = round(state[0] + state[1].ln());
+                }
+            }
             LogSumExpWeight => {
-                for c in 0..self.gdim {
-                    values[c] = round(state[0] + state[1 + c].ln());
+                for (state, values) in rows.zip(values) {
+                    for c in 0..self.gdim {
+                        values[c] = round(state[0] + state[1 + c].ln());
+                    }
                 }
             }
             SumSoftMaxWeight => {
-                for c in 0..self.gdim {
-                    values[c] = round(state[2 + c] / state[1]);
+                for (state, values) in rows.zip(values) {
+                    for c in 0..self.gdim {
+                        values[c] = round(state[2 + c] / state[1]);
+                    }
                 }
             }
         }
