@@ -300,6 +300,9 @@ impl Gen<'_> {
              #define ROWS {rows}\n\
              #define RK_INF {inf}\n\
              #define RK_MAX {max}\n\
+             // How far above the reference maximum of a log-sum-exp row a value may be before its\n\
+             // sums are rescaled.\n\
+             #define RK_LAZY 8\n\
              // Integer power by repeated squaring, as the CPU evaluator computes it.\n\
              __device__ __forceinline__ T rk_powi(T x, int n) {{\n\
              \x20 bool inv = n < 0; unsigned int e = inv ? -(unsigned int)n : n; T r = 1;\n\
@@ -530,7 +533,11 @@ impl Reducer<'_> {
             }
             LogSumExp | LogSumExpWeight | SumSoftMaxWeight => {
                 let sums = self.acc.state_len() - 1;
-                emit(g, &format!("  double m@ = -(double)RK_INF; double s@[{sums}]; for (int k = 0; k < {sums}; k++) s@[k] = 0.0;"));
+                // mt@, the reference maximum of the float sums ts@ of each tile, is kept from one
+                // tile to the next, so that they are rescaled only when a value passes it (see
+                // accumulate). Its finite start (the lowest finite value) makes x - mt@ exact for
+                // x = -inf.
+                emit(g, &format!("  double m@ = -(double)RK_INF; double s@[{sums}]; for (int k = 0; k < {sums}; k++) s@[k] = 0.0; T mt@ = -RK_MAX;"));
             }
         }
     }
@@ -544,12 +551,7 @@ impl Reducer<'_> {
             }
             LogSumExp | LogSumExpWeight | SumSoftMaxWeight => {
                 let sums = self.acc.state_len() - 1;
-                // A finite start (the lowest finite value) keeps exp(x - mt) exact for x = -inf
-                // without a test in the loop.
-                emit(
-                    g,
-                    &format!("      T mt@ = -RK_MAX; T ts@[{sums}]; for (int k = 0; k < {sums}; k++) ts@[k] = (T)0;"),
-                );
+                emit(g, &format!("      T ts@[{sums}]; for (int k = 0; k < {sums}; k++) ts@[k] = (T)0;"));
             }
             _ => {}
         }
@@ -581,9 +583,12 @@ impl Reducer<'_> {
                 ));
             }
             LogSumExp | LogSumExpWeight | SumSoftMaxWeight => {
-                // Online max within the tile: rescale the sums when a larger value arrives. NaN
-                // never compares larger, so exp(NaN - mt) carries it into the sums.
-                let e = "rk_exp";
+                // mt is a reference, not the exact maximum: a value up to RK_LAZY above it adds a
+                // term of at most exp(RK_LAZY), so the sums are rescaled only when a value passes it by
+                // more (a few times per row) and the usual step is a subtraction, one ex2 and the
+                // adds, without divergence. The other step is the exact online maximum: it also takes
+                // infinities (x - mt is NaN for x = mt = +inf) and NaN, which never compares larger,
+                // so that exp(NaN) carries it into the sums.
                 let plain = self.acc.kind != LogSumExpWeight;
                 let gdim = self.acc.gdim;
                 let mut grow = String::new();
@@ -603,9 +608,10 @@ impl Reducer<'_> {
                     }
                 }
                 emit(g, &format!(
-                    "        {{ T x = {fv}[0];\n\
-                     \x20         if (x > mt@) {{ T sc = {e}(mt@ - x); {grow}mt@ = x; }}\n\
-                     \x20         else {{ T e = (x == mt@) ? (T)1 : {e}(x - mt@); {add}}} }}"
+                    "        {{ T x = {fv}[0]; T dx = x - mt@;\n\
+                     \x20         if (dx <= (T)RK_LAZY) {{ T e = rk_exp(dx); {add}}}\n\
+                     \x20         else if (x > mt@) {{ T sc = rk_exp(mt@ - x); {grow}mt@ = x; }}\n\
+                     \x20         else {{ T e = (x == mt@) ? (T)1 : rk_exp(x - mt@); {add}}} }}"
                 ));
             }
         }
