@@ -145,7 +145,7 @@ keops_kernel <- function(formula, args, sum_scheme = "auto") {
     if (!is.null(res$error)) rust_result(res)
     .rkeops_env$last_run <- list(backend = res$backend, timings = res$timings)
     if (!is.null(.rkeops_env$phase_log)) log_phases(res$timings)
-    shape_result(res, info)
+    result_value(res)
   }
   # What keops_grad() needs to build the gradient's formula.
   attr(op, "rkeops") <- list(formula = formula, args = args, sum_scheme = sum_scheme, info = info)
@@ -267,27 +267,14 @@ as_numeric_input <- function(x, name, category, dim) {
   x
 }
 
-# Turns the column-major values and 1-based indices of the engine into R matrices, arrays or lists.
-shape_result <- function(res, info) {
-  selection <- info$reduction %in% c("KMin", "ArgKMin", "KMinArgKMin")
-  shape <- function(v) {
-    if (is.null(v)) return(NULL)
-    if (!selection) {
-      dim(v) <- c(res$nrow, res$dim)
-    } else if (res$dim == 1L) {
-      dim(v) <- c(res$nrow, res$k)
-    } else {
-      dim(v) <- c(res$nrow, res$k, res$dim)
-    }
-    v
-  }
-  values <- shape(res$values)
-  indices <- shape(res$indices)
-  if (!is.null(values) && !is.null(indices)) {
-    list(values = values, indices = indices)
-  } else if (!is.null(values)) {
-    values
+# The engine's results, already R matrices or arrays (column-major values, 1-based indices): one
+# of them, or both in a list (KMinArgKMin, ArgMin with values).
+result_value <- function(res) {
+  if (is.null(res$values)) {
+    res$indices
+  } else if (is.null(res$indices)) {
+    res$values
   } else {
-    indices
+    list(values = res$values, indices = res$indices)
   }
 }

@@ -2,24 +2,10 @@
 //! Prints medians of several runs after a warm-up, in seconds and pairs per second.
 
 use engine::{Backend, Input, Operator, Precision, RunOptions};
-use std::time::Instant;
 
 #[path = "../tests/common/mod.rs"]
 mod common;
-use common::random;
-
-fn median_time(reps: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    let mut t: Vec<f64> = (0..reps)
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed().as_secs_f64()
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    t[reps / 2]
-}
+use common::{median_time, random};
 
 fn main() {
     // Arguments: N, and optionally words that the case names must contain (e.g. `gauss F32`).

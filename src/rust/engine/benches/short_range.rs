@@ -4,24 +4,10 @@
 //! (e.g. `argmin F32`). Prints medians of several runs after a warm-up, and the time per output row.
 
 use engine::{Backend, Input, Operator, Precision, RunOptions};
-use std::time::Instant;
 
 #[path = "../tests/common/mod.rs"]
 mod common;
-use common::random;
-
-fn median_time(reps: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    let mut t: Vec<f64> = (0..reps)
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed().as_secs_f64()
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    t[reps / 2]
-}
+use common::{median_time, random};
 
 /// A case: its name, the formula, its variables (`Vi` ones have `n` rows, `Vj` ones `m`), `n`, `m`.
 type Case = (&'static str, &'static str, &'static [&'static str], usize, usize);

@@ -73,6 +73,18 @@ pub struct Output {
     pub timings: Vec<(&'static str, f64)>,
 }
 
+impl Output {
+    /// The dimensions of the results as an array: `nrow x dim`, and for the K-selections
+    /// `nrow x k` (one coordinate) or `nrow x k x dim`.
+    pub fn shape(&self, selection: bool) -> Vec<usize> {
+        match (selection, self.dim) {
+            (false, _) => vec![self.nrow, self.dim],
+            (true, 1) => vec![self.nrow, self.k],
+            (true, _) => vec![self.nrow, self.k, self.dim],
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Operator {
     pub formula: Formula,
@@ -308,6 +320,9 @@ fn to_column_major(rows: RowMajor, nrow: usize) -> (Option<Vec<f64>>, Option<Vec
     fn transpose<X: Copy + Default>(rows: Vec<X>, nrow: usize, width: usize) -> Option<Vec<X>> {
         if rows.is_empty() {
             return None;
+        }
+        if width == 1 || nrow == 1 {
+            return Some(rows); // one column (or one row) is the same in both orders
         }
         let mut columns = vec![X::default(); rows.len()];
         for (r, row) in rows.chunks(width).enumerate() {

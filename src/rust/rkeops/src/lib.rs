@@ -90,7 +90,8 @@ fn keops_parse(formula: &str, args: Robj) -> Robj {
 }
 
 /// Evaluates a formula on a list of numeric inputs (double vectors or matrices; the R side has
-/// checked their types). Returns `list(values, indices, nrow, k, dim)` or `list(error)`.
+/// checked their types). Returns `list(values, indices, backend, timings)`, the results as R arrays
+/// (`Output::shape`), or `list(error)`.
 #[extendr]
 #[allow(clippy::too_many_arguments)]
 fn keops_run(
@@ -176,16 +177,20 @@ fn keops_run(
         let timing_values: Vec<f64> = out.timings.iter().map(|(_, t)| *t).collect();
         let mut timings = Robj::from(timing_values);
         timings.set_attrib("names", timing_names).map_err(|e| e.to_string())?;
-        let values = out.values.map_or(Robj::from(()), Robj::from);
-        let indices = out.indices.map_or(Robj::from(()), Robj::from);
+        // The array's dimensions are set here, on the vectors nothing else refers to yet: set in R,
+        // `dim<-` would copy the results.
+        let shape: Vec<i32> = out.shape(op.formula.reduction.kind.is_k_selection()).iter().map(|&n| n as i32).collect();
+        let with_dim = |mut x: Robj| -> std::result::Result<Robj, String> {
+            x.set_attrib("dim", shape.clone()).map_err(|e| e.to_string())?;
+            Ok(x)
+        };
+        let values = out.values.map_or(Ok(Robj::from(())), |v| with_dim(Robj::from(v)))?;
+        let indices = out.indices.map_or(Ok(Robj::from(())), |v| with_dim(Robj::from(v)))?;
         List::from_names_and_values(
-            ["values", "indices", "nrow", "k", "dim", "backend", "timings"],
+            ["values", "indices", "backend", "timings"],
             [
                 values,
                 indices,
-                Robj::from(out.nrow as i32),
-                Robj::from(out.k as i32),
-                Robj::from(out.dim as i32),
                 Robj::from(out.backend),
                 timings,
             ],

@@ -131,18 +131,9 @@ mod tests {
     use super::*;
     use crate::reduction::SumScheme;
 
-    /// Deterministic values in [0, 1).
-    fn uniform(len: usize, seed: u64) -> Vec<f64> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 11) as f64 / (1u64 << 53) as f64
-            })
-            .collect()
-    }
+    #[path = "../../../../tests/common/mod.rs"]
+    mod common;
+    use common::random as uniform;
 
     /// The inputs x, a (`n_out` rows), y, b, w (`n_red` rows) of `args`: coordinates on a coarse
     /// grid (distances tie), a row of NaN terms, a row of +inf and -inf terms, a row of -inf terms and

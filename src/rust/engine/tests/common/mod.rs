@@ -12,3 +12,18 @@ pub fn random(n: usize, seed: u64) -> Vec<f64> {
         })
         .collect()
 }
+
+/// The median of `reps` timed runs of `f`, in seconds, after one untimed warm-up run (benchmarks).
+#[allow(dead_code)]
+pub fn median_time(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut t: Vec<f64> = (0..reps)
+        .map(|_| {
+            let s = std::time::Instant::now();
+            f();
+            s.elapsed().as_secs_f64()
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[reps / 2]
+}
