@@ -275,11 +275,14 @@ impl Gen<'_> {
 
     fn prelude(&mut self, tile: usize, rows: usize) {
         let t = self.dtype.c_type();
-        // float: the hardware ex2 with log2(e) folded in (relative error about 2^-22 plus 6e-8 |x|,
-        // one multiply and one MUFU instruction); double: the correctly rounded exp.
+        // float: the hardware ex2 with log2(e) folded in (relative error about 2^-22 plus 6e-8 |x|);
+        // rk_exp_ftz is the bare multiply and MUFU instruction, which flushes results below 2^-126
+        // to 0, rk_exp spends a few more instructions to keep them. double: the correctly rounded exp.
         let exp = match self.dtype {
-            Dtype::F16 | Dtype::F32 => "__device__ __forceinline__ float rk_exp(float x) { return __expf(x); }",
-            Dtype::F64 => "__device__ __forceinline__ double rk_exp(double x) { return exp(x); }",
+            Dtype::F16 | Dtype::F32 => "__device__ __forceinline__ float rk_exp(float x) { return __expf(x); }\n\
+                __device__ __forceinline__ float rk_exp_ftz(float x) { float y; asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x * 1.4426950408889634f)); return y; }",
+            Dtype::F64 => "__device__ __forceinline__ double rk_exp(double x) { return exp(x); }\n\
+                __device__ __forceinline__ double rk_exp_ftz(double x) { return exp(x); }",
         };
         let (inf, max) = match self.dtype {
             Dtype::F16 | Dtype::F32 => ("__int_as_float(0x7f800000)", "3.40282347e+38f"),
@@ -589,7 +592,10 @@ impl Reducer<'_> {
                 // adds, without divergence. The other step is the exact online maximum: it also takes
                 // infinities (x - mt is NaN for x = mt = +inf) and NaN, which never compares larger,
                 // so that exp(NaN) carries it into the sums.
+                // Terms below 2^-126 (values more than 87 below the reference, whose term is 1) are
+                // flushed to 0 but for LogSumExpWeight, whose weights may be 0 at every larger term.
                 let plain = self.acc.kind != LogSumExpWeight;
+                let e = if plain { "rk_exp_ftz" } else { "rk_exp" };
                 let gdim = self.acc.gdim;
                 let mut grow = String::new();
                 let mut add = String::new();
@@ -609,9 +615,9 @@ impl Reducer<'_> {
                 }
                 emit(g, &format!(
                     "        {{ T x = {fv}[0]; T dx = x - mt@;\n\
-                     \x20         if (dx <= (T)RK_LAZY) {{ T e = rk_exp(dx); {add}}}\n\
-                     \x20         else if (x > mt@) {{ T sc = rk_exp(mt@ - x); {grow}mt@ = x; }}\n\
-                     \x20         else {{ T e = (x == mt@) ? (T)1 : rk_exp(x - mt@); {add}}} }}"
+                     \x20         if (dx <= (T)RK_LAZY) {{ T e = {e}(dx); {add}}}\n\
+                     \x20         else if (x > mt@) {{ T sc = {e}(mt@ - x); {grow}mt@ = x; }}\n\
+                     \x20         else {{ T e = (x == mt@) ? (T)1 : {e}(x - mt@); {add}}} }}"
                 ));
             }
         }
