@@ -126,14 +126,16 @@ pub fn columns<T: Real>(ctx: &Context<T>) -> Columns<T> {
 }
 
 #[cfg(test)]
+#[path = "../../tests/common/mod.rs"]
+mod test_common;
+
+#[cfg(test)]
 mod tests {
     use super::super::{evaluate_with, Inputs, RowMajor};
     use super::*;
     use crate::reduction::SumScheme;
 
-    #[path = "../../../../tests/common/mod.rs"]
-    mod common;
-    use common::random as uniform;
+    use super::test_common::random as uniform;
 
     /// The inputs x, a (`n_out` rows), y, b, w (`n_red` rows) of `args`: coordinates on a coarse
     /// grid (distances tie), a row of NaN terms, a row of +inf and -inf terms, a row of -inf terms and
