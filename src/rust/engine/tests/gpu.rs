@@ -38,11 +38,12 @@ const ARGS: [&str; 9] = [
 ];
 
 /// Formula bodies that cover every operation of the language.
-const OPERATIONS: [&str; 66] = [
+const OPERATIONS: [&str; 67] = [
     "x + y",
     "x - y",
     "x * y",
     "x / y",
+    "(x - y) / 4 + y / 0.3 - x / u",
     "-x + 2*y",
     "0.5*x - IntCst(3)*y",
     "(x|y)",

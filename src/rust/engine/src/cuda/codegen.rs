@@ -284,6 +284,12 @@ impl Gen<'_> {
             Dtype::F64 => "__device__ __forceinline__ double rk_exp(double x) { return exp(x); }\n\
                 __device__ __forceinline__ double rk_exp_ftz(double x) { return exp(x); }",
         };
+        // A power of two whose inverse is a normal number: x * (1 / b) is then the same real number
+        // as x / b, so it rounds to the same result (infinities, NaN and subnormals included).
+        let pow2 = match self.dtype {
+            Dtype::F16 | Dtype::F32 => "__device__ __forceinline__ bool rk_pow2(float b) { int u = __float_as_int(b), e = (u >> 23) & 0xff; return (u & 0x7fffff) == 0 && e > 0 && e < 253; }",
+            Dtype::F64 => "__device__ __forceinline__ bool rk_pow2(double b) { long long u = __double_as_longlong(b); int e = (int)((u >> 52) & 0x7ff); return (u & 0xfffffffffffffLL) == 0 && e > 0 && e < 2045; }",
+        };
         let (inf, max) = match self.dtype {
             Dtype::F16 | Dtype::F32 => ("__int_as_float(0x7f800000)", "3.40282347e+38f"),
             Dtype::F64 => ("__longlong_as_double(0x7ff0000000000000LL)", "1.7976931348623157e+308"),
@@ -314,6 +320,11 @@ impl Gen<'_> {
              }}\n\
              __device__ __forceinline__ bool rk_isnan(T x) {{ return x != x; }}\n\
              {exp}\n\
+             {pow2}\n\
+             // Division by a value fixed in the loop over the reduced index: the test and the\n\
+             // inverse are hoisted out of the loop, so that dividing by a power of two (x / 2) costs\n\
+             // a multiplication, as when the number was compiled in; other divisors divide.\n\
+             __device__ __forceinline__ T rk_div_fixed(T a, T b) {{ return rk_pow2(b) ? a * ((T)1 / b) : a / b; }}\n\
              {load}\n"
         );
     }
@@ -410,6 +421,11 @@ impl Gen<'_> {
             Op::Add => elementwise(format!("{} + {}", at(0, "k"), at(1, "k"))),
             Op::Sub => elementwise(format!("{} - {}", at(0, "k"), at(1, "k"))),
             Op::Mul => elementwise(format!("{} * {}", at(0, "k"), at(1, "k"))),
+            // A divisor that does not vary in the loop over the reduced index (a number of the
+            // formula, now a kernel argument, or a value of the row) goes through rk_div_fixed.
+            Op::Div if matches!(self.plan.roles[node.args[1]], Some(Role::Constant | Role::Outer)) => {
+                elementwise(format!("rk_div_fixed({}, {})", at(0, "k"), at(1, "k")))
+            }
             Op::Div => elementwise(format!("{} / {}", at(0, "k"), at(1, "k"))),
             Op::Atan2 => elementwise(format!("{}({}, {})", m("atan2"), at(0, "k"), at(1, "k"))),
             Op::Powf => elementwise(format!("{}({}, {})", m("pow"), at(0, "k"), at(1, "k"))),
