@@ -282,8 +282,8 @@ fn gpu_propagates_nan_and_survives_bad_launches() {
     assert_eq!(out.values.unwrap()[2], 2.0 * 999.0 * 1000.0 / 2.0);
 }
 
-/// The log-sum-exp reductions rescale their sums only when a value passes the tile's reference
-/// maximum by a margin: values that climb by steps below and above that margin, a first value far
+/// The log-sum-exp reductions rescale their sums only when a value passes the row's reference
+/// maximum (kept from one tile to the next) by a margin: values that climb by steps below and above that margin, a first value far
 /// below the rest, infinities of both signs (several +inf in a row) and NaN give the CPU's results.
 #[test]
 fn gpu_log_sum_exp_rescales_lazily_and_keeps_infinities() {
