@@ -23,9 +23,10 @@
 #'   gradient. Only gradients of `Sum` reductions can be differentiated again.
 #' @param var The variable: its name in `args` (`"x"`) or its 1-based
 #'   position among the inputs.
-#' @return An operator: a function of one argument, the list of `op`'s inputs
-#'   followed by `e` (`n x d` like `op`'s result; for a `KMin`, `n x K` or
-#'   `n x K x d` like its values). It returns an `N x dim` matrix for a
+#' @return An operator: a function of the list of `op`'s inputs followed by
+#'   `e` (`n x d` like `op`'s result; for a `KMin`, `n x K` or `n x K x d` like
+#'   its values), and of the `ranges` of a block-sparse `op` (the same object:
+#'   the gradient visits the same blocks). It returns an `N x dim` matrix for a
 #'   variable `Vi(dim)` (one row per `i`), an `M x dim` matrix for a variable
 #'   `Vj(dim)`, and a `1 x dim` matrix for a parameter `Pm(dim)` (summed over
 #'   the whole reduction).
@@ -73,7 +74,8 @@ keops_grad <- function(op, var) {
   out_category <- if (info$axis == 0L) "Vi" else "Vj"
   declare <- function(name, dim, category = out_category) sprintf("%s = %s(%d)", name, category, dim)
   # Each reduction's gradient is a sum over the reduced index of Grad terms, possibly using the
-  # forward results (`extra`: name -> function of the inputs computing it, with its dimension).
+  # forward results (`extra`: name -> function of the inputs and ranges computing it, with its
+  # dimension).
   extra <- list()
   g_formula <- NULL
   if (info$reduction == "Sum") {
@@ -117,8 +119,8 @@ keops_grad <- function(op, var) {
     jj <- fresh("jj")
     reduced_category <- if (info$axis == 0L) "Vj" else "Vi"
     reduced <- match(reduced_category, info$categories)
-    extra[[sel]] <- list(run = function(x) index_op(x) - 1, dim = K * info$dim)
-    extra[[jj]] <- list(run = function(x) {
+    extra[[sel]] <- list(run = function(x, ranges) index_op(x, ranges) - 1, dim = K * info$dim)
+    extra[[jj]] <- list(run = function(x, ranges) {
       rows <- if (is.na(reduced)) 1L else NROW(x[[reduced]])
       seq_len(rows) - 1
     }, dim = 1L, category = reduced_category)
@@ -131,7 +133,7 @@ keops_grad <- function(op, var) {
   } else if (info$reduction %in% c("ArgMin", "ArgMax", "ArgKMin")) {
     # Indices do not move with the inputs: a zero gradient of the variable's shape.
     dim <- info$dims[k]
-    return(function(input = list()) {
+    return(function(input = list(), ranges = NULL) {
       rows <- if (category == "Pm") 1L else NROW(input[[k]])
       matrix(0, rows, dim)
     })
@@ -148,16 +150,16 @@ keops_grad <- function(op, var) {
             }, ""))
   grad <- keops_kernel(formula, args, spec$sum_scheme)
   if (length(extra) == 0L && category != "Pm") return(grad)
-  function(input = list()) {
+  function(input = list(), ranges = NULL) {
     if (!is.list(input) || length(input) != n_inputs + 1L) {
       stop("the gradient operator takes a list of ", n_inputs + 1L, " inputs (",
            paste(c(info$names, "e"), collapse = ", "), ")", call. = FALSE)
     }
     forward <- input[seq_len(n_inputs)]
-    saved <- lapply(extra, function(x) matrix(x$run(forward), ncol = x$dim))
+    saved <- lapply(extra, function(x) matrix(x$run(forward, ranges), ncol = x$dim))
     e <- input[[n_inputs + 1L]]
     if (length(dim(e)) == 3L) e <- matrix(e, nrow = dim(e)[1L])
-    res <- grad(c(unname(forward), list(e), unname(saved)))
+    res <- grad(c(unname(forward), list(e), unname(saved)), ranges)
     # A parameter's gradient sums over the whole reduction.
     if (category == "Pm") matrix(colSums(res), nrow = 1L) else res
   }

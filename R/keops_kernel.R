@@ -73,6 +73,19 @@
 #'
 #'   The function computes with the options in force when it is called
 #'   ([get_rkeops_options()]).
+#'
+#'   Its second argument, `ranges`, makes the reduction block-sparse (KeOps'
+#'   `ranges`): with the points sorted by cluster ([sort_clusters()]), each
+#'   block of rows reduces only over the ranges of the other index that
+#'   `ranges` keeps for it (a "keops_ranges" object made by [from_matrix()];
+#'   1-based, inclusive). A reduction over `j` (axis 0) uses `ranges_i`,
+#'   `slices_i` and `redranges_j`; over `i` (axis 1) `ranges_j`, `slices_j` and
+#'   `redranges_i`, so the same object serves both axes and the gradients of
+#'   [keops_grad()]. Rows in no block, or whose block keeps nothing, get the
+#'   reduction's value over nothing: 0 for sums, `Inf` (`-Inf`) for minima
+#'   (maxima) with index 0, `-Inf` for log-sum-exp, `NaN` for soft-max
+#'   weights. Block-sparse reductions run on the CPU for now (with
+#'   `backend = "auto"` they do so on a machine with a GPU too).
 #' @seealso [keops_grad()] for gradients, [LazyTensor] for the same
 #'   computations written with R operators.
 #' @export
@@ -109,6 +122,13 @@
 #' lse <- keops_kernel("LogSumExp_Reduction(-SqDist(x, y), 1)",
 #'                     c("x = Vi(3)", "y = Vj(3)"))
 #' all.equal(lse(list(x, y)), matrix(log(colSums(exp(-D2)))), tolerance = 1e-5)
+#'
+#' # block-sparse: x_1..x_50 meet y_1..y_100 only, x_51..x_100 y_101..y_200 only
+#' r <- from_matrix(rbind(c(1, 50), c(51, 100)), rbind(c(1, 100), c(101, 200)),
+#'                  diag(2) == 1)
+#' a2 <- gauss(list(x, y, b, 0.5), ranges = r)
+#' keep <- outer(seq_len(100) > 50, seq_len(200) > 100, "==")
+#' all.equal(a2, (exp(-0.5 * D2) * keep) %*% b, tolerance = 1e-5)
 #' # a 2 x 3 matrix as a parameter (column-major): sum_j A (x_i - y_j)
 #' A <- matrix(rnorm(6), 2, 3)
 #' mv <- keops_kernel("Sum_Reduction(MatVecMult(A, x - y), 0)",
@@ -133,7 +153,7 @@ keops_kernel <- function(formula, args, sum_scheme = "auto") {
   force(sum_scheme)
   # Everything below runs at every call, so it stays at a few microseconds and does no work that
   # grows with the data (see bench/iterative.R and bench/lazytensor_overhead.R).
-  op <- function(input = list()) {
+  op <- function(input = list(), ranges = NULL) {
     inputs <- prepare_inputs(input, info)
     opts <- .rkeops_env$options
     # 0 threads: the engine uses every core (parallel::detectCores() would cost a millisecond a call).
@@ -141,7 +161,8 @@ keops_kernel <- function(formula, args, sum_scheme = "auto") {
     # The CPU backend compiles nothing: no cache directory to look up.
     cache_dir <- if (opts$backend == "CPU") "" else kernel_cache_dir()
     res <- .Call(wrap__keops_run, formula, args, inputs, opts$precision,
-                 threads, sum_scheme, opts$backend, opts$device, cache_dir)
+                 threads, sum_scheme, opts$backend, opts$device, cache_dir,
+                 ranges_for_engine(ranges))
     if (!is.null(res$error)) rust_result(res)
     .rkeops_env$last_run <- list(backend = res$backend, timings = res$timings)
     if (!is.null(.rkeops_env$phase_log)) log_phases(res$timings)

@@ -22,8 +22,9 @@ lazy_axis <- function(index, fun) {
   if (index == "i") 1L else 0L
 }
 
-# Builds "Name_Reduction(f, [middle,] axis)" and runs it on the variables of x.
-lazy_reduce <- function(x, name, index, fun, middle = NULL, weight = NULL) {
+# Builds "Name_Reduction(f, [middle,] axis)" and runs it on the variables of x (over the blocks of
+# `ranges`, when given).
+lazy_reduce <- function(x, name, index, fun, middle = NULL, weight = NULL, ranges = NULL) {
   need_lazy(x, "x", fun)
   no_complex(list(x, weight), paste0(fun, "()"))
   axis <- lazy_axis(index, fun)
@@ -47,7 +48,7 @@ lazy_reduce <- function(x, name, index, fun, middle = NULL, weight = NULL) {
   }
   body <- paste(c(parts, middle, axis), collapse = ", ")
   formula <- gsub("@([0-9]+)@", "V\\1", sprintf("%s_Reduction(%s)", name, body))
-  lazy_operator(formula, args)(vars)
+  lazy_operator(formula, args)(vars, ranges)
 }
 
 need_dim1 <- function(x, fun, label = "x") {
@@ -88,6 +89,9 @@ need_dim1 <- function(x, fun, label = "x") {
 #'   number of rows reduced over.
 #' @param weight The weights \eqn{w}: a LazyTensor (such as `Vj(w)`) or a
 #'   number, of dimension `e`.
+#' @param ranges Optional: only the blocks of the symbolic matrix that
+#'   `ranges` keeps are reduced (a block-sparse reduction; see the `ranges`
+#'   argument of the function made by [keops_kernel()], and [from_matrix()]).
 #' @param ... Unused.
 #' @return With `n = N` for `index = "j"` and `n = M` for `index = "i"`, and
 #'   `d` the dimension of `x`:
@@ -139,82 +143,89 @@ NULL
 
 #' @rdname lazytensor_reductions
 #' @export
-sum.LazyTensor <- function(x, index = NA, ...) {
+sum.LazyTensor <- function(x, index = NA, ranges = NULL, ...) {
   if (length(index) == 1L && is.na(index)) return(lazy_call("Sum", list(x), dimres = 1L))
-  lazy_reduce(x, "Sum", index, "sum")
+  lazy_reduce(x, "Sum", index, "sum", ranges = ranges)
 }
 
 #' @rdname lazytensor_reductions
 #' @export
-min.LazyTensor <- function(x, index = NA, ...) {
+min.LazyTensor <- function(x, index = NA, ranges = NULL, ...) {
   if (length(index) == 1L && is.na(index)) return(lazy_call("Min", list(x), dimres = 1L))
-  lazy_reduce(x, "Min", index, "min")
+  lazy_reduce(x, "Min", index, "min", ranges = ranges)
 }
 
 #' @rdname lazytensor_reductions
 #' @export
-max.LazyTensor <- function(x, index = NA, ...) {
+max.LazyTensor <- function(x, index = NA, ranges = NULL, ...) {
   if (length(index) == 1L && is.na(index)) return(lazy_call("Max", list(x), dimres = 1L))
-  lazy_reduce(x, "Max", index, "max")
+  lazy_reduce(x, "Max", index, "max", ranges = ranges)
 }
 
 #' @rdname lazytensor_reductions
 #' @export
-argmin <- function(x, index = NA) {
+argmin <- function(x, index = NA, ranges = NULL) {
   need_lazy(x, "x", "argmin")
   if (length(index) == 1L && is.na(index)) return(lazy_call("ArgMin", list(x), dimres = 1L))
-  lazy_reduce(x, "ArgMin", index, "argmin")
+  lazy_reduce(x, "ArgMin", index, "argmin", ranges = ranges)
 }
 
 #' @rdname lazytensor_reductions
 #' @export
-argmax <- function(x, index = NA) {
+argmax <- function(x, index = NA, ranges = NULL) {
   need_lazy(x, "x", "argmax")
   if (length(index) == 1L && is.na(index)) return(lazy_call("ArgMax", list(x), dimres = 1L))
-  lazy_reduce(x, "ArgMax", index, "argmax")
+  lazy_reduce(x, "ArgMax", index, "argmax", ranges = ranges)
 }
 
 #' @rdname lazytensor_reductions
 #' @export
-min_argmin <- function(x, index) lazy_reduce(x, "Min_ArgMin", index, "min_argmin")
+min_argmin <- function(x, index, ranges = NULL) {
+  lazy_reduce(x, "Min_ArgMin", index, "min_argmin", ranges = ranges)
+}
 
 #' @rdname lazytensor_reductions
 #' @export
-max_argmax <- function(x, index) lazy_reduce(x, "Max_ArgMax", index, "max_argmax")
+max_argmax <- function(x, index, ranges = NULL) {
+  lazy_reduce(x, "Max_ArgMax", index, "max_argmax", ranges = ranges)
+}
 
 lazy_k <- function(K, fun) whole_number(K, "K", fun, 1)
 
 #' @rdname lazytensor_reductions
 #' @export
-Kmin <- function(x, K, index) lazy_reduce(x, "KMin", index, "Kmin", middle = lazy_k(K, "Kmin"))
-
-#' @rdname lazytensor_reductions
-#' @export
-argKmin <- function(x, K, index) {
-  lazy_reduce(x, "ArgKMin", index, "argKmin", middle = lazy_k(K, "argKmin"))
+Kmin <- function(x, K, index, ranges = NULL) {
+  lazy_reduce(x, "KMin", index, "Kmin", middle = lazy_k(K, "Kmin"), ranges = ranges)
 }
 
 #' @rdname lazytensor_reductions
 #' @export
-Kmin_argKmin <- function(x, K, index) {
-  lazy_reduce(x, "KMin_ArgKMin", index, "Kmin_argKmin", middle = lazy_k(K, "Kmin_argKmin"))
+argKmin <- function(x, K, index, ranges = NULL) {
+  lazy_reduce(x, "ArgKMin", index, "argKmin", middle = lazy_k(K, "argKmin"), ranges = ranges)
 }
 
 #' @rdname lazytensor_reductions
 #' @export
-logsumexp <- function(x, index, weight = NULL) {
+Kmin_argKmin <- function(x, K, index, ranges = NULL) {
+  lazy_reduce(x, "KMin_ArgKMin", index, "Kmin_argKmin", middle = lazy_k(K, "Kmin_argKmin"), ranges = ranges)
+}
+
+#' @rdname lazytensor_reductions
+#' @export
+logsumexp <- function(x, index, weight = NULL, ranges = NULL) {
   need_lazy(x, "x", "logsumexp")
   need_dim1(x, "logsumexp")
-  if (is.null(weight)) return(lazy_reduce(x, "LogSumExp", index, "logsumexp"))
-  lazy_reduce(x, "LogSumExpWeight", index, "logsumexp", weight = as_lazy(weight, "weight"))
+  if (is.null(weight)) return(lazy_reduce(x, "LogSumExp", index, "logsumexp", ranges = ranges))
+  lazy_reduce(x, "LogSumExpWeight", index, "logsumexp", weight = as_lazy(weight, "weight"), ranges = ranges)
 }
 
 #' @rdname lazytensor_reductions
 #' @export
-sumsoftmaxweight <- function(x, weight, index) {
+sumsoftmaxweight <- function(x, weight, index, ranges = NULL) {
   need_lazy(x, "x", "sumsoftmaxweight")
   need_dim1(x, "sumsoftmaxweight")
-  lazy_reduce(x, "SumSoftMaxWeight", index, "sumsoftmaxweight", weight = as_lazy(weight, "weight"))
+  lazy_reduce(x, "SumSoftMaxWeight", index, "sumsoftmaxweight", weight = as_lazy(weight, "weight"),
+              ranges = ranges)
 }
 
 # The operator v -> K %*% v for a LazyTensor K of dimension 1: Sum_Reduction(K * b, 0) with b

@@ -14,9 +14,11 @@ pub mod memory;
 pub mod operator;
 pub mod parallel;
 pub mod plan;
+pub mod ranges;
 pub mod real;
 pub mod reduction;
 
 pub use error::{Error, Result};
 pub use operator::{Backend, Input, Operator, Output, Precision, RunOptions};
+pub use ranges::{BlockRanges, Ranges};
 pub use reduction::{ReductionKind, SumScheme};

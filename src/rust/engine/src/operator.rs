@@ -7,6 +7,7 @@ use crate::cuda::codegen::Dtype;
 use crate::cuda::resident::DeviceMatrix;
 use crate::error::{Error, Result};
 use crate::formula::{Category, Formula};
+use crate::ranges::Ranges;
 use crate::real::Real;
 use crate::reduction::{ReductionKind, SumScheme};
 
@@ -56,6 +57,8 @@ pub struct RunOptions {
     /// Ctrl-C); when it returns true, the workers stop at their next tile and `run` returns
     /// `Error::Interrupted`. GPU kernels run to their end.
     pub interrupt: Option<fn() -> bool>,
+    /// Block-sparse reduction: only these blocks of the matrix are visited (`ranges`).
+    pub ranges: Option<Ranges>,
 }
 
 /// Results in column-major order: `nrow x k x dim` (k = 1 except for the K-selections).
@@ -116,8 +119,16 @@ impl Operator {
     ) -> Result<Output> {
         let resident_at = |p: usize| resident.get(p).copied().flatten();
         let (n_i, n_j) = self.check_inputs(inputs, &resident_at)?;
+        if let Some(ranges) = &options.ranges {
+            ranges.validate(n_i, n_j)?;
+        }
         let gpu = match options.backend {
             Backend::Cpu => None,
+            Backend::Gpu(_) if options.ranges.is_some() => {
+                return Err(Error::Gpu("block-sparse reductions (ranges) run on the CPU only for now".into()))
+            }
+            // Block-sparse reductions run on the CPU until the GPU has them.
+            Backend::Auto if options.ranges.is_some() => None,
             Backend::Gpu(d) => Some(cuda::device::device(d)?),
             Backend::Auto => cuda::device::device(options.device).ok(),
         };
@@ -307,7 +318,8 @@ fn run_cpu<T: Real>(
 ) -> Result<RowMajor> {
     let converted = convert::<T>(inputs);
     let inputs = Inputs { data: converted.iter().map(|c| c.as_ref()).collect(), n_i, n_j };
-    cpu::evaluate(formula, &inputs, options.sum_scheme, threads, options.interrupt)
+    let ranges = options.ranges.as_ref().map(|r| r.for_axis(formula.reduction.axis));
+    cpu::evaluate(formula, &inputs, options.sum_scheme, threads, options.interrupt, ranges)
 }
 
 /// Each value rounded to float16, then mapped by `f`.

@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use engine::cuda::resident::DeviceMatrix;
-use engine::{Backend, Input, Operator, Precision, RunOptions, SumScheme};
+use engine::{Backend, BlockRanges, Input, Operator, Precision, Ranges, RunOptions, SumScheme};
 use extendr_api::prelude::*;
 
 /// Parsed operators by (formula, args), so that calling the same operator again, or rebuilding the
@@ -104,6 +104,7 @@ fn keops_run(
     backend: &str,
     device: i32,
     cache_dir: &str,
+    ranges: Robj,
 ) -> Robj {
     guarded(|| {
         let args = strings(&args, "args")?;
@@ -160,6 +161,7 @@ fn keops_run(
             cache_dir: (!cache_dir.is_empty()).then(|| cache_dir.into()),
             gpu_memory: None,
             interrupt: Some(interrupt_pending),
+            ranges: block_sparse(&ranges)?,
         };
         let out = match op.run_with(&inputs, &resident_refs, &options) {
             // The R side turns this into an interrupt condition.
@@ -188,16 +190,45 @@ fn keops_run(
         let indices = out.indices.map_or(Ok(Robj::from(())), |v| with_dim(Robj::from(v)))?;
         List::from_names_and_values(
             ["values", "indices", "backend", "timings"],
-            [
-                values,
-                indices,
-                Robj::from(out.backend),
-                timings,
-            ],
+            [values, indices, Robj::from(out.backend), timings],
         )
         .map(Robj::from)
         .map_err(|e| e.to_string())
     })
+}
+
+/// The ranges of a block-sparse reduction from the six integer vectors of R's `ranges_for_engine()`
+/// (range matrices as their 0-based starts, then their exclusive ends); `None` for NULL.
+fn block_sparse(ranges: &Robj) -> std::result::Result<Option<Ranges>, String> {
+    if ranges.is_null() {
+        return Ok(None);
+    }
+    let list = ranges.as_list().ok_or("'ranges' must be a list")?;
+    let parts: Vec<(String, Vec<i32>)> = list
+        .iter()
+        .map(|(name, x)| {
+            Ok((name.to_string(), x.as_integer_vector().ok_or(format!("'ranges${name}' must be integers"))?))
+        })
+        .collect::<std::result::Result<_, String>>()?;
+    let part = |name: &str| -> std::result::Result<&[i32], String> {
+        let (_, x) = parts.iter().find(|(n, _)| n == name).ok_or(format!("'ranges' has no element '{name}'"))?;
+        match x.iter().position(|&v| v < 0) {
+            Some(p) => Err(format!("'ranges${name}' holds a value below 1 (at position {})", p + 1)),
+            None => Ok(x),
+        }
+    };
+    let pairs = |name: &str| -> std::result::Result<Vec<std::ops::Range<usize>>, String> {
+        let x = part(name)?;
+        let (starts, ends) = x.split_at(x.len() / 2);
+        Ok(starts.iter().zip(ends).map(|(&s, &e)| s as usize..e as usize).collect())
+    };
+    let slices = |name: &str| -> std::result::Result<Vec<usize>, String> {
+        Ok(part(name)?.iter().map(|&v| v as usize).collect())
+    };
+    Ok(Some(Ranges {
+        i: BlockRanges { blocks: pairs("ranges_i")?, slices: slices("slices_i")?, reduced: pairs("redranges_j")? },
+        j: BlockRanges { blocks: pairs("ranges_j")?, slices: slices("slices_j")?, reduced: pairs("redranges_i")? },
+    }))
 }
 
 /// What an R device matrix holds: the matrix, until `keops_device_free` empties it.

@@ -6,8 +6,9 @@
 //! mirrors `reducers.rs` and changes with it.
 
 use super::lanes::{copy, Arg};
-use super::reducers::{exp_tile_scales, Accumulator};
+use super::reducers::exp_tile_scales;
 use crate::real::Real;
+use crate::reduction::Accumulator;
 use crate::reduction::{ReductionKind, SumScheme};
 
 /// The terms of a block of rows, and room to reduce them.
@@ -241,7 +242,9 @@ impl<T: Real> Columns<T> {
                 };
             }
         }
-        for ((scales, state), (&m, &nan)) in self.scales.iter_mut().zip(state_rows(states, width, n)).zip(maxima.iter().zip(&*nan)) {
+        for ((scales, state), (&m, &nan)) in
+            self.scales.iter_mut().zip(state_rows(states, width, n)).zip(maxima.iter().zip(&*nan))
+        {
             *scales = exp_tile_scales(state, if nan { f64::NAN } else { m.to_f64() });
         }
         let scales = &self.scales[..n];

@@ -3,9 +3,9 @@
 //! O(inputs + outputs + threads x tile), never N x M. Over a short reduced range the tiles run along
 //! the output rows instead (`short_range`).
 
+mod columns;
 #[cfg(target_arch = "x86_64")]
 pub mod exp_avx512;
-mod columns;
 mod fusion;
 mod isa;
 mod lanes;
@@ -22,10 +22,10 @@ use crate::error::{Error, Result};
 use crate::formula::{Category, Formula, Op};
 use crate::memory;
 use crate::plan::{Plan, Role};
+use crate::ranges::{BlockRanges, Work};
 use crate::real::Real;
-use crate::reduction::{ReductionKind, SumScheme};
+use crate::reduction::{Accumulator, ReductionKind, SumScheme};
 use lanes::Arg;
-use reducers::Accumulator;
 
 /// Most memory one thread takes for its tile buffers and the reduction states of its block of rows:
 /// the tile and the block shrink to fit (intermediate values of 10^5 components, K-selections with a
@@ -101,16 +101,18 @@ pub struct Inputs<'a, T> {
     pub n_j: usize,
 }
 
-/// Evaluates the reduction of `formula` on `threads` threads; `Error::Interrupted` when `interrupt`
-/// (called on this thread while the workers compute) said to stop.
+/// Evaluates the reduction of `formula` on `threads` threads, over the blocks of `ranges` (checked
+/// by the caller) or the whole matrix; `Error::Interrupted` when `interrupt` (called on this thread
+/// while the workers compute) said to stop.
 pub fn evaluate<T: Real>(
     formula: &Formula,
     inputs: &Inputs<T>,
     scheme: SumScheme,
     threads: usize,
     interrupt: Option<fn() -> bool>,
+    ranges: Option<&BlockRanges>,
 ) -> Result<RowMajor> {
-    evaluate_with(formula, inputs, scheme, threads, interrupt, true)
+    evaluate_with(formula, inputs, scheme, threads, interrupt, ranges, true)
 }
 
 /// `evaluate`, reducing short ranges a block of rows at a time only where `short_ranges` (the tests
@@ -121,6 +123,7 @@ fn evaluate_with<T: Real>(
     scheme: SumScheme,
     threads: usize,
     interrupt: Option<fn() -> bool>,
+    ranges: Option<&BlockRanges>,
     short_ranges: bool,
 ) -> Result<RowMajor> {
     let red = &formula.reduction;
@@ -131,7 +134,9 @@ fn evaluate_with<T: Real>(
     let mut out = RowMajor::new(red.kind, n_out, width)?;
 
     let threads = threads.clamp(1, n_out.max(1));
-    let short = short_range::rows_per_block::<T>(formula, &plan, &acc, n_out, n_red, threads).filter(|_| short_ranges);
+    // Block-sparse reductions go row at a time (the blocks of rows assume the whole reduced range).
+    let short = short_range::rows_per_block::<T>(formula, &plan, &acc, n_out, n_red, threads)
+        .filter(|_| short_ranges && ranges.is_none());
     let (fusions, tile, rows_per_block) = match short {
         // A tile is a block of rows.
         Some(rows) => {
@@ -147,12 +152,13 @@ fn evaluate_with<T: Real>(
             (fusions, tile, rows_per_block)
         }
     };
-    let mut values = out.values.chunks_mut(rows_per_block * width);
-    let mut indices = out.indices.chunks_mut(rows_per_block * width);
-    let blocks = Mutex::new(
-        (0..n_out.div_ceil(rows_per_block))
-            .map(move |b| (b, values.next().unwrap_or_default(), indices.next().unwrap_or_default())),
-    );
+    let dense = BlockRanges::dense(n_out, n_red);
+    let work = ranges.unwrap_or(&dense).work(n_out, rows_per_block);
+    let (mut values, mut indices) = (&mut out.values[..], &mut out.indices[..]);
+    let blocks = Mutex::new(work.into_iter().map(move |work| {
+        let len = work.rows.len() * width;
+        (work, split_front(&mut values, len), split_front(&mut indices, len))
+    }));
     let ctx = Context {
         formula,
         plan: &plan,
@@ -181,6 +187,15 @@ fn evaluate_with<T: Real>(
         return Err(Error::Interrupted);
     }
     Ok(out)
+}
+
+/// The first `len` values of `buf` (nothing when `buf` is empty: an output not wanted), leaving it
+/// the rest.
+fn split_front<'v, X>(buf: &mut &'v mut [X], len: usize) -> &'v mut [X] {
+    let len = len.min(buf.len());
+    let (front, rest) = std::mem::take(buf).split_at_mut(len);
+    *buf = rest;
+    front
 }
 
 /// Runs `work` on `threads` new threads while this one asks `interrupted` every few milliseconds,
@@ -224,8 +239,9 @@ struct Context<'a, T> {
     stop: AtomicBool,
 }
 
-/// A block of output rows: its number and where its values and indices go (empty when not wanted).
-type Block<'v> = (usize, &'v mut [f64], &'v mut [i32]);
+/// A block of output rows with the ranges it reduces over, and where its values and indices go
+/// (empty when not wanted).
+type Block<'r, 'v> = (Work<'r>, &'v mut [f64], &'v mut [i32]);
 
 /// One thread's work: blocks of output rows taken from the shared queue until none is left.
 struct Worker<'a, T, B> {
@@ -233,18 +249,17 @@ struct Worker<'a, T, B> {
     blocks: &'a Mutex<B>,
 }
 
-impl<'v, T: Real, B: Iterator<Item = Block<'v>>> isa::Kernel for Worker<'_, T, B> {
+impl<'r, 'v, T: Real, B: Iterator<Item = Block<'r, 'v>>> isa::Kernel for Worker<'_, T, B> {
     #[inline(always)]
     fn run(self, fma: bool) {
         let mut ws = Workspace::new(self.ctx);
         loop {
             let next = self.blocks.lock().map(|mut it| it.next()).unwrap_or(None);
-            let Some((b, vals, idx)) = next.filter(|_| !self.ctx.stop.load(Relaxed)) else { break };
-            let first = b * self.ctx.rows_per_block;
+            let Some((work, vals, idx)) = next.filter(|_| !self.ctx.stop.load(Relaxed)) else { break };
             if self.ctx.transposed {
-                ws.reduce_block(self.ctx, first, vals, idx, fma);
+                ws.reduce_block(self.ctx, work.rows.start, vals, idx, fma);
             } else {
-                ws.reduce_rows(self.ctx, first, vals, idx, fma);
+                ws.reduce_rows(self.ctx, &work, vals, idx, fma);
             }
         }
     }
@@ -299,21 +314,22 @@ impl<T: Real> Workspace<T> {
         ws
     }
 
-    /// Reduces the rows `first ..` (as many as `values` holds) over the whole reduced range.
+    /// Reduces the rows of `work` over its ranges of the reduced index.
     #[inline(always)]
-    fn reduce_rows(&mut self, ctx: &Context<T>, first: usize, values: &mut [f64], indices: &mut [i32], fma: bool) {
+    fn reduce_rows(&mut self, ctx: &Context<T>, work: &Work, values: &mut [f64], indices: &mut [i32], fma: bool) {
         let (acc, plan, red) = (ctx.acc, ctx.plan, &ctx.formula.reduction);
         let width = acc.width();
-        let rows = ctx.rows_per_block.min(ctx.n_out - first);
+        let (first, rows) = (work.rows.start, work.rows.len());
         let state_len = acc.state_len();
         for r in 0..rows {
             acc.init(&mut self.states[r * state_len..(r + 1) * state_len]);
         }
-        for j0 in (0..ctx.n_red).step_by(ctx.tile) {
+        let tiles = work.reduced.iter().flat_map(|range| range.clone().step_by(ctx.tile).map(|j0| (j0, range.end)));
+        for (j0, end) in tiles {
             if ctx.stop.load(Relaxed) {
                 return;
             }
-            let len = ctx.tile.min(ctx.n_red - j0);
+            let len = ctx.tile.min(end - j0);
             let tile = Frame { row: first, j0, len };
             for &id in &plan.inner {
                 self.compute(ctx, id, &tile, fma);

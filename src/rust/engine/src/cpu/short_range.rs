@@ -8,11 +8,11 @@
 
 use super::columns::Columns;
 use super::lanes::Arg;
-use super::reducers::Accumulator;
 use super::{view, Context, Frame, Workspace};
 use crate::formula::{Formula, Op};
 use crate::plan::{Plan, Role};
 use crate::real::Real;
+use crate::reduction::Accumulator;
 
 /// Longest reduced range evaluated this way. The cost per row of the other path, spread over its
 /// terms, is then at most a few cycles per term.
@@ -168,7 +168,7 @@ mod tests {
         let converted: Vec<Vec<T>> = data.iter().map(|v| v.iter().map(|&x| T::from_f64(x)).collect()).collect();
         let (n_i, n_j) = if formula.reduction.axis == 0 { (n_out, n_red) } else { (n_red, n_out) };
         let inputs = Inputs { data: converted.iter().map(|v| v.as_slice()).collect(), n_i, n_j };
-        evaluate_with(formula, &inputs, scheme, 2, None, short).unwrap()
+        evaluate_with(formula, &inputs, scheme, 2, None, None, short).unwrap()
     }
 
     fn same_bits(a: &[f64], b: &[f64]) -> bool {

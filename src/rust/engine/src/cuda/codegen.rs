@@ -14,9 +14,9 @@
 use std::fmt::Write;
 
 use super::finish;
-use crate::cpu::reducers::Accumulator;
 use crate::formula::{Category, Formula, NodeId, Op};
 use crate::plan::{Plan, Role};
+use crate::reduction::Accumulator;
 use crate::reduction::{ReductionKind, SumScheme};
 
 /// Static shared memory available to a block without opting in to more.

@@ -6,7 +6,7 @@
 
 use std::fmt::Write;
 
-use crate::cpu::reducers::Accumulator;
+use crate::reduction::Accumulator;
 use crate::reduction::ReductionKind::{self, *};
 
 fn is_selection(kind: ReductionKind) -> bool {

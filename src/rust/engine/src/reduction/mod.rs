@@ -1,5 +1,9 @@
 //! The reductions: what they compute, the shape of their output, and how they are named in formulas.
 
+mod state;
+
+pub use state::{better, Accumulator};
+
 /// How a reduction over j (axis 0) or i (axis 1) combines the values of the formula.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReductionKind {

@@ -1,0 +1,481 @@
+# Clustering helpers that build the `ranges` of block-sparse reductions.
+#
+# Pure R: nothing here calls the engine. The only object they build,
+# "keops_ranges", is made by new_keops_ranges() and nowhere else.
+
+# ---------------------------------------------------------------------------
+# Internal checks
+# ---------------------------------------------------------------------------
+
+# Stop with "fun(): message", as the other functions of the package do.
+clustering_stop <- function(fun, ...) {
+  stop(fun, "(): ", ..., call. = FALSE)
+}
+
+# x as a double matrix with finite values (a vector is one column).
+clustering_points <- function(x, fun, arg = "x") {
+  if (is.data.frame(x)) x <- as.matrix(x)
+  if (!is.numeric(x) || length(dim(x)) > 2L) {
+    clustering_stop(fun, "'", arg, "' must be a numeric matrix or vector")
+  }
+  if (!is.matrix(x)) x <- matrix(x, ncol = 1L)
+  if (storage.mode(x) != "double") storage.mode(x) <- "double"
+  if (!all(is.finite(x))) {
+    clustering_stop(fun, "'", arg, "' must not contain NA, NaN or infinite values")
+  }
+  x
+}
+
+# Cluster labels: positive whole numbers, one per row of x, as integers.
+clustering_labels <- function(labels, n, fun) {
+  if (!is.numeric(labels)) {
+    clustering_stop(fun, "'labels' must be a vector of positive whole numbers")
+  }
+  if (length(labels) != n) {
+    clustering_stop(fun, "'labels' must have one value per point of 'x' (", n, "), not ", length(labels))
+  }
+  if (!all(is.finite(labels)) || any(labels < 1) || any(labels != round(labels)) ||
+      any(labels > .Machine$integer.max)) {
+    clustering_stop(fun, "'labels' must be positive whole numbers (cluster 1, 2, ...), without NA")
+  }
+  as.integer(as.vector(labels))
+}
+
+# A C x 2 matrix of 1-based inclusive blocks (first, last), sorted and not
+# overlapping; an empty block has last = first - 1. Returned as a bare
+# integer matrix.
+clustering_blocks <- function(r, arg, fun) {
+  if (!is.matrix(r) || !is.numeric(r) || ncol(r) != 2L) {
+    clustering_stop(fun, "'", arg, "' must be a numeric matrix with 2 columns (first, last row of each block)")
+  }
+  if (!all(is.finite(r)) || any(r != round(r)) || any(abs(r) > .Machine$integer.max)) {
+    clustering_stop(fun, "'", arg, "' must hold whole numbers, without NA")
+  }
+  r <- matrix(as.integer(r), ncol = 2L)
+  if (any(r[, 1L] < 1L)) {
+    clustering_stop(fun, "'", arg, "' must hold 1-based rows: a first row is below 1")
+  }
+  if (any(r[, 2L] < r[, 1L] - 1L)) {
+    clustering_stop(fun, "'", arg, "' has a block with last < first - 1 ",
+                    "(an empty block is written first, first - 1)")
+  }
+  k <- nrow(r)
+  if (k > 1L && any(r[-1L, 1L] <= r[-k, 2L])) {
+    clustering_stop(fun, "the blocks of '", arg, "' must be sorted and must not overlap ",
+                    "(each first row after the previous block's last row)")
+  }
+  r
+}
+
+# ---------------------------------------------------------------------------
+# The ranges object
+# ---------------------------------------------------------------------------
+
+# The one constructor of "keops_ranges". Checks the structure the engine
+# relies on; the values come from from_matrix() or swap_axes().
+new_keops_ranges <- function(ranges_i, slices_i, redranges_j, ranges_j, slices_j, redranges_i) {
+  check_ranges <- function(r, name) {
+    if (!is.matrix(r) || !is.integer(r) || ncol(r) != 2L || anyNA(r)) {
+      stop("new_keops_ranges(): '", name, "' must be an integer matrix with 2 columns", call. = FALSE)
+    }
+  }
+  check_slices <- function(s, blocks, red, name) {
+    if (!is.integer(s) || !is.null(dim(s)) || length(s) != nrow(blocks) || anyNA(s) ||
+        any(diff(c(0L, s)) < 0L) || length(s) > 0L && s[length(s)] != nrow(red) ||
+        length(s) == 0L && nrow(red) != 0L) {
+      stop("new_keops_ranges(): '", name, "' must be a non-decreasing integer vector, one value per block, ",
+           "ending at the number of reduced ranges", call. = FALSE)
+    }
+  }
+  check_ranges(ranges_i, "ranges_i")
+  check_ranges(redranges_j, "redranges_j")
+  check_ranges(ranges_j, "ranges_j")
+  check_ranges(redranges_i, "redranges_i")
+  check_slices(slices_i, ranges_i, redranges_j, "slices_i")
+  check_slices(slices_j, ranges_j, redranges_i, "slices_j")
+  structure(
+    list(ranges_i = ranges_i, slices_i = slices_i, redranges_j = redranges_j,
+         ranges_j = ranges_j, slices_j = slices_j, redranges_i = redranges_i),
+    class = "keops_ranges"
+  )
+}
+
+# For each block k of one axis (row k of `keep`), the kept blocks of the other
+# axis in increasing order, contiguous ones merged into one range. `keep` is
+# logical without NA; `other` the bare integer blocks of the other axis.
+clustering_reduced_ranges <- function(keep, other) {
+  nk <- nrow(keep)
+  p <- which(keep, arr.ind = TRUE)
+  if (nrow(p) == 0L) {
+    return(list(slices = integer(nk), red = matrix(integer(0), 0L, 2L)))
+  }
+  o <- order(p[, 1L], p[, 2L])
+  k <- p[o, 1L]
+  l <- p[o, 2L]
+  np <- length(k)
+  # A new range starts at a new block k, or where the next kept block does not
+  # begin right after the previous one (doubles: no overflow at the last row).
+  starts <- c(TRUE, k[-1L] != k[-np] |
+                as.double(other[l[-1L], 1L]) != as.double(other[l[-np], 2L]) + 1)
+  first_pos <- which(starts)
+  last_pos <- c(first_pos[-1L] - 1L, np)
+  red <- cbind(other[l[first_pos], 1L], other[l[last_pos], 2L])
+  dimnames(red) <- NULL
+  list(slices = cumsum(tabulate(k[first_pos], nk)), red = red)
+}
+
+#' Block-sparse ranges of a reduction
+#'
+#' An object of class `keops_ranges` says which blocks of the \eqn{N \times M}{N x M}
+#' symbolic matrix a reduction computes: the rows \eqn{i} are cut into blocks,
+#' the columns \eqn{j} too, and each block of \eqn{i} is reduced only over the
+#' blocks of \eqn{j} it is paired with (all other entries are left out, as if
+#' they were zero for a sum). It is made by [from_matrix()] from the blocks
+#' of [cluster_ranges_centroids()] and a matrix of kept block pairs, and
+#' turned around by [swap_axes()].
+#'
+#' It is a list of six elements; all rows are 1-based and ranges are
+#' inclusive (`first:last`):
+#' * `ranges_i`: an integer matrix with \eqn{C_i} rows and 2 columns, the first
+#'   and last row \eqn{i} of each block of \eqn{i}; an empty block has
+#'   `last = first - 1`. The blocks are sorted and do not overlap.
+#' * `slices_i`: an integer vector of length \eqn{C_i}, cumulative: block `k`
+#'   of \eqn{i} is reduced over the rows `(slices_i[k - 1] + 1):slices_i[k]` of
+#'   `redranges_j` (with `slices_i[0] = 0`). It does not decrease and its
+#'   last value is `nrow(redranges_j)`.
+#' * `redranges_j`: an integer matrix with 2 columns, ranges (first, last) of
+#'   rows \eqn{j}; for each block of \eqn{i}, its ranges are sorted, not
+#'   empty, and two of them never touch (touching blocks are merged).
+#' * `ranges_j`, `slices_j`, `redranges_i`: the same for the transposed
+#'   matrix (blocks of \eqn{j}, each reduced over ranges of \eqn{i}), used by
+#'   reductions over \eqn{i} and by gradients.
+#'
+#' The print method shows the number of blocks of \eqn{i} and \eqn{j}, the
+#' number of kept pairs of non-empty blocks and the stored ranges, and the
+#' fraction of the entries covered by the blocks that are computed.
+#'
+#' @param x A `keops_ranges` object.
+#' @param ... Not used.
+#' @return The print method returns `x`, invisibly.
+#' @seealso [grid_cluster()], [sort_clusters()], [cluster_ranges_centroids()],
+#'   [from_matrix()], [swap_axes()].
+#' @name keops_ranges
+#' @examples
+#' blocks <- cbind(c(1, 4, 8), c(3, 7, 10))     # rows 1-3, 4-7, 8-10
+#' r <- from_matrix(blocks, blocks, diag(3) == 1)
+#' r
+#' str(unclass(r))
+NULL
+
+#' @rdname keops_ranges
+#' @export
+print.keops_ranges <- function(x, ...) {
+  ci <- nrow(x$ranges_i)
+  cj <- nrow(x$ranges_j)
+  len_i <- pmax(as.double(x$ranges_i[, 2L]) - x$ranges_i[, 1L] + 1, 0)
+  len_j <- pmax(as.double(x$ranges_j[, 2L]) - x$ranges_j[, 1L] + 1, 0)
+  # Kept pairs of non-empty blocks: each stored range of j is a run of whole
+  # non-empty blocks of j, counted from the sorted blocks.
+  ne_j <- len_j > 0
+  red <- x$redranges_j
+  n_pairs <- sum(findInterval(red[, 2L], x$ranges_j[ne_j, 2L]) -
+                   findInterval(as.double(red[, 1L]) - 1, x$ranges_j[ne_j, 1L]))
+  cat(sprintf("<keops_ranges: %d blocks of i, %d blocks of j>\n", ci, cj))
+  cat(sprintf("  kept block pairs: %s of %s pairs of non-empty blocks\n",
+              format(n_pairs), format(sum(len_i > 0) * sum(ne_j))))
+  cat(sprintf("  stored ranges: %d of j (for the blocks of i), %d of i (for the blocks of j)\n",
+              nrow(x$redranges_j), nrow(x$redranges_i)))
+  n <- sum(len_i)
+  m <- sum(len_j)
+  if (n > 0 && m > 0) {
+    block_of_range <- rep(seq_len(ci), diff(c(0L, x$slices_i)))
+    kept <- sum(len_i[block_of_range] * (as.double(red[, 2L]) - red[, 1L] + 1))
+    cat(sprintf("  kept entries: %s of %s x %s covered by the blocks (%.3g%%)\n",
+                format(kept), format(n), format(m), 100 * kept / (n * m)))
+  }
+  invisible(x)
+}
+
+# ---------------------------------------------------------------------------
+# Exported helpers
+# ---------------------------------------------------------------------------
+
+#' Cluster points on a regular grid
+#'
+#' Puts each point in a cubic (or box-shaped) cell of a regular grid and
+#' numbers the non-empty cells. Point \eqn{i} falls in the cell of integer
+#' coordinates `floor((x[i, d] - min(x[, d])) / size[d])`, `d = 1, ..., D`.
+#' The cells are compared coordinate by coordinate, so any number of
+#' dimensions can be used (no single cell number is formed that could
+#' overflow).
+#'
+#' The labels are `1, ..., C`, where `C` is the number of non-empty cells, in
+#' the lexicographic order of the cell coordinates with the **first dimension
+#' varying slowest** (as `order(v[, 1], v[, 2], ..., v[, D])` sorts the cell
+#' coordinates `v`): two points have the same label if and only if they are
+#' in the same cell.
+#'
+#' @param x A numeric matrix, one point per row (\eqn{N \times D}{N x D}), or a
+#'   numeric vector (one dimension). Values must be finite.
+#' @param size The side of the cells: one positive number, or one per
+#'   dimension (a vector of length `ncol(x)`).
+#' @return An integer vector of length \eqn{N}, the label of each point.
+#' @seealso [sort_clusters()] and [cluster_ranges_centroids()], the next steps
+#'   towards the ranges of a block-sparse reduction ([keops_ranges]).
+#' @export
+#' @examples
+#' x <- cbind(c(0.1, 0.4, 1.2, 0.2, 2.5), c(0, 0.3, 0.1, 1.1, 0.2))
+#' grid_cluster(x, 1)            # cells (0,0), (0,0), (1,0), (0,1), (2,0)
+#' grid_cluster(x, c(1, 2))      # one size per dimension
+#' grid_cluster(c(3, 1, 2.5, 1.2), 1)
+grid_cluster <- function(x, size) {
+  fun <- "grid_cluster"
+  x <- clustering_points(x, fun)
+  n <- nrow(x)
+  d <- ncol(x)
+  if (!is.numeric(size) || length(size) == 0L || !all(is.finite(size)) || any(size <= 0)) {
+    clustering_stop(fun, "'size' must be positive finite numbers")
+  }
+  if (length(size) != 1L && length(size) != d) {
+    clustering_stop(fun, "'size' must have length 1 or ncol(x) = ", d, ", not ", length(size))
+  }
+  if (n == 0L) return(integer(0))
+  size <- rep_len(as.double(size), d)
+  mins <- apply(x, 2L, min)
+  cells <- floor((x - rep(mins, each = n)) / rep(size, each = n))
+  if (!all(is.finite(cells))) {
+    clustering_stop(fun, "'size' is too small for the spread of 'x' (cell coordinates overflow)")
+  }
+  o <- do.call(order, c(lapply(seq_len(d), function(k) cells[, k]), method = "radix"))
+  sorted <- cells[o, , drop = FALSE]
+  new_cell <- c(TRUE, rowSums(sorted[-1L, , drop = FALSE] != sorted[-n, , drop = FALSE]) > 0)
+  labels <- integer(n)
+  labels[o] <- cumsum(new_cell)
+  labels
+}
+
+#' Sort points by cluster label
+#'
+#' Reorders points so that the points of each cluster are contiguous, in
+#' increasing order of label: the order in which [cluster_ranges_centroids()]
+#' gives the ranges of the clusters, and in which the variables of a
+#' block-sparse reduction must be passed.
+#'
+#' The sort is stable: the points of one cluster keep their relative order.
+#' Results computed on the sorted points are put back in the original order of
+#' the points with `result[order(perm), ]` (or `result[order(perm)]` for a
+#' vector); `x_sorted[order(perm), ]` is `x`.
+#'
+#' @param x A numeric matrix (one point per row), a data frame, or a vector.
+#' @param labels The label of each point (`length(labels) == NROW(x)`), e.g.
+#'   from [grid_cluster()]; numbers without NA.
+#' @return A list: `x`, the points sorted (`x[perm, , drop = FALSE]`, or
+#'   `x[perm]` for a vector); `labels`, the labels sorted (`labels[perm]`); and
+#'   `perm`, the permutation `order(labels)`.
+#' @seealso [grid_cluster()], [cluster_ranges_centroids()].
+#' @export
+#' @examples
+#' x <- cbind(1:6, c(0.5, 2.2, 0.1, 1.7, 0.3, 2.9))
+#' lab <- grid_cluster(x[, 2], 1)
+#' s <- sort_clusters(x, lab)
+#' s$labels
+#' identical(s$x[order(s$perm), ], x)
+sort_clusters <- function(x, labels) {
+  fun <- "sort_clusters"
+  if (!is.numeric(labels) || is.factor(labels) || anyNA(labels)) {
+    clustering_stop(fun, "'labels' must be a numeric vector without NA")
+  }
+  is_rows <- is.matrix(x) || is.data.frame(x)
+  if (!is_rows && (!is.atomic(x) || length(dim(x)) > 1L)) {
+    clustering_stop(fun, "'x' must be a matrix, a data frame or a vector")
+  }
+  if (length(labels) != NROW(x)) {
+    clustering_stop(fun, "'labels' must have one value per point of 'x' (", NROW(x), "), not ", length(labels))
+  }
+  perm <- order(as.vector(labels), method = "radix")
+  list(x = if (is_rows) x[perm, , drop = FALSE] else x[perm],
+       labels = labels[perm], perm = perm)
+}
+
+#' Ranges, centroids and radii of clusters
+#'
+#' For clusters labelled `1, ..., C`, gives the rows of each cluster in the
+#' points **sorted by label** ([sort_clusters()]), with the (weighted) centroid
+#' of each cluster, its total weight and its radius. `x` itself does not need
+#' to be sorted: the centroids, weights and radii do not depend on the order
+#' of the points, but the ranges refer to the sorted order, the one in which
+#' the points must be passed to a block-sparse reduction.
+#'
+#' `C` is `max(labels)`. A label between 1 and `C` with no point is an empty
+#' cluster: its range is empty (`last = first - 1`), its weight 0, and its
+#' centroid (a row of `NA`) and radius (`NA`) are not defined. [from_matrix()]
+#' leaves out the pairs of an empty block, and accepts `NA` there in `keep`.
+#'
+#' @param x A numeric matrix, one point per row (\eqn{N \times D}{N x D}), or a
+#'   numeric vector (one dimension). Values must be finite.
+#' @param labels The cluster of each point: positive whole numbers
+#'   (`length(labels) == NROW(x)`), e.g. from [grid_cluster()].
+#' @param weights `NULL` (each point weighs 1) or a vector of \eqn{N}
+#'   non-negative weights; a non-empty cluster must have a positive total
+#'   weight.
+#' @return A list:
+#' * `ranges`: a \eqn{C \times 2}{C x 2} integer matrix, the first and last row
+#'   (1-based, inclusive) of each cluster among the sorted points;
+#' * `centroids`: a \eqn{C \times D}{C x D} matrix, the weighted mean of the
+#'   points of each cluster (`NA` for an empty cluster);
+#' * `weights`: a numeric vector of length `C`, the total weight of each
+#'   cluster (the number of its points when `weights` is `NULL`);
+#' * `radii`: a numeric vector of length `C`, the largest euclidean distance
+#'   from a point of the cluster (whatever its weight) to its centroid (`NA`
+#'   for an empty cluster), e.g. to bound the distances between the points of
+#'   two clusters when pruning.
+#' @seealso [from_matrix()] to build the ranges of a block-sparse reduction.
+#' @export
+#' @examples
+#' set.seed(2)
+#' x <- matrix(runif(40), ncol = 2)
+#' lab <- grid_cluster(x, 0.5)
+#' s <- sort_clusters(x, lab)
+#' cl <- cluster_ranges_centroids(s$x, s$labels)
+#' cl$ranges        # rows of each cluster in s$x
+#' cl$centroids
+#' cluster_ranges_centroids(x, lab, weights = runif(20))$weights
+cluster_ranges_centroids <- function(x, labels, weights = NULL) {
+  fun <- "cluster_ranges_centroids"
+  x <- clustering_points(x, fun)
+  n <- nrow(x)
+  labels <- clustering_labels(labels, n, fun)
+  if (is.null(weights)) {
+    w <- rep(1, n)
+  } else {
+    if (!is.numeric(weights) || length(weights) != n) {
+      clustering_stop(fun, "'weights' must be NULL or a numeric vector with one value per point of 'x' (", n, ")")
+    }
+    if (!all(is.finite(weights)) || any(weights < 0)) {
+      clustering_stop(fun, "'weights' must be non-negative finite numbers")
+    }
+    w <- as.double(weights)
+  }
+  n_clusters <- if (n == 0L) 0L else max(labels)
+  counts <- tabulate(labels, n_clusters)
+  last <- cumsum(counts)
+  ranges <- cbind(last - counts + 1L, last)
+  dimnames(ranges) <- NULL
+
+  present <- which(counts > 0L)   # the sorted distinct labels, as rowsum() orders them
+  wsum <- numeric(n_clusters)
+  wsum[present] <- rowsum(w, labels, reorder = TRUE)[, 1L]
+  if (any(wsum[present] <= 0)) {
+    clustering_stop(fun, "'weights' sum to 0 in cluster ", present[wsum[present] <= 0][1L],
+                    ": its centroid is not defined")
+  }
+  centroids <- matrix(NA_real_, n_clusters, ncol(x))
+  colnames(centroids) <- colnames(x)
+  centroids[present, ] <- rowsum(x * w, labels, reorder = TRUE) / wsum[present]
+
+  radii <- rep(NA_real_, n_clusters)
+  if (n > 0L) {
+    d2 <- rowSums((x - centroids[labels, , drop = FALSE])^2)
+    radii[present] <- sqrt(vapply(split(d2, factor(labels, levels = present)), max, 0))
+  }
+  list(ranges = ranges, centroids = centroids, weights = wsum, radii = radii)
+}
+
+#' Ranges of a block-sparse reduction from a matrix of kept block pairs
+#'
+#' Builds the [keops_ranges] object of a block-sparse reduction: the rows
+#' \eqn{i} are cut into the blocks `ranges_i`, the columns \eqn{j} into the
+#' blocks `ranges_j`, and `keep[k, l]` says whether block `k` of \eqn{i}
+#' interacts with block `l` of \eqn{j}. The entries of the other block pairs
+#' are not computed.
+#'
+#' For each block of \eqn{i}, its kept blocks of \eqn{j} are listed in
+#' increasing order, and kept blocks that follow each other without a gap (the
+#' last row of one plus 1 is the first row of the next) are merged into one
+#' range: the same entries, fewer ranges. The transposed part (blocks of
+#' \eqn{j}, each with its ranges of \eqn{i}) is built in the same way from
+#' `t(keep)`. Pairs where one block is empty hold no entry and are left out;
+#' `keep` may be `NA` there (e.g. from the `NA` centroids of empty clusters).
+#'
+#' The blocks are usually the `ranges` of [cluster_ranges_centroids()], for
+#' points sorted by [sort_clusters()]; the variables \eqn{x_i} and \eqn{y_j}
+#' must then be passed to the reduction in that sorted order.
+#'
+#' @param ranges_i,ranges_j The blocks of \eqn{i} and of \eqn{j}: matrices of
+#'   whole numbers with 2 columns, the first and last row (1-based, inclusive)
+#'   of each block, sorted and not overlapping; an empty block has
+#'   `last = first - 1`.
+#' @param keep A logical (or 0/1) matrix, `nrow(ranges_i)` by
+#'   `nrow(ranges_j)`: which block pairs are computed.
+#' @return A [keops_ranges] object.
+#' @seealso [swap_axes()], [cluster_ranges_centroids()].
+#' @export
+#' @examples
+#' # Points on a line, clustered in cells of side 1; a block pair is kept when
+#' # the clusters may hold points closer than 0.5.
+#' set.seed(3)
+#' x <- runif(30, 0, 5)
+#' y <- runif(25, 0, 5)
+#' sx <- sort_clusters(x, grid_cluster(x, 1))
+#' sy <- sort_clusters(y, grid_cluster(y, 1))
+#' cx <- cluster_ranges_centroids(sx$x, sx$labels)
+#' cy <- cluster_ranges_centroids(sy$x, sy$labels)
+#' gap <- abs(outer(cx$centroids[, 1], cy$centroids[, 1], "-")) -
+#'   outer(cx$radii, cy$radii, "+")
+#' r <- from_matrix(cx$ranges, cy$ranges, gap < 0.5)
+#' r
+#' r$redranges_j[1:r$slices_i[1], , drop = FALSE]   # what block 1 of i reduces over
+from_matrix <- function(ranges_i, ranges_j, keep) {
+  fun <- "from_matrix"
+  ranges_i <- clustering_blocks(ranges_i, "ranges_i", fun)
+  ranges_j <- clustering_blocks(ranges_j, "ranges_j", fun)
+  if (!is.matrix(keep) || !(is.logical(keep) || is.numeric(keep))) {
+    clustering_stop(fun, "'keep' must be a logical (or 0/1) matrix")
+  }
+  if (nrow(keep) != nrow(ranges_i) || ncol(keep) != nrow(ranges_j)) {
+    clustering_stop(fun, "'keep' must be ", nrow(ranges_i), " x ", nrow(ranges_j),
+                    " (blocks of i x blocks of j), not ", nrow(keep), " x ", ncol(keep))
+  }
+  if (is.numeric(keep)) {
+    if (any(!is.na(keep) & keep != 0 & keep != 1)) {
+      clustering_stop(fun, "'keep' must hold TRUE/FALSE or 0/1")
+    }
+    keep <- keep != 0
+  }
+  keep <- matrix(as.vector(keep), nrow(keep), ncol(keep))
+  keep[ranges_i[, 2L] < ranges_i[, 1L], ] <- FALSE
+  keep[, ranges_j[, 2L] < ranges_j[, 1L]] <- FALSE
+  if (anyNA(keep)) {
+    clustering_stop(fun, "'keep' is NA for a pair of non-empty blocks ",
+                    "(NA is allowed only in the rows and columns of empty blocks)")
+  }
+  side_i <- clustering_reduced_ranges(keep, ranges_j)
+  side_j <- clustering_reduced_ranges(t(keep), ranges_i)
+  new_keops_ranges(ranges_i, side_i$slices, side_i$red, ranges_j, side_j$slices, side_j$red)
+}
+
+#' Swap the axes of block-sparse ranges
+#'
+#' Exchanges the roles of \eqn{i} and \eqn{j} in a [keops_ranges] object: the
+#' ranges of the transposed matrix, e.g. for a reduction whose variables
+#' \eqn{x_i} and \eqn{y_j} are exchanged.
+#'
+#' @param ranges A [keops_ranges] object.
+#' @return A [keops_ranges] object with `ranges_i` and `ranges_j`, `slices_i`
+#'   and `slices_j`, `redranges_j` and `redranges_i` exchanged.
+#'   `swap_axes(swap_axes(r))` is `r`.
+#' @seealso [from_matrix()].
+#' @export
+#' @examples
+#' bi <- cbind(c(1, 5), c(4, 9))
+#' bj <- cbind(c(1, 3, 6), c(2, 5, 7))
+#' keep <- rbind(c(TRUE, TRUE, FALSE), c(FALSE, TRUE, TRUE))
+#' r <- from_matrix(bi, bj, keep)
+#' identical(swap_axes(r), from_matrix(bj, bi, t(keep)))
+swap_axes <- function(ranges) {
+  if (!inherits(ranges, "keops_ranges")) {
+    clustering_stop("swap_axes", "'ranges' must be a keops_ranges object (made by from_matrix())")
+  }
+  new_keops_ranges(ranges$ranges_j, ranges$slices_j, ranges$redranges_i,
+                   ranges$ranges_i, ranges$slices_i, ranges$redranges_j)
+}

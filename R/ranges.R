@@ -1,0 +1,39 @@
+# The `ranges` argument of the reductions (block-sparse reductions): from the R description
+# (a "keops_ranges" object, see ?keops_ranges, or a list with the same six elements, 1-based and
+# inclusive) to what the engine takes: six integer vectors, the range matrices as their starts
+# (0-based) then their ends (exclusive). The engine checks that the ranges are sorted, disjoint and
+# within the data, and names the element that is not.
+
+ranges_parts <- c("ranges_i", "slices_i", "redranges_j", "ranges_j", "slices_j", "redranges_i")
+
+ranges_for_engine <- function(ranges) {
+  if (is.null(ranges)) return(NULL)
+  if (!is.list(ranges) || !all(ranges_parts %in% names(ranges))) {
+    stop("'ranges' must be made by from_matrix() (or be a list with elements ",
+         paste(ranges_parts, collapse = ", "), ")", call. = FALSE)
+  }
+  whole <- function(x, name) {
+    if (!is.numeric(x) || anyNA(x) || any(x != round(x)) || any(abs(x) > .Machine$integer.max)) {
+      stop("'ranges$", name, "' must hold whole numbers, without NA", call. = FALSE)
+    }
+    as.integer(x)
+  }
+  parts <- lapply(ranges_parts, function(name) {
+    x <- ranges[[name]]
+    if (startsWith(name, "slices")) {
+      if (!is.null(dim(x)) && length(dim(x)) != 1L) {
+        stop("'ranges$", name, "' must be a vector (one value per block)", call. = FALSE)
+      }
+      return(whole(x, name))
+    }
+    if (!is.matrix(x) || ncol(x) != 2L) {
+      stop("'ranges$", name, "' must be a matrix with 2 columns (first and last index, 1-based)",
+           call. = FALSE)
+    }
+    x <- whole(x, name)
+    n <- length(x) / 2L
+    c(x[seq_len(n)] - 1L, x[n + seq_len(n)])
+  })
+  names(parts) <- ranges_parts
+  parts
+}

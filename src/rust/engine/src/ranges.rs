@@ -1,0 +1,139 @@
+//! Block-sparse reductions (KeOps' `ranges`): which blocks of the symbolic matrix a reduction
+//! visits. Each block of output rows reduces over a list of ranges of the reduced index; rows in no
+//! block, and blocks with no range, get the reduction's identity. Both backends take the same
+//! description of the work: `Work`, these output rows against these ranges of the reduced index.
+
+use std::ops::Range;
+
+use crate::error::{Error, Result};
+
+/// For one axis: blocks of the output index, each with the ranges of the reduced index it reduces
+/// over (0-based, half-open). Block `b` reduces over `reduced[slices[b - 1]..slices[b]]`
+/// (`slices[-1]` being 0).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BlockRanges {
+    pub blocks: Vec<Range<usize>>,
+    pub slices: Vec<usize>,
+    pub reduced: Vec<Range<usize>>,
+}
+
+/// Both axes, as KeOps: `i` for reductions over j (axis 0; blocks of i, ranges of j), `j` for
+/// reductions over i (axis 1) and the gradients that reduce over i.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Ranges {
+    pub i: BlockRanges,
+    pub j: BlockRanges,
+}
+
+impl Ranges {
+    /// The part that a reduction over `axis` uses.
+    pub fn for_axis(&self, axis: usize) -> &BlockRanges {
+        if axis == 0 {
+            &self.i
+        } else {
+            &self.j
+        }
+    }
+
+    /// Checks both parts against the sizes of i and j; the error names the part and what is wrong.
+    pub fn validate(&self, n_i: usize, n_j: usize) -> Result<()> {
+        self.i.validate(n_i, n_j, ("ranges_i", "slices_i", "redranges_j"))?;
+        self.j.validate(n_j, n_i, ("ranges_j", "slices_j", "redranges_i"))
+    }
+}
+
+/// One piece of work: these output rows against these ranges of the reduced index (none: the
+/// rows get the reduction's identity).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Work<'a> {
+    pub rows: Range<usize>,
+    pub reduced: &'a [Range<usize>],
+}
+
+impl BlockRanges {
+    /// Every output row against the whole reduced range (a dense reduction).
+    pub fn dense(n_out: usize, n_red: usize) -> BlockRanges {
+        BlockRanges { blocks: vec![0..n_out], slices: vec![1], reduced: vec![0..n_red] }
+    }
+
+    fn validate(&self, n_out: usize, n_red: usize, (blocks, slices, reduced): (&str, &str, &str)) -> Result<()> {
+        let invalid = |what: String| Err(Error::Invalid(format!("ranges: {what}")));
+        if self.slices.len() != self.blocks.len() {
+            return invalid(format!(
+                "`{slices}` has {} values, one per block of `{blocks}` ({}) expected",
+                self.slices.len(),
+                self.blocks.len()
+            ));
+        }
+        check_sorted(&self.blocks, 0, n_out, &format!("`{blocks}`"))?;
+        let mut start = 0;
+        for (b, &end) in self.slices.iter().enumerate() {
+            if end < start || end > self.reduced.len() {
+                return invalid(format!(
+                    "`{slices}` must be non-decreasing and at most the {} rows of `{reduced}`: value {} is {end} after {start}",
+                    self.reduced.len(),
+                    b + 1
+                ));
+            }
+            let name = format!("`{reduced}` (a range of block {} of `{blocks}`)", b + 1);
+            check_sorted(&self.reduced[start..end], start, n_red, &name)?;
+            start = end;
+        }
+        if start != self.reduced.len() {
+            return invalid(format!(
+                "the last value of `{slices}` must be the number of rows of `{reduced}` ({}), not {start}",
+                self.reduced.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The work of a reduction over `n_out` output rows in pieces of at most `most_rows` rows, in the
+    /// order of the rows and covering them all.
+    pub fn work(&self, n_out: usize, most_rows: usize) -> Vec<Work<'_>> {
+        let mut work = Vec::new();
+        let mut push = |rows: Range<usize>, reduced| {
+            for start in rows.clone().step_by(most_rows.max(1)) {
+                work.push(Work { rows: start..(start + most_rows).min(rows.end), reduced });
+            }
+        };
+        let mut row = 0;
+        let mut first = 0;
+        for (block, &end) in self.blocks.iter().zip(&self.slices) {
+            // (Empty blocks may sit anywhere.)
+            if !block.is_empty() {
+                push(row..block.start, &[]);
+                push(block.clone(), &self.reduced[first..end]);
+                row = block.end;
+            }
+            first = end;
+        }
+        push(row..n_out, &[]);
+        work
+    }
+}
+
+/// Ranges within `0..n`, sorted and not overlapping (empty ones anywhere); `ranges` are the rows
+/// `offset..` of the matrix `name`.
+fn check_sorted(ranges: &[Range<usize>], offset: usize, n: usize, name: &str) -> Result<()> {
+    let mut end = 0;
+    for (r, range) in ranges.iter().enumerate() {
+        let what = if range.start > range.end {
+            "ends before it starts"
+        } else if range.end > n {
+            "goes past the last index"
+        } else if range.start < end && !range.is_empty() {
+            "overlaps or precedes the range before it (ranges must be sorted and disjoint)"
+        } else {
+            end = end.max(range.end);
+            continue;
+        };
+        return Err(Error::Invalid(format!(
+            "ranges: row {} of {name} ({}, {} in R's 1-based inclusive terms) {what}; there are {n} indices",
+            offset + r + 1,
+            range.start + 1,
+            range.end
+        )));
+    }
+    Ok(())
+}
