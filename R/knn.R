@@ -1,0 +1,143 @@
+#' Exact K nearest neighbours, pruned with clusters
+#'
+#' For each row of `y` (the queries), the `k` nearest rows of `x` (the data),
+#' with the arguments and results of `RANN::nn2(data, query, k)` and
+#' `FNN::get.knnx(data, query, k)`. Both clouds are cut into the cells of a
+#' grid ([grid_cluster()]); from the centroids and radii of the cells, the
+#' triangle inequality bounds the distance of the `k`-th neighbour of every
+#' query of a cell, and only the cells of data that may hold a neighbour are
+#' searched (a block-sparse `ArgKMin`, see [from_matrix()]). The result is the
+#' brute-force result: the same neighbours whatever the data (ties between
+#' equal distances aside). Where pruning would not pay (more than 8
+#' dimensions, few points, or cells that keep most pairs), the search is the
+#' brute-force reduction.
+#'
+#' @param x The data: a numeric matrix, one point per row (or a vector: one
+#'   dimension).
+#' @param y The queries, with as many columns as `x` (by default `x` itself:
+#'   each point is then its own first neighbour).
+#' @param k The number of neighbours, from 1 to `nrow(x)`.
+#' @param metric `"euclidean"`, `"manhattan"` (sum of absolute differences)
+#'   or `"cosine"` (the distance is `1 - cos` of the angle between the rows;
+#'   rows of zeros are not allowed).
+#' @param prune `NA` (the default) prunes where it pays, `TRUE` always (if
+#'   `x` has at most 8 columns), `FALSE` never.
+#' @param cell_points The number of points per cell of the grid aimed at
+#'   (cells of about this many data points on average).
+#' @return `list(index, distance)`: `nrow(y) x k` matrices of the 1-based rows
+#'   of `x`, nearest first, and of their distances.
+#' @details The computation uses the precision of [get_rkeops_options()]:
+#'   in float32, two neighbours whose distances differ by less than float32
+#'   can resolve may come in the other order than in a float64 search.
+#' @seealso `nn2()` of the RANN package and `get.knnx()` of FNN (trees),
+#'   [argKmin()] (brute force).
+#' @export
+#' @examples
+#' set.seed(1)
+#' x <- matrix(runif(3000), ncol = 3)
+#' nn <- keops_knn(x, k = 5)
+#' str(nn)
+#' D2 <- outer(rowSums(x^2), rowSums(x^2), "+") - 2 * x %*% t(x)
+#' all(nn$index == t(apply(D2, 1, order))[, 1:5])
+keops_knn <- function(x, y = x, k, metric = c("euclidean", "manhattan", "cosine"), prune = NA,
+                      cell_points = 256) {
+  x <- knn_points(x, "x")
+  y <- knn_points(y, "y")
+  if (ncol(y) != ncol(x)) {
+    stop("keops_knn(): 'y' must have the columns of 'x' (", ncol(x), "), not ", ncol(y), call. = FALSE)
+  }
+  k <- whole_number(k, "k", "keops_knn", 1)
+  if (k > nrow(x)) stop("keops_knn(): 'k' must be at most nrow(x) = ", nrow(x), call. = FALSE)
+  metric <- match.arg(metric)
+  if (!is.logical(prune) || length(prune) != 1L) {
+    stop("keops_knn(): 'prune' must be NA, TRUE or FALSE", call. = FALSE)
+  }
+  if (metric == "cosine") {
+    x <- knn_unit_rows(x, "x")
+    y <- knn_unit_rows(y, "y")
+  }
+  d <- ncol(x)
+  distance <- if (metric == "manhattan") "Sum(Abs(q - p))" else "SqDist(q, p)"
+  formula <- sprintf("KMin_ArgKMin_Reduction(%s, %d, 0)", distance, k)
+  op <- lazy_operator(formula, c(sprintf("q = Vi(%d)", d), sprintf("p = Vj(%d)", d)))
+  pruned <- if (isFALSE(prune) || d > 8L || is.na(prune) && nrow(x) < 4L * cell_points) NULL else
+    knn_pruned(x, y, k, op, metric, cell_points, force = isTRUE(prune))
+  res <- if (is.null(pruned)) op(list(y, x)) else pruned
+  values <- matrix(res$values, ncol = k)
+  list(index = matrix(res$indices, ncol = k),
+       distance = switch(metric, euclidean = sqrt(values), manhattan = values, cosine = values / 2))
+}
+
+# x as a double matrix of finite values.
+knn_points <- function(x, arg) {
+  if (is.data.frame(x)) x <- as.matrix(x)
+  if (!is.numeric(x) || length(dim(x)) > 2L || length(x) == 0L) {
+    stop("keops_knn(): '", arg, "' must be a numeric matrix (one point per row) or vector", call. = FALSE)
+  }
+  if (!is.matrix(x)) x <- matrix(x, ncol = 1L)
+  if (storage.mode(x) != "double") storage.mode(x) <- "double"
+  if (!all(is.finite(x))) stop("keops_knn(): '", arg, "' must not hold NA, NaN or infinite values", call. = FALSE)
+  x
+}
+
+# Rows scaled to norm 1 (|u - v|^2 / 2 is then 1 - cos).
+knn_unit_rows <- function(x, arg) {
+  norms <- sqrt(rowSums(x^2))
+  if (any(norms == 0)) stop("keops_knn(): 'metric = \"cosine\"' needs rows of '", arg, "' that are not 0", call. = FALSE)
+  x / norms
+}
+
+# The block-sparse search, or NULL where it would visit most pairs anyway (unless `force`).
+knn_pruned <- function(x, y, k, op, metric, cell_points, force) {
+  d <- ncol(x)
+  # Cells of about `cell_points` data points if the data filled its bounding box.
+  span <- pmax(apply(x, 2L, function(v) diff(range(v))), 1e-300)
+  size <- (prod(span) * cell_points / nrow(x))^(1 / d)
+  size <- pmin(pmax(size, span / 1e6), span)
+  sx <- sort_clusters(x, grid_cluster(x, size))
+  sy <- sort_clusters(y, grid_cluster(y, size))
+  cx <- knn_cells(sx, metric)
+  cy <- knn_cells(sy, metric)
+  # Every query q of cell a is within r_a of its centroid c_a, and a data cell b with at least k
+  # points holds k points within |c_a - c_b| + r_b of c_a: the k-th neighbour of q is within
+  # bound_a = r_a + min_b (|c_a - c_b| + r_b). A point p of cell b is at least
+  # |c_a - c_b| - r_b - r_a from q: the cell can be skipped when that exceeds bound_a.
+  full <- cx$counts >= k
+  if (!any(full)) return(NULL)
+  dist <- knn_centroid_distances(cy$centroids, cx$centroids, metric)
+  reach <- apply(dist[, full, drop = FALSE] + rep(cx$radii[full], each = nrow(dist)), 1L, min)
+  # (A relative margin for the rounding of the distances computed by the engine.)
+  bound <- (2 * cy$radii + reach) * (1 + 1e-6) + 1e-12
+  keep <- dist - rep(cx$radii, each = nrow(dist)) <= bound
+  pairs <- sum(cy$counts * (keep %*% cx$counts))
+  if (!force && pairs > 0.5 * nrow(x) * nrow(y)) return(NULL)
+  ranges <- from_matrix(cy$ranges, cx$ranges, keep)
+  res <- op(list(sy$x, sx$x), ranges = ranges)
+  back <- order(sy$perm)
+  values <- matrix(res$values, ncol = k)[back, , drop = FALSE]
+  indices <- matrix(sx$perm[res$indices], ncol = k)[back, , drop = FALSE]
+  list(values = values, indices = indices)
+}
+
+# Ranges, point counts, centroids and radii (in the metric) of the cells of sorted points.
+knn_cells <- function(s, metric) {
+  cells <- cluster_ranges_centroids(s$x, s$labels)
+  counts <- cells$ranges[, 2L] - cells$ranges[, 1L] + 1L
+  radii <- cells$radii
+  if (metric == "manhattan") {
+    far <- rowSums(abs(s$x - cells$centroids[s$labels, , drop = FALSE]))
+    radii <- vapply(split(far, s$labels), max, 0)
+  }
+  list(ranges = cells$ranges, counts = counts, centroids = cells$centroids, radii = radii)
+}
+
+# Distances between the rows of a and of b (|a_i - b_j| or the sum of absolute differences),
+# summed column by column: no cancellation, whatever the offset of the points.
+knn_centroid_distances <- function(a, b, metric) {
+  out <- matrix(0, nrow(a), nrow(b))
+  for (c in seq_len(ncol(a))) {
+    diff <- outer(a[, c], b[, c], "-")
+    out <- out + if (metric == "manhattan") abs(diff) else diff^2
+  }
+  if (metric == "manhattan") out else sqrt(out)
+}

@@ -1,0 +1,102 @@
+# keops_knn() against brute force in float64 R: the k smallest distances of each query, and
+# indices whose true distances are those (the same indices where no two distances tie).
+
+knn_brute <- function(x, y, k, metric = "euclidean") {
+  if (metric == "cosine") {
+    x <- x / sqrt(rowSums(x^2)); y <- y / sqrt(rowSums(y^2))
+  }
+  D <- matrix(0, nrow(y), nrow(x))
+  for (c in seq_len(ncol(x))) {
+    diff <- outer(y[, c], x[, c], "-")
+    D <- D + if (metric == "manhattan") abs(diff) else diff^2
+  }
+  D <- switch(metric, euclidean = sqrt(D), manhattan = D, cosine = D / 2)
+  list(index = t(apply(D, 1, order))[, 1:k, drop = FALSE],
+       distance = t(apply(D, 1, sort))[, 1:k, drop = FALSE], D = D)
+}
+
+# Same distances, and each index found is at the distance reported.
+expect_knn <- function(got, want, exact_index = TRUE) {
+  expect_equal(dim(got$index), dim(want$index))
+  expect_equal(got$distance, want$distance, tolerance = 1e-10)
+  at <- want$D[cbind(rep(seq_len(nrow(got$index)), ncol(got$index)), as.vector(got$index))]
+  expect_equal(as.vector(got$distance), at, tolerance = 1e-10)
+  expect_true(all(apply(got$index, 1, anyDuplicated) == 0))   # k distinct neighbours
+  if (exact_index) expect_identical(got$index, matrix(as.integer(want$index), ncol = ncol(want$index)))
+}
+
+test_that("pruned and brute-force searches find the neighbours of uniform and clustered points", {
+  local_precision("float64")
+  set.seed(151)
+  x <- matrix(runif(3 * 3001), ncol = 3)
+  y <- matrix(runif(3 * 1207), ncol = 3)
+  want <- knn_brute(x, y, 7)
+  for (prune in c(NA, TRUE, FALSE)) expect_knn(keops_knn(x, y, 7, prune = prune, cell_points = 50), want)
+  # 20 blobs of very different sizes and spreads, far from the origin
+  centres <- matrix(runif(60, 1e3, 1e3 + 50), 20)
+  sizes <- c(1, 2, 5, rep(40, 12), 900, 600, 300, 100, 33)
+  blobs <- centres[rep(1:20, sizes), ] + matrix(rnorm(3 * sum(sizes)), ncol = 3) * rep(c(0.01, 1, 3), length.out = sum(sizes))
+  expect_knn(keops_knn(blobs, k = 11, prune = TRUE, cell_points = 30), knn_brute(blobs, blobs, 11))
+  # k equal to the number of points, a query far from every point
+  small <- x[1:40, ]
+  expect_knn(keops_knn(small, rbind(y[1:30, ], c(100, -50, 3)), 40, prune = TRUE, cell_points = 4),
+             knn_brute(small, rbind(y[1:30, ], c(100, -50, 3)), 40))
+})
+
+test_that("dimensions 1 to 8 are pruned, more are brute force, with the same neighbours", {
+  local_precision("float64")
+  set.seed(152)
+  for (d in c(1, 2, 5, 8, 13)) {
+    x <- matrix(rnorm(d * 1501), ncol = d)
+    y <- matrix(rnorm(d * 333), ncol = d)
+    expect_knn(keops_knn(x, y, 4, prune = TRUE, cell_points = 20), knn_brute(x, y, 4))
+  }
+  v <- rnorm(2000)
+  expect_knn(keops_knn(v, c(0, 5, -1), 3, prune = TRUE), knn_brute(matrix(v), matrix(c(0, 5, -1)), 3))
+})
+
+test_that("duplicates and a single cell: the right distances, ties in any order", {
+  local_precision("float64")
+  set.seed(153)
+  x <- matrix(round(runif(3 * 800) * 4) / 4, ncol = 3)        # many equal points and distances
+  expect_knn(keops_knn(x, k = 9, prune = TRUE, cell_points = 30), knn_brute(x, x, 9), exact_index = FALSE)
+  same <- matrix(1, 300, 2)                                     # one point 300 times
+  got <- keops_knn(same, k = 5, prune = TRUE)
+  expect_true(all(got$distance == 0))
+  expect_true(all(apply(got$index, 1, function(r) !anyDuplicated(r))))
+})
+
+test_that("manhattan and cosine distances, pruned", {
+  local_precision("float64")
+  set.seed(154)
+  x <- matrix(rnorm(3 * 2222), ncol = 3)
+  y <- matrix(rnorm(3 * 501), ncol = 3)
+  for (metric in c("manhattan", "cosine")) {
+    for (prune in c(TRUE, FALSE)) {
+      expect_knn(keops_knn(x, y, 6, metric = metric, prune = prune, cell_points = 40),
+                 knn_brute(x, y, 6, metric))
+    }
+  }
+})
+
+test_that("float32 finds the neighbours of float64 up to near ties", {
+  local_precision("float32")
+  set.seed(155)
+  x <- matrix(runif(3 * 5003), ncol = 3)
+  got <- keops_knn(x, k = 10, prune = TRUE, cell_points = 64)
+  want <- knn_brute(x, x, 10)
+  expect_equal(got$distance, want$distance, tolerance = 1e-5)
+  expect_gt(mean(got$index == want$index), 0.999)
+})
+
+test_that("bad arguments are named errors", {
+  x <- matrix(runif(30), 10)
+  expect_error(keops_knn("a", k = 1), "'x' must be a numeric matrix")
+  expect_error(keops_knn(x, matrix(1, 2, 2), k = 1), "'y' must have the columns of 'x' \\(3\\)")
+  expect_error(keops_knn(x, k = 11), "'k' must be at most nrow\\(x\\) = 10")
+  expect_error(keops_knn(x, k = 0), "'k' must be a whole number >= 1")
+  expect_error(keops_knn(rbind(x, NA), k = 1), "'x' must not hold NA")
+  expect_error(keops_knn(x, k = 2, metric = "cosine", y = matrix(0, 1, 3)), "rows of 'y' that are not 0")
+  expect_error(keops_knn(x, k = 2, metric = "hamming"), "'arg' should be one of")
+  expect_error(keops_knn(x, k = 2, prune = "yes"), "'prune' must be NA, TRUE or FALSE")
+})
