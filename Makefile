@@ -16,6 +16,8 @@
 #                 K-means, CG kriging) from R with their R peers (bench/iterative.R;
 #                 BACKEND=CPU|GPU, SIZES=small|full, CASES=regex, BUDGET=60 s per case,
 #                 REPS=3, BENCH_OUT=file.md)
+#   make bench-ranges  block-sparse reductions (ranges) and keops_knn() against brute force
+#                 and RANN (bench/ranges.R; BACKEND=CPU|GPU, RANGES_N=1e6, REPS=3)
 #   make doc      regenerate NAMESPACE and man/ with roxygen2
 #   make clean    remove R build products (keeps the cargo target directory)
 #   make distclean  also remove src/rust/target and src/rust/.cargo
@@ -48,7 +50,7 @@ SIZES ?=
 ITER_BUDGET ?= $(if $(filter command line,$(origin BUDGET)),$(BUDGET),60)
 ITER_REPS ?= $(if $(filter command line,$(origin REPS)),$(REPS),3)
 
-.PHONY: all deps install demo test fuzz check doc clean distclean bench-cpu bench-iterative
+.PHONY: all deps install demo test fuzz check doc clean distclean bench-cpu bench-iterative bench-ranges
 
 all: install
 
@@ -118,6 +120,11 @@ bench-cpu: install
 bench-iterative: install
 	BACKEND='$(BACKEND)' SIZES='$(SIZES)' BUDGET=$(ITER_BUDGET) REPS=$(ITER_REPS) BENCH_OUT='$(BENCH_OUT)' \
 		CASES='$(CASES)' R_LIBS=$(LIB_DIR) Rscript bench/iterative.R
+
+# make bench-ranges: block-sparse reductions and keops_knn() (bench/ranges.R), N = M points.
+RANGES_N ?= 1e6
+bench-ranges: install
+	BACKEND='$(BACKEND)' N=$(RANGES_N) REPS=$(ITER_REPS) R_LIBS=$(LIB_DIR) Rscript bench/ranges.R
 
 # CRAN's incoming checks and the clock check need the internet: off, so that the
 # check runs offline and says the same everywhere. --as-cran needs qpdf.

@@ -84,8 +84,7 @@
 #'   [keops_grad()]. Rows in no block, or whose block keeps nothing, get the
 #'   reduction's value over nothing: 0 for sums, `Inf` (`-Inf`) for minima
 #'   (maxima) with index 0, `-Inf` for log-sum-exp, `NaN` for soft-max
-#'   weights. Block-sparse reductions run on the CPU for now (with
-#'   `backend = "auto"` they do so on a machine with a GPU too).
+#'   weights.
 #' @seealso [keops_grad()] for gradients, [LazyTensor] for the same
 #'   computations written with R operators.
 #' @export

@@ -124,11 +124,6 @@ impl Operator {
         }
         let gpu = match options.backend {
             Backend::Cpu => None,
-            Backend::Gpu(_) if options.ranges.is_some() => {
-                return Err(Error::Gpu("block-sparse reductions (ranges) run on the CPU only for now".into()))
-            }
-            // Block-sparse reductions run on the CPU until the GPU has them.
-            Backend::Auto if options.ranges.is_some() => None,
             Backend::Gpu(d) => Some(cuda::device::device(d)?),
             Backend::Auto => cuda::device::device(options.device).ok(),
         };
@@ -177,25 +172,27 @@ impl Operator {
                     Precision::F64 => Dtype::F64,
                 };
                 let clock = std::time::Instant::now();
+                let ranges = options.ranges.as_ref().map(|r| r.for_axis(red.axis));
                 let compiled = self.kernels.get(
                     &device,
                     &self.formula,
                     dtype,
                     options.sum_scheme,
+                    ranges.is_some(),
                     options.cache_dir.as_deref(),
                 )?;
                 timings.push(("compile or load", clock.elapsed().as_secs_f64()));
                 let sizes = (n_i, n_j);
-                let (f, c, t) = (&self.formula, &compiled, &mut timings);
+                let (f, c, r, t) = (&self.formula, &compiled, ranges, &mut timings);
                 let columns = match options.precision {
                     Precision::F16 => {
-                        cuda::launch::evaluate::<u16, f32>(&device, c, f, inputs, resident, sizes, options, t)
+                        cuda::launch::evaluate::<u16, f32>(&device, c, f, inputs, resident, sizes, options, r, t)
                     }
                     Precision::F32 => {
-                        cuda::launch::evaluate::<f32, f32>(&device, c, f, inputs, resident, sizes, options, t)
+                        cuda::launch::evaluate::<f32, f32>(&device, c, f, inputs, resident, sizes, options, r, t)
                     }
                     Precision::F64 => {
-                        cuda::launch::evaluate::<f64, f64>(&device, c, f, inputs, resident, sizes, options, t)
+                        cuda::launch::evaluate::<f64, f64>(&device, c, f, inputs, resident, sizes, options, r, t)
                     }
                 }?;
                 (columns.values, columns.indices, format!("GPU {} ({})", device.ordinal, device.name))

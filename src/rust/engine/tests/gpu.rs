@@ -8,10 +8,13 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use engine::cuda::codegen::{self, Dtype};
 use engine::cuda::device;
 use engine::formula::Formula;
-use engine::{Backend, Input, Operator, Precision, RunOptions, SumScheme};
+use engine::{Backend, BlockRanges, Input, Operator, Precision, Ranges, RunOptions, SumScheme};
 
 mod common;
+#[path = "common/ranges.rs"]
+mod common_ranges;
 use common::random;
+use common_ranges::random_ranges;
 
 /// The test that takes (nearly) all the device's memory holds this for writing, so that it runs
 /// alone; the other tests that use the GPU hold it for reading, and run side by side as before.
@@ -182,6 +185,14 @@ fn generated_kernels_compile_with_nvrtc() {
                         panic!("{text} ({dtype:?}, {scheme:?}) does not compile:\n{e}\n{}", kernel.source);
                     }
                     compiled += 1;
+                    // The block-sparse kernel of every reduction.
+                    if REDUCTIONS.contains(&formula.as_str()) && scheme == SumScheme::Auto {
+                        let kernel = codegen::generate_ranged(&f, dtype, scheme);
+                        if let Err(e) = device::compile_cubin(&kernel.source, "sm_90") {
+                            panic!("{text} ({dtype:?}, ranges) does not compile:\n{e}\n{}", kernel.source);
+                        }
+                        compiled += 1;
+                    }
                 }
             }
         }
@@ -251,6 +262,50 @@ fn gpu_equals_cpu_for_every_operation_and_reduction() {
                 compare(&format!("{scheme:?}"), &g, &c, precision);
             }
         }
+    }
+}
+
+/// Block-sparse reductions: every reduction, both axes, three precisions, the same ranges on the
+/// GPU and the CPU (blocks of odd sizes, gaps, empty blocks and ranges, rows that keep fewer
+/// indices than K); and ranges that keep everything against the dense GPU reduction.
+#[test]
+fn gpu_block_sparse_equals_cpu() {
+    let _gpu = sharing_the_gpu();
+    if let Err(why) = device::availability(0) {
+        println!("NO GPU: block-sparse reductions are not compared with the CPU here ({why})");
+        return;
+    }
+    let (n, m) = (1031, 2017);
+    let data = Data::new(n, m);
+    let inputs = data.inputs();
+    let ranges = Ranges { i: random_ranges(n, m, 31), j: random_ranges(m, n, 32) };
+    for formula in REDUCTIONS {
+        for axis in ["0", "1"] {
+            let text = formula.replace("AXIS", axis);
+            let op = Operator::new(&text, &args()).unwrap();
+            for precision in [Precision::F64, Precision::F32, Precision::F16] {
+                let options = |backend| RunOptions { precision, backend, ranges: Some(ranges.clone()), ..Default::default() };
+                let g = op.run(&inputs, &options(Backend::Gpu(0))).unwrap_or_else(|e| panic!("{text}: {e}"));
+                let c = op.run(&inputs, &options(Backend::Cpu)).unwrap();
+                assert!(g.backend.starts_with("GPU"), "{text} ran on {}", g.backend);
+                compare(&format!("{text} with ranges"), &g, &c, precision);
+            }
+        }
+    }
+    let (n, m) = (1031, 20011);
+    let data = Data::new(n, m);
+    let inputs = data.inputs();
+    let everything = |n_out: usize, n_red: usize| {
+        let blocks: Vec<_> = (0..n_out).step_by(97).map(|s| s..(s + 97).min(n_out)).collect();
+        BlockRanges { slices: (1..=blocks.len()).collect(), reduced: vec![0..n_red; blocks.len()], blocks }
+    };
+    let ranges = Ranges { i: everything(n, m), j: everything(m, n) };
+    for text in ["Sum_Reduction(Exp(-s*SqDist(x,y))*b, 0)", "ArgKMin_Reduction(SqDist(x,y), 7, 1)"] {
+        let op = Operator::new(text, &args()).unwrap();
+        let dense = run(&op, &inputs, Precision::F64, Backend::Gpu(0), SumScheme::Auto);
+        let options = RunOptions { precision: Precision::F64, backend: Backend::Gpu(0), ranges: Some(ranges.clone()), ..Default::default() };
+        let sparse = op.run(&inputs, &options).unwrap();
+        compare(&format!("{text}, ranges keeping everything"), &sparse, &dense, Precision::F64);
     }
 }
 

@@ -83,6 +83,18 @@ pub const KERNEL_NAME: &str = "rkeops_reduce";
 pub const MERGE_NAME: &str = "rkeops_merge";
 
 pub fn generate(formula: &Formula, dtype: Dtype, scheme: SumScheme) -> Kernel {
+    generate_with(formula, dtype, scheme, false)
+}
+
+/// The kernel of a block-sparse reduction (`ranges`): block `b` of the grid reduces the output
+/// rows `rk_work[4b] .. rk_work[4b + 1]` (at most TILE x ROWS) over the ranges of the reduced
+/// index `rk_red[2r] .. rk_red[2r + 1]` for `r` in `rk_work[4b + 2] .. rk_work[4b + 3]`, and
+/// finalises them (the 1D scheme).
+pub fn generate_ranged(formula: &Formula, dtype: Dtype, scheme: SumScheme) -> Kernel {
+    generate_with(formula, dtype, scheme, true)
+}
+
+fn generate_with(formula: &Formula, dtype: Dtype, scheme: SumScheme, ranged: bool) -> Kernel {
     let red = &formula.reduction;
     let plan = Plan::new(formula);
     let acc = Accumulator::new(formula, scheme);
@@ -122,13 +134,16 @@ pub fn generate(formula: &Formula, dtype: Dtype, scheme: SumScheme) -> Kernel {
     };
     g.prelude(tile, rows);
     finish::functions(&mut g.src, &acc, dtype.c_type());
-    g.signature();
-    g.line("  const int row0 = blockIdx.x * (TILE * ROWS) + threadIdx.x;");
-    for q in 0..rows {
-        g.line(&format!("  const int row_{q} = row0 + {q} * TILE; const int r_{q} = row_{q} < n_out ? row_{q} : 0;"));
+    g.signature(ranged);
+    if ranged {
+        g.line("  const int* work = rk_work + 4 * blockIdx.x;");
+        g.line("  const int row0 = work[0] + threadIdx.x;\n  const int row_end = work[1];");
+    } else {
+        g.line("  const int row0 = blockIdx.x * (TILE * ROWS) + threadIdx.x;\n  const int row_end = n_out;");
     }
-    g.line("  const int j_begin = blockIdx.y * chunk;");
-    g.line("  const int j_end = min(n_red, j_begin + chunk);");
+    for q in 0..rows {
+        g.line(&format!("  const int row_{q} = row0 + {q} * TILE; const int r_{q} = row_{q} < row_end ? row_{q} : 0;"));
+    }
     if shared {
         let _ = writeln!(g.src, "  __shared__ T tile[TILE * {inner_width}];");
         let mut offset = 0;
@@ -158,6 +173,13 @@ pub fn generate(formula: &Formula, dtype: Dtype, scheme: SumScheme) -> Kernel {
         }
         reducer.init(&mut g);
     }
+    if ranged {
+        g.line("  for (int range = work[2]; range < work[3]; range++) {");
+        g.line("  const int j_begin = rk_red[2 * range];\n  const int j_end = rk_red[2 * range + 1];");
+    } else {
+        g.line("  {");
+        g.line("  const int j_begin = blockIdx.y * chunk;\n  const int j_end = min(n_red, j_begin + chunk);");
+    }
     g.line("  for (int j0 = j_begin; j0 < j_end; j0 += TILE) {");
     if shared {
         g.line("    {");
@@ -172,7 +194,7 @@ pub fn generate(formula: &Formula, dtype: Dtype, scheme: SumScheme) -> Kernel {
         g.line("    }");
         g.line("    __syncthreads();");
     }
-    g.line("    if (row0 < n_out) {");
+    g.line("    if (row0 < row_end) {");
     g.line("      const int len = min(TILE, j_end - j0);");
     for q in 0..rows {
         g.q = q;
@@ -209,10 +231,11 @@ pub fn generate(formula: &Formula, dtype: Dtype, scheme: SumScheme) -> Kernel {
         g.line("    __syncthreads();");
     }
     g.line("  }");
+    g.line("  }");
     // The state of a row, either finalised here (one chunk) or stored for rkeops_merge.
     for q in 0..rows {
         g.q = q;
-        g.line(&format!("  if (row_{q} < n_out) {{"));
+        g.line(&format!("  if (row_{q} < row_end) {{"));
         g.line(&format!("    if (finalize) {{\n    double out[{}];", acc.state_len()));
         reducer.store(&mut g);
         g.line(&format!("    rk_finalize(out, out_values, out_indices, row_{q}, n_out);\n    }} else {{"));
@@ -329,7 +352,8 @@ impl Gen<'_> {
         );
     }
 
-    fn signature(&mut self) {
+    /// (A block-sparse kernel also takes its work and ranges: `generate_ranged`.)
+    fn signature(&mut self, ranged: bool) {
         let mut params = vec![
             "const int n_out".to_string(),
             "const int n_red".into(),
@@ -344,6 +368,10 @@ impl Gen<'_> {
         params.push("double* __restrict__ states".into());
         params.push("T* __restrict__ out_values".into());
         params.push("int* __restrict__ out_indices".into());
+        if ranged {
+            params.push("const int* __restrict__ rk_work".into());
+            params.push("const int* __restrict__ rk_red".into());
+        }
         let _ = writeln!(
             self.src,
             "extern \"C\" __global__ void __launch_bounds__(TILE) {KERNEL_NAME}({}) {{",

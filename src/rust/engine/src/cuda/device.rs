@@ -42,10 +42,10 @@ pub struct Compiled {
     pub merge: CudaFunction,
 }
 
-/// The compiled kernels of one operator by device, precision and summation scheme, so that a
-/// repeated call neither generates nor hashes its source again.
+/// The compiled kernels of one operator by device, precision, summation scheme and whether they
+/// are block-sparse, so that a repeated call neither generates nor hashes its source again.
 #[derive(Default)]
-pub struct Kernels(Mutex<HashMap<(usize, Dtype, SumScheme), Arc<Compiled>>>);
+pub struct Kernels(Mutex<HashMap<(usize, Dtype, SumScheme, bool), Arc<Compiled>>>);
 
 impl Clone for Kernels {
     /// A copy starts empty: what it holds is only a cache.
@@ -61,20 +61,25 @@ impl std::fmt::Debug for Kernels {
 }
 
 impl Kernels {
-    /// The kernels of `formula` on `device`, compiled (or loaded from `cache_dir`) on first use.
+    /// The kernels of `formula` on `device` (the block-sparse ones when `ranged`), compiled (or
+    /// loaded from `cache_dir`) on first use.
     pub fn get(
         &self,
         device: &Device,
         formula: &Formula,
         dtype: Dtype,
         scheme: SumScheme,
+        ranged: bool,
         cache_dir: Option<&std::path::Path>,
     ) -> Result<Arc<Compiled>> {
-        let key = (device.ordinal, dtype, scheme);
+        let key = (device.ordinal, dtype, scheme, ranged);
         if let Some(c) = self.0.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok(c);
         }
-        let kernel = codegen::generate(formula, dtype, scheme);
+        let kernel = match ranged {
+            true => codegen::generate_ranged(formula, dtype, scheme),
+            false => codegen::generate(formula, dtype, scheme),
+        };
         let cache = cache_dir.map(DiskCache::open).transpose().map_err(Error::Invalid)?;
         let (reduce, merge) = device.functions(&kernel, cache.as_ref())?;
         super::launch::check_resources(device, &reduce, &kernel)?;

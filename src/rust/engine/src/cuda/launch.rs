@@ -20,6 +20,7 @@ use crate::formula::{Category, Formula};
 use crate::memory;
 use crate::operator::{Input, RunOptions};
 use crate::parallel;
+use crate::ranges::BlockRanges;
 use crate::real::Real;
 
 /// Resident blocks per multiprocessor we aim for before splitting the reduced range.
@@ -69,8 +70,37 @@ pub struct Columns {
     pub indices: Option<Vec<i32>>,
 }
 
+/// The work of a block-sparse reduction as the ranged kernel reads it (`codegen::generate_ranged`):
+/// four ints per block of the grid (its output rows, its first and last range) and the ranges.
+struct RangedWork {
+    work: Vec<i32>,
+    red: Vec<i32>,
+}
+
+impl RangedWork {
+    fn new(ranges: &BlockRanges, n_out: usize, rows_per_block: usize) -> RangedWork {
+        let (mut work, mut red) = (Vec::new(), Vec::new());
+        for item in ranges.work(n_out, rows_per_block) {
+            let first = red.len() / 2;
+            red.extend(item.reduced.iter().flat_map(|r| [r.start as i32, r.end as i32]));
+            work.extend([item.rows.start as i32, item.rows.end as i32, first as i32, (red.len() / 2) as i32]);
+        }
+        RangedWork { work, red }
+    }
+
+    fn blocks(&self) -> usize {
+        self.work.len() / 4
+    }
+
+    fn bytes(&self) -> usize {
+        (self.work.len() + self.red.len()) * 4
+    }
+}
+
 /// Runs the reduction with inputs stored as `S` on the device and arithmetic and results in `T`
-/// (f32 for float16 storage, otherwise the same type).
+/// (f32 for float16 storage, otherwise the same type); over the blocks of `ranges` only, when
+/// given (`compiled` is then the ranged kernel).
+#[allow(clippy::too_many_arguments)]
 pub fn evaluate<S: Stored, T: Real>(
     device: &Device,
     compiled: &Compiled,
@@ -79,6 +109,7 @@ pub fn evaluate<S: Stored, T: Real>(
     resident: &[Option<&DeviceMatrix>],
     (n_i, n_j): (usize, usize),
     options: &RunOptions,
+    ranges: Option<&BlockRanges>,
     timings: &mut Vec<(&'static str, f64)>,
 ) -> Result<Columns> {
     let resident: Vec<Option<&DeviceMatrix>> = (0..inputs.len()).map(|p| resident.get(p).copied().flatten()).collect();
@@ -99,15 +130,18 @@ pub fn evaluate<S: Stored, T: Real>(
         *workspace = Some(guarded("creating the GPU's workspace", Workspace::new)?);
     }
     let workspace = workspace.as_mut().expect("created above");
-    let sizes = Sizes::new::<S, T>(formula, kernel, &resident, workspace.held().0);
+    let ranged = ranges.map(|r| RangedWork::new(r, n_out, kernel.tile * kernel.rows));
+    let mut sizes = Sizes::new::<S, T>(formula, kernel, &resident, workspace.held().0);
+    sizes.fixed += ranged.as_ref().map_or(0, RangedWork::bytes);
     let blocks = Blocks::new(device, kernel, &sizes, n_out, n_red, options.gpu_memory)?;
-    // The kernels index a resident matrix whole: its rows cannot be split into blocks.
-    if (blocks.rows_out, blocks.rows_red) != (n_out, n_red) && resident.iter().any(Option::is_some) {
-        return Err(Error::Gpu(format!(
-            "device {} ({}) has too little free memory for this reduction with inputs kept on it in one piece; \
-             pass the matrices themselves (they are then processed in blocks)",
-            device.ordinal, device.name
-        )));
+    // The kernels index a resident matrix, and a block-sparse reduction its inputs, whole: their
+    // rows cannot be split into blocks.
+    if (blocks.rows_out, blocks.rows_red) != (n_out, n_red) && (resident.iter().any(Option::is_some) || ranges.is_some()) {
+        let what = match ranges {
+            Some(_) => "a block-sparse reduction (ranges) in one piece; compute it on the CPU",
+            None => "this reduction with inputs kept on it in one piece; pass the matrices themselves (they are then processed in blocks)",
+        };
+        return Err(Error::Gpu(format!("device {} ({}) has too little free memory for {what}", device.ordinal, device.name)));
     }
     let mut times = Times::default();
     // Inputs larger than the device are processed in blocks of rows; the states of the blocks of
@@ -125,7 +159,7 @@ pub fn evaluate<S: Stored, T: Real>(
                 last: b + 1 == red_blocks,
                 rows_red: blocks.rows_red,
             };
-            let data = Data { inputs, resident: &resident };
+            let data = Data { inputs, resident: &resident, ranged: ranged.as_ref() };
             run_step::<S, T>(device, compiled, formula, &data, &step, workspace, &mut columns, &mut times)?;
         }
     }
@@ -244,10 +278,12 @@ impl Blocks {
     }
 }
 
-/// The inputs of a call: from the host, or kept on the device (`resident[p]`).
+/// The inputs of a call: from the host, or kept on the device (`resident[p]`), and the work of a
+/// block-sparse reduction.
 struct Data<'a> {
     inputs: &'a [Input<'a>],
     resident: &'a [Option<&'a DeviceMatrix>],
+    ranged: Option<&'a RangedWork>,
 }
 
 /// One launch: these output rows against these reduced rows (`first` and `last` of the reduced
@@ -267,6 +303,9 @@ struct Step {
 struct Regions {
     inputs: Vec<usize>,
     constants: usize,
+    /// `RangedWork`'s blocks and ranges (empty for a dense reduction).
+    work: usize,
+    red: usize,
     upload_end: usize,
     values: usize,
     indices: usize,
@@ -308,6 +347,8 @@ impl Regions {
             })
             .collect();
         let constants = layout.push(kernel.constants.len() * t);
+        let work = layout.push(data.ranged.map_or(0, |r| r.work.len() * 4));
+        let red = layout.push(data.ranged.map_or(0, |r| r.red.len() * 4));
         let upload_end = layout.bytes;
         let results = rows_out * kernel.width;
         let values = layout.push(if kind.returns_values() { results * t } else { 0 });
@@ -315,7 +356,7 @@ impl Regions {
         let download = values..layout.bytes;
         let states = layout.push(if one_pass && chunks == 1 { 0 } else { chunks * rows_out * kernel.state_len * 8 });
         let running = layout.push(if one_pass { 0 } else { rows_out * kernel.state_len * 8 });
-        Regions { inputs, constants, upload_end, values, indices, download, states, running, end: layout.bytes }
+        Regions { inputs, constants, work, red, upload_end, values, indices, download, states, running, end: layout.bytes }
     }
 }
 
@@ -340,11 +381,16 @@ fn run_step<S: Stored, T: Real>(
         true => 1,
         false => chunks_for(rows_out, n_red, kernel.tile, kernel.rows, device.multiprocessors),
     };
-    let chunk = rows_red.div_ceil(chunks_of(rows_red)).div_ceil(kernel.tile) * kernel.tile;
+    // A block-sparse reduction is one pass of the 1D scheme (the ranges say what each block reduces).
+    let chunk = match data.ranged {
+        Some(_) => rows_red.max(1),
+        None => rows_red.div_ceil(chunks_of(rows_red)).div_ceil(kernel.tile) * kernel.tile,
+    };
     let chunks = rows_red.div_ceil(chunk);
     let one_pass = step.first && step.last;
     let finalize_here = one_pass && chunks == 1;
-    let regions = Regions::new::<S, T>(formula, kernel, data, step, chunks_of(step.rows_red).max(chunks), one_pass);
+    let planned = if data.ranged.is_some() { 1 } else { chunks_of(step.rows_red).max(chunks) };
+    let regions = Regions::new::<S, T>(formula, kernel, data, step, planned, one_pass);
     let on_device = format!("device {} ({})", device.ordinal, device.name);
     let gpu_error = |what: &str, e: result::DriverError| Error::Gpu(format!("{what} on {on_device}: {e:?}"));
     let base = workspace
@@ -370,6 +416,10 @@ fn run_step<S: Stored, T: Real>(
     }
     let constants: Vec<T> = kernel.constants.iter().map(|&c| T::from_f64(c)).collect();
     pack_values(&mut host[regions.constants..], &constants);
+    if let Some(ranged) = data.ranged {
+        pack_values(&mut host[regions.work..], &ranged.work);
+        pack_values(&mut host[regions.red..], &ranged.red);
+    }
     times.convert += clock.elapsed().as_secs_f64();
 
     let stream = device.stream.cu_stream();
@@ -389,8 +439,15 @@ fn run_step<S: Stored, T: Real>(
         let mut pointers: Vec<u64> =
             regions.inputs.iter().zip(data.resident).map(|(&o, r)| r.map_or(at(o), |m| m.pointer())).collect();
         pointers.extend([at(regions.constants), at(regions.states), at(regions.values), at(regions.indices)]);
+        let blocks = match data.ranged {
+            Some(ranged) => {
+                pointers.extend([at(regions.work), at(regions.red)]);
+                ranged.blocks()
+            }
+            None => rows_out.div_ceil(kernel.tile * kernel.rows),
+        };
         let config = LaunchConfig {
-            grid_dim: (rows_out.div_ceil(kernel.tile * kernel.rows) as u32, chunks as u32, 1),
+            grid_dim: (blocks as u32, chunks as u32, 1),
             block_dim: (kernel.tile as u32, 1, 1),
             shared_mem_bytes: 0,
         };

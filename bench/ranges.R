@@ -1,0 +1,36 @@
+# Block-sparse reductions (issue 15): what ranges cost and what they save, and keops_knn()
+# against brute force and the R peers. Run: make bench-ranges (BACKEND=CPU|GPU, N=1e6, REPS=3).
+suppressMessages(library(rkeops))
+backend <- Sys.getenv("BACKEND", "CPU")
+N <- as.numeric(Sys.getenv("N", "1e6"))
+reps <- as.integer(Sys.getenv("REPS", "3"))
+set_rkeops_options(backend = backend)
+median_time <- function(f) { f(); median(replicate(reps, system.time(f())[["elapsed"]])) }
+cat(sprintf("backend %s, N = M = %g, float32, medians of %d after a warm-up, %s\n", backend, N, reps, format(Sys.time())))
+
+# Gaussian sum over 1e3 blocks of each index: ranges keeping every block, and keeping 10 % of them
+# (each block of i with the 10 % of blocks of j nearest in index, a band).
+set.seed(1)
+x <- matrix(runif(3 * N), ncol = 3); y <- matrix(runif(3 * N), ncol = 3); b <- matrix(rnorm(N), ncol = 1)
+gauss <- keops_kernel("Sum_Reduction(Exp(-SqDist(x, y) * s) * b, 0)", c("x = Vi(3)", "y = Vj(3)", "b = Vj(1)", "s = Pm(1)"))
+nb <- 1000
+blocks <- cbind(floor((seq_len(nb) - 1) * N / nb) + 1, floor(seq_len(nb) * N / nb))
+all_kept <- from_matrix(blocks, blocks, matrix(TRUE, nb, nb))
+band <- abs(outer(seq_len(nb), seq_len(nb), "-")) < nb / 20
+tenth <- from_matrix(blocks, blocks, band)
+t_dense <- median_time(function() gauss(list(x, y, b, 10)))
+t_all <- median_time(function() gauss(list(x, y, b, 10), ranges = all_kept))
+t_tenth <- median_time(function() gauss(list(x, y, b, 10), ranges = tenth))
+cat(sprintf("Gaussian sum: dense %.3f s, ranges keeping every block %.3f s (%+.1f %%), keeping %.1f %% of the blocks %.3f s (%.1f x faster than dense)\n",
+            t_dense, t_all, 100 * (t_all / t_dense - 1), 100 * mean(band), t_tenth, t_dense / t_tenth))
+
+# 10 nearest neighbours of N uniform points in D = 3
+t_brute <- median_time(function() keops_knn(x, k = 10, prune = FALSE))
+t_knn <- median_time(function() keops_knn(x, k = 10))
+a <- keops_knn(x, k = 10); bf <- keops_knn(x, k = 10, prune = FALSE)
+cat(sprintf("10-NN, D = 3: brute force %.3f s, pruned %.3f s (%.1f x); same indices as brute force %.6f\n",
+            t_brute, t_knn, t_brute / t_knn, mean(a$index == bf$index)))
+if (requireNamespace("RANN", quietly = TRUE)) {
+  t_rann <- system.time(r <- RANN::nn2(x, x, k = 10))[["elapsed"]]
+  cat(sprintf("RANN::nn2 %.2f s: keops_knn is %.2f x faster; same indices %.6f\n", t_rann, t_rann / t_knn, mean(a$index == r$nn.idx)))
+}
