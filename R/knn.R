@@ -159,12 +159,15 @@ knn_kept_cells <- function(by, bx, full, metric) {
   norm <- if (metric == "manhattan") function(v) sprintf("Sum(%s)", v) else function(v) sprintf("SqNorm2(%s)", v)
   old <- set_rkeops_options(precision = "float64")
   on.exit(set_rkeops_options(precision = old$precision))
-  run <- function(formula, u = numeric(nrow(by$lo))) {
-    keops_kernel(formula, args)(list(by$lo, by$hi, bx$lo, bx$hi, as.double(full), u, seq_len(nrow(bx$lo)) - 1))
+  # The reduction `formula` over all the data cells, for the query cells `rows`.
+  run <- function(formula, u = numeric(nrow(by$lo)), rows = seq_len(nrow(by$lo))) {
+    one <- function(v) v[rows, , drop = FALSE]
+    lazy_operator(formula, args)(list(one(by$lo), one(by$hi), bx$lo, bx$hi, as.double(full), u[rows],
+                                      seq_len(nrow(bx$lo)) - 1))
   }
   bound <- run(sprintf("Min_Reduction(%s + (1 - full) * 1e300, 0)", norm(far)))
-  kept <- sprintf("IfElse(u - %s, %%s, %%s)", norm(near))
   bound <- bound * (1 + 1e-9)   # (rounding)
+  kept <- sprintf("IfElse(u - %s, %%s, %%s)", norm(near))
   counts <- run(sprintf("Sum_Reduction(%s, 0)", sprintf(kept, "1", "0")), bound)
   if (max(counts) > 4096) return(NULL)
   # The kept cells of each query cell, smallest first: a K-min of their numbers, with K the
@@ -173,9 +176,7 @@ knn_kept_cells <- function(by, bx, full, metric) {
   row <- cell <- vector("list", 0L)
   for (K in setdiff(unique(counts), 0)) {
     rows <- which(counts == K)
-    one <- function(v) v[rows, , drop = FALSE]
-    op <- keops_kernel(sprintf("KMin_Reduction(%s, %d, 0)", sprintf(kept, "jj", "1e300"), K), args)
-    found <- op(list(one(by$lo), one(by$hi), bx$lo, bx$hi, as.double(full), bound[rows], seq_len(nrow(bx$lo)) - 1))
+    found <- run(sprintf("KMin_Reduction(%s, %d, 0)", sprintf(kept, "jj", "1e300"), K), bound, rows)
     row[[length(row) + 1L]] <- rep(rows, each = K)
     cell[[length(cell) + 1L]] <- as.integer(t(matrix(found, ncol = K))) + 1L
   }

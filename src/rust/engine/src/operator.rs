@@ -7,7 +7,7 @@ use crate::cuda::codegen::Dtype;
 use crate::cuda::resident::DeviceMatrix;
 use crate::error::{Error, Result};
 use crate::formula::{Category, Formula};
-use crate::ranges::Ranges;
+use crate::ranges::{BlockRanges, Ranges};
 use crate::real::Real;
 use crate::reduction::{ReductionKind, SumScheme};
 
@@ -164,6 +164,7 @@ impl Operator {
         let mut timings = Vec::new();
         let red = &self.formula.reduction;
         let nrow = if red.axis == 0 { n_i } else { n_j };
+        let ranges = options.ranges.as_ref().map(|r| r.for_axis(red.axis));
         let (values, indices, backend) = match gpu {
             Some(device) => {
                 let dtype = match options.precision {
@@ -172,7 +173,6 @@ impl Operator {
                     Precision::F64 => Dtype::F64,
                 };
                 let clock = std::time::Instant::now();
-                let ranges = options.ranges.as_ref().map(|r| r.for_axis(red.axis));
                 let compiled = self.kernels.get(
                     &device,
                     &self.formula,
@@ -209,10 +209,10 @@ impl Operator {
                         let rounded: Vec<Vec<f64>> = inputs.iter().map(|x| to_f16(x.data, |h| h.to_f64())).collect();
                         let inputs: Vec<Input> =
                             inputs.iter().zip(&rounded).map(|(x, r)| Input { data: r, ..*x }).collect();
-                        run_cpu::<f32>(&self.formula, &inputs, n_i, n_j, options, threads)
+                        run_cpu::<f32>(&self.formula, &inputs, n_i, n_j, options, ranges, threads)
                     }
-                    Precision::F32 => run_cpu::<f32>(&self.formula, inputs, n_i, n_j, options, threads),
-                    Precision::F64 => run_cpu::<f64>(&self.formula, inputs, n_i, n_j, options, threads),
+                    Precision::F32 => run_cpu::<f32>(&self.formula, inputs, n_i, n_j, options, ranges, threads),
+                    Precision::F64 => run_cpu::<f64>(&self.formula, inputs, n_i, n_j, options, ranges, threads),
                 }?;
                 timings.push(("CPU evaluation", clock.elapsed().as_secs_f64()));
                 let (values, indices) = to_column_major(rows, nrow);
@@ -311,11 +311,11 @@ fn run_cpu<T: Real>(
     n_i: usize,
     n_j: usize,
     options: &RunOptions,
+    ranges: Option<&BlockRanges>,
     threads: usize,
 ) -> Result<RowMajor> {
     let converted = convert::<T>(inputs);
     let inputs = Inputs { data: converted.iter().map(|c| c.as_ref()).collect(), n_i, n_j };
-    let ranges = options.ranges.as_ref().map(|r| r.for_axis(formula.reduction.axis));
     cpu::evaluate(formula, &inputs, options.sum_scheme, threads, options.interrupt, ranges)
 }
 
