@@ -100,19 +100,18 @@ new_keops_ranges <- function(ranges_i, slices_i, redranges_j, ranges_j, slices_j
   )
 }
 
-# For each block k of one axis (row k of `keep`), the kept blocks of the other
-# axis in increasing order, contiguous ones merged into one range. `keep` is
-# logical without NA; `other` the bare integer blocks of the other axis.
-clustering_reduced_ranges <- function(keep, other) {
-  nk <- nrow(keep)
-  p <- which(keep, arr.ind = TRUE)
-  if (nrow(p) == 0L) {
+# For each block k of one axis, the blocks l of the other axis paired with it
+# (pairs (k, l), distinct), in increasing order, contiguous ones merged into
+# one range. `nk`: the number of blocks of the first axis; `other` the bare
+# integer blocks of the other axis.
+clustering_reduced_ranges <- function(k, l, nk, other) {
+  np <- length(k)
+  if (np == 0L) {
     return(list(slices = integer(nk), red = matrix(integer(0), 0L, 2L)))
   }
-  o <- order(p[, 1L], p[, 2L])
-  k <- p[o, 1L]
-  l <- p[o, 2L]
-  np <- length(k)
+  o <- order(k, l, method = "radix")
+  k <- k[o]
+  l <- l[o]
   # A new range starts at a new block k, or where the next kept block does not
   # begin right after the previous one (doubles: no overflow at the last row).
   starts <- c(TRUE, k[-1L] != k[-np] |
@@ -122,6 +121,13 @@ clustering_reduced_ranges <- function(keep, other) {
   red <- cbind(other[l[first_pos], 1L], other[l[last_pos], 2L])
   dimnames(red) <- NULL
   list(slices = cumsum(tabulate(k[first_pos], nk)), red = red)
+}
+
+# The ranges object of the kept pairs (k, l) of non-empty blocks, distinct.
+clustering_ranges_of_pairs <- function(ranges_i, ranges_j, k, l) {
+  side_i <- clustering_reduced_ranges(k, l, nrow(ranges_i), ranges_j)
+  side_j <- clustering_reduced_ranges(l, k, nrow(ranges_j), ranges_i)
+  new_keops_ranges(ranges_i, side_i$slices, side_i$red, ranges_j, side_j$slices, side_j$red)
 }
 
 #' Block-sparse ranges of a reduction
@@ -245,6 +251,13 @@ grid_cluster <- function(x, size) {
   cells <- floor((x - rep(mins, each = n)) / rep(size, each = n))
   if (!all(is.finite(cells))) {
     clustering_stop(fun, "'size' is too small for the spread of 'x' (cell coordinates overflow)")
+  }
+  extent <- apply(cells, 2L, max) + 1
+  if (prod(extent) < 2^53) {
+    # One exact number per cell, in the same lexicographic order: a single sort key.
+    key <- cells[, 1L]
+    for (k in seq_len(d)[-1L]) key <- key * extent[k] + cells[, k]
+    return(match(key, sort(unique(key))))
   }
   o <- do.call(order, c(lapply(seq_len(d), function(k) cells[, k]), method = "radix"))
   sorted <- cells[o, , drop = FALSE]
@@ -376,7 +389,9 @@ cluster_ranges_centroids <- function(x, labels, weights = NULL) {
   radii <- rep(NA_real_, n_clusters)
   if (n > 0L) {
     d2 <- rowSums((x - centroids[labels, , drop = FALSE])^2)
-    radii[present] <- sqrt(vapply(split(d2, factor(labels, levels = present)), max, 0))
+    # sorted by label then distance, the last point of each cluster is its farthest
+    o <- order(labels, d2, method = "radix")
+    radii[present] <- sqrt(d2[o[cumsum(counts[present])]])
   }
   list(ranges = ranges, centroids = centroids, weights = wsum, radii = radii)
 }
@@ -449,9 +464,53 @@ from_matrix <- function(ranges_i, ranges_j, keep) {
     clustering_stop(fun, "'keep' is NA for a pair of non-empty blocks ",
                     "(NA is allowed only in the rows and columns of empty blocks)")
   }
-  side_i <- clustering_reduced_ranges(keep, ranges_j)
-  side_j <- clustering_reduced_ranges(t(keep), ranges_i)
-  new_keops_ranges(ranges_i, side_i$slices, side_i$red, ranges_j, side_j$slices, side_j$red)
+  p <- which(keep, arr.ind = TRUE)
+  clustering_ranges_of_pairs(ranges_i, ranges_j, p[, 1L], p[, 2L])
+}
+
+#' Block-sparse ranges from a list of kept block pairs
+#'
+#' The same as [from_matrix()], with the kept pairs of blocks given as a list
+#' rather than as a `nrow(ranges_i)` by `nrow(ranges_j)` matrix: for many
+#' clusters with few kept pairs each (thousands of cells, e.g. from
+#' [Kmin_argKmin()] on their centroids), the list is what is cheap to build.
+#'
+#' @inheritParams from_matrix
+#' @param pairs A matrix of whole numbers with 2 columns: each row a kept pair
+#'   (block of \eqn{i}, block of \eqn{j}), 1-based. Pairs may repeat and come
+#'   in any order; pairs with an empty block hold no entry and are left out.
+#' @return A [keops_ranges] object, the one `from_matrix()` gives for the
+#'   logical matrix that is `TRUE` at the pairs.
+#' @seealso [from_matrix()], [cluster_ranges_centroids()].
+#' @export
+#' @examples
+#' bi <- cbind(c(1, 5), c(4, 9))
+#' bj <- cbind(c(1, 3, 6), c(2, 5, 7))
+#' r <- from_pairs(bi, bj, rbind(c(1, 1), c(1, 2), c(2, 3), c(1, 2)))
+#' keep <- rbind(c(TRUE, TRUE, FALSE), c(FALSE, FALSE, TRUE))
+#' identical(r, from_matrix(bi, bj, keep))
+from_pairs <- function(ranges_i, ranges_j, pairs) {
+  fun <- "from_pairs"
+  ranges_i <- clustering_blocks(ranges_i, "ranges_i", fun)
+  ranges_j <- clustering_blocks(ranges_j, "ranges_j", fun)
+  if (!is.matrix(pairs) || !is.numeric(pairs) || ncol(pairs) != 2L) {
+    clustering_stop(fun, "'pairs' must be a numeric matrix with 2 columns (block of i, block of j)")
+  }
+  k <- pairs[, 1L]
+  l <- pairs[, 2L]
+  if (anyNA(pairs) || any(pairs != round(pairs)) || any(k < 1) || any(k > nrow(ranges_i)) ||
+      any(l < 1) || any(l > nrow(ranges_j))) {
+    clustering_stop(fun, "'pairs' must hold block numbers: 1 to ", nrow(ranges_i),
+                    " in column 1, 1 to ", nrow(ranges_j), " in column 2, without NA")
+  }
+  k <- as.integer(k)
+  l <- as.integer(l)
+  kept <- ranges_i[k, 2L] >= ranges_i[k, 1L] & ranges_j[l, 2L] >= ranges_j[l, 1L]
+  k <- k[kept]
+  l <- l[kept]
+  # distinct pairs: one key per pair (doubles: no overflow)
+  distinct <- !duplicated(as.double(k) * nrow(ranges_j) + l)
+  clustering_ranges_of_pairs(ranges_i, ranges_j, k[distinct], l[distinct])
 }
 
 #' Swap the axes of block-sparse ranges

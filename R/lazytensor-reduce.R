@@ -249,7 +249,7 @@ lazy_matvec <- function(K, fun) {
   f <- sprintf("Sum_Reduction((%s) * V%d, 0)", gsub("@([0-9]+)@", "V\\1", K$formula), nb)
   op <- NULL
   op_cols <- -1L
-  function(b) {
+  function(b, ranges = NULL) {
     # A vector is one column as it is (a dim attribute would copy it).
     if (!is.numeric(b) || length(dim(b)) > 2L || NROW(b) != M) {
       stop(sprintf("%s: 'y' must be a numeric matrix with %d rows (one per j), not %d", fun, M,
@@ -259,7 +259,7 @@ lazy_matvec <- function(K, fun) {
       op_cols <<- NCOL(b)
       op <<- lazy_operator(f, c(base_args, sprintf("V%d = Vj(%d)", nb, op_cols)))
     }
-    op(c(vars, list(b)))
+    op(c(vars, list(b)), ranges)
   }
 }
 
@@ -310,6 +310,13 @@ lazy_matvec <- function(K, fun) {
 #'   column is below `eps` times the norm of that column of `b`.
 #' @param maxiter The maximum number of iterations; a warning is given when
 #'   they do not suffice.
+#' @param ranges Optional: a block-sparse `K` (see [keops_ranges]): every
+#'   product by `K` reduces only the blocks that `ranges` keeps, e.g. a kernel
+#'   truncated beyond a cut-off radius. The truncated matrix must stay
+#'   symmetric (the same clusters for `i` and `j`, a symmetric `keep` in
+#'   [from_matrix()]) and \eqn{\alpha I + K}{alpha I + K} positive definite:
+#'   truncation moves each eigenvalue by at most the largest row sum of the
+#'   absolute values left out, so a nugget `alpha` above that bound is enough.
 #' @param ... Unused.
 #' @return The `N x E` matrix \eqn{x}.
 #' @seealso `%*%`
@@ -323,14 +330,14 @@ lazy_matvec <- function(K, fun) {
 #' # the same with the dense 20 x 20 matrix in plain R
 #' D2 <- outer(rowSums(x^2), rowSums(x^2), "+") - 2 * x %*% t(x)
 #' all.equal(sol, solve(exp(-D2) + 0.1 * diag(20), b), tolerance = 1e-4)
-solve.LazyTensor <- function(a, b, alpha = 0, eps = 1e-6, maxiter = 10 * NROW(b), ...) {
+solve.LazyTensor <- function(a, b, alpha = 0, eps = 1e-6, maxiter = 10 * NROW(b), ranges = NULL, ...) {
   matvec <- lazy_matvec(a, "solve")
   if (is.null(dim(b))) b <- matrix(b, ncol = 1L)
   if (!is.numeric(alpha) || length(alpha) != 1L || !is.finite(alpha)) {
     stop("solve(): 'alpha' must be a single number", call. = FALSE)
   }
   storage.mode(b) <- "double"
-  op <- function(v) matvec(v) + alpha * v
+  op <- function(v) matvec(v, ranges) + alpha * v
   x <- matrix(0, nrow(b), ncol(b))
   r <- b
   p <- r

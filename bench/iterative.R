@@ -15,6 +15,7 @@
 #   PEER_GB    memory allowed to a peer's N x K (or N x N) matrices (default 4)
 #   LANDMARK_IT  L-BFGS iterations of the landmark matching (default 400 full, 1 small: one
 #              evaluation of the cost and its gradient takes ~30 s on 2 cores)
+#   MS_CELLS   cell scales of the multiscale Sinkhorn (default 0.1; e.g. 0.2,0.1 times both)
 #   BENCH_OUT  also write the report to this file
 # For each case: the median total time, the share of the engine's kernels (phases whose name holds
 # "kernel" or "CPU evaluation"), the R side (total minus all the engine's phases), the number of
@@ -316,6 +317,142 @@ sinkhorn_case <- function(N, prev = NULL, dense_err = NULL) {
   invisible(list(m = m, work = N^2))
 }
 
+# ---- Multiscale Sinkhorn with block-sparse fine iterations (vignettes/sinkhorn-multiscale.Rmd) --
+
+# Two samples of a torus, the second deformed by an affine map, scaled to a diameter of 2 (the
+# paper's Table 6 deforms the Stanford dragon the same way).
+tori_data <- function(N) {
+  set.seed(N + 6)
+  torus <- function(n, R = 1, r = 0.4) {
+    u <- runif(n, 0, 2 * pi); v <- runif(n, 0, 2 * pi)
+    cbind((R + r * cos(v)) * cos(u), (R + r * cos(v)) * sin(u), r * sin(v))
+  }
+  x <- torus(N)
+  y <- torus(N) %*% (diag(3) + matrix(rnorm(9, sd = 0.2), 3, 3)) + rep(c(0.3, -0.2, 0.1), each = N)
+  r <- apply(rbind(x, y), 2, range)
+  s <- sqrt(sum((r[2, ] - r[1, ])^2)) / 2
+  a <- runif(N, 0.5, 1.5); b <- runif(N, 0.5, 1.5)
+  list(x = x / s, a = a / sum(a), y = y / s, b = b / sum(b))
+}
+ms_eps <- function(d, blur, iters) {
+  r <- apply(rbind(d$x, d$y), 2, range)
+  D2 <- sum((r[2, ] - r[1, ])^2)
+  D2 * (blur^2 / D2)^seq(0, 1, length.out = iters)
+}
+ms_step <- function(x_i, y_j, loga_i, logb_j, f, g, eps, ranges = NULL) {
+  C_ij <- sqdist(x_i, y_j) / 2
+  s <- Pm(1 / eps)
+  ft <- -eps * logsumexp(logb_j + (Vj(g) - C_ij) * s, index = "j", ranges = ranges)[, 1]
+  gt <- -eps * logsumexp(loga_i + (Vi(f) - C_ij) * s, index = "i", ranges = ranges)[, 1]
+  list(f = (f + ft) / 2, g = (g + gt) / 2)
+}
+ms_dense <- function(d, blur = 0.01, iters = 10) {
+  x_i <- Vi(keep(d$x)); y_j <- Vj(keep(d$y))
+  loga_i <- Vi(keep(log(d$a))); logb_j <- Vj(keep(log(d$b)))
+  f <- numeric(nrow(d$x)); g <- numeric(nrow(d$y))
+  for (eps in ms_eps(d, blur, iters)) {
+    p <- ms_step(x_i, y_j, loga_i, logb_j, f, g, eps)
+    f <- p$f; g <- p$g
+  }
+  list(f = f, g = g, eps = eps)
+}
+# The solver of the vignette (cells of side `cell`, truncation at tau * eps; see there for the
+# bound), the sorted points kept on the GPU.
+ms_block_max <- function(v, blocks) vapply(seq_len(nrow(blocks)), function(k) max(v[blocks[k, 1]:blocks[k, 2]]), 0)
+ms_along_slope <- function(points, labels, centroids, targets) {
+  rowSums((points - centroids[labels, , drop = FALSE]) * (centroids - targets)[labels, , drop = FALSE])
+}
+ms_kept_pairs <- function(F, G, cx, cy, to, from, slack) {
+  margin <- Vi(F) + Vj(G) - sqdist(Vi(cx$centroids), Vj(cy$centroids)) / 2 +
+    Vi(cx$radii) * sqrt(sqdist(Vj(cy$centroids), Vi(to))) +
+    Vj(cy$radii) * sqrt(sqdist(Vi(cx$centroids), Vj(from))) + Pm(slack)
+  n_y <- nrow(cy$ranges)
+  K <- 16
+  repeat {
+    top <- Kmin_argKmin(-margin, K = min(K, n_y), index = "j")
+    if (K >= n_y || all(top$values[, K] > 0)) break
+    K <- 2 * K
+  }
+  keep <- top$values <= 0
+  keep[, 1] <- TRUE
+  best_i <- argmin(-margin, index = "i")[, 1]
+  from_pairs(cx$ranges, cy$ranges, rbind(cbind(row(keep)[keep], top$indices[keep]), cbind(best_i, seq_len(n_y))))
+}
+ms_kept_fraction <- function(ranges) {
+  len <- function(r) as.double(r[, 2] - r[, 1] + 1)
+  per_block <- rowsum(len(ranges$redranges_j), rep(seq_along(ranges$slices_i), diff(c(0, ranges$slices_i))))
+  sum(len(ranges$ranges_i)[as.integer(rownames(per_block))] * per_block) /
+    (sum(len(ranges$ranges_i)) * sum(len(ranges$ranges_j)))
+}
+ms_multiscale <- function(d, cell, blur = 0.01, iters = 10, tau = 5) {
+  eps_list <- ms_eps(d, blur, iters)
+  sx <- sort_clusters(d$x, grid_cluster(d$x, cell)); a_s <- d$a[sx$perm]
+  sy <- sort_clusters(d$y, grid_cluster(d$y, cell)); b_s <- d$b[sy$perm]
+  cx <- cluster_ranges_centroids(sx$x, sx$labels, a_s)
+  cy <- cluster_ranges_centroids(sy$x, sy$labels, b_s)
+  coarse <- sqrt(eps_list) > cell * sqrt(ncol(d$x))
+  xc_i <- Vi(cx$centroids); yc_j <- Vj(cy$centroids)
+  logac_i <- Vi(log(cx$weights)); logbc_j <- Vj(log(cy$weights))
+  fc <- numeric(nrow(cx$centroids)); gc <- numeric(nrow(cy$centroids))
+  for (eps in eps_list[coarse]) {
+    p <- ms_step(xc_i, yc_j, logac_i, logbc_j, fc, gc, eps)
+    fc <- p$f; gc <- p$g
+  }
+  eps <- eps_list[sum(coarse)]
+  s <- Pm(1 / eps)
+  x_i <- Vi(keep(sx$x)); y_j <- Vj(keep(sy$x))
+  f <- -eps * logsumexp(logbc_j + (Vj(gc) - sqdist(x_i, yc_j) / 2) * s, index = "j")[, 1]
+  g <- -eps * logsumexp(logac_i + (Vi(fc) - sqdist(xc_i, y_j) / 2) * s, index = "i")[, 1]
+  Cc_ij <- sqdist(xc_i, yc_j) / 2
+  to <- sumsoftmaxweight(logbc_j + (Vj(gc) - Cc_ij) * s, weight = yc_j, index = "j")
+  from <- sumsoftmaxweight(logac_i + (Vi(fc) - Cc_ij) * s, weight = xc_i, index = "i")
+  slope_x <- ms_along_slope(sx$x, sx$labels, cx$centroids, to)
+  slope_y <- ms_along_slope(sy$x, sy$labels, cy$centroids, from)
+  loga_i <- Vi(keep(log(a_s))); logb_j <- Vj(keep(log(b_s)))
+  kept <- numeric(0)
+  for (eps in eps_list[!coarse]) {
+    ranges <- ms_kept_pairs(ms_block_max(f - slope_x, cx$ranges), ms_block_max(g - slope_y, cy$ranges),
+                            cx, cy, to, from, tau * eps)
+    kept <- c(kept, ms_kept_fraction(ranges))
+    p <- ms_step(x_i, y_j, loga_i, logb_j, f, g, eps, ranges)
+    f <- p$f; g <- p$g
+  }
+  list(f = f[order(sx$perm)], g = g[order(sy$perm)], eps = eps, kept = kept,
+       cells = nrow(cx$ranges) + nrow(cy$ranges), coarse = sum(coarse))
+}
+# Cells of side cell_scale * (N / 1e4)^(-1/4): a surface holds ~ area / side^2 cells, so their
+# number grows like sqrt(N) (the paper's coarse measures have sqrt(N) points). MS_CELLS lists the
+# scales to time (default 0.1: ~ 4 sqrt(N) cells in each cloud of tori_data()).
+ms_scales <- as.numeric(strsplit(env_str("MS_CELLS", "0.1"), ",")[[1]])
+
+multiscale_case <- function(N, prev = NULL) {
+  label <- "Sinkhorn multiscale, 10 it., D=3, blur=0.01"
+  size <- sprintf("N=M=%s", num(N))
+  if (!selected(paste(label, size))) return(prev)
+  d <- tori_data(N)
+  dense <- measure(function() ms_dense(d), predict_next(prev$dense, prev$work, N^2))
+  w2 <- function(s) sqrt(2 * (sum(d$a * s$f) + sum(d$b * s$g)))
+  for (scale in ms_scales) {
+    cell <- scale * (N / 1e4)^(-1 / 4)
+    m <- measure(function() ms_multiscale(d, cell))
+    check <- NULL
+    if (is.null(m$skipped)) {
+      about <- sprintf("cell %.3g, %d cells, %d coarse it., kept %% per fine it.: %s", cell,
+                       m$value$cells, m$value$coarse, paste(sprintf("%.1f", 100 * m$value$kept), collapse = " "))
+      if (is.null(dense$skipped)) {
+        rel <- abs(w2(m$value) / w2(dense$value) - 1)
+        check <- list(ok = rel < 0.01, text = sprintf("sqrt(2 OT_eps) %.5f vs dense annealing %.5f (relative %.1e < 1e-2); %s",
+                                                       w2(m$value), w2(dense$value), rel, about))
+      } else {
+        check <- list(ok = all(is.finite(m$value$f), is.finite(m$value$g)),
+                      text = sprintf("potentials finite; sqrt(2 OT_eps) %.5f (dense not run); %s", w2(m$value), about))
+      }
+    }
+    record(label, size, m, dense, "dense annealing (rkeops, same 10 eps)", check)
+  }
+  invisible(list(dense = dense, work = N^2))
+}
+
 # ---- Landmark matching by geodesic shooting (seed 003; vignettes/landmarks.Rmd) ----------------
 
 # Synthetic shapes at the scale of the paper (mm): 1847 landmarks on an ellipsoid, the target a
@@ -559,6 +696,10 @@ if (selected("Sinkhorn")) {
   prev <- sinkhorn_case(1e5, prev, dense_err)
   if (full) sinkhorn_case(1e6, prev, dense_err)
 }
+# Multiscale Sinkhorn: Table 6's multiscale column
+prev <- multiscale_case(1e4)
+prev <- multiscale_case(1e5, prev)
+if (full) multiscale_case(1e6, prev)
 
 # K-means: the CPU goal row is N = 1e6, D = 2, K = 50
 prev <- kmeans_case(1e6, 2, 50)

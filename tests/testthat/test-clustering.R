@@ -401,6 +401,32 @@ test_that("from_matrix() handles empty rows of keep and empty blocks", {
   check_from_matrix(cl$ranges, cl$ranges, dist_keep, 19, 19)
 })
 
+test_that("from_pairs() gives what from_matrix() gives for the same pairs (duplicates, empty blocks)", {
+  set.seed(43)
+  for (rep in 1:12) {
+    n <- sample(30:90, 1)
+    m <- sample(25:80, 1)
+    ri <- random_blocks(sample(1:9, 1), n)
+    rj <- random_blocks(sample(1:11, 1), m)
+    keep <- matrix(runif(nrow(ri) * nrow(rj)) < runif(1), nrow(ri), nrow(rj))
+    p <- which(keep, arr.ind = TRUE)
+    p <- p[sample(nrow(p)), , drop = FALSE]                  # any order
+    p <- rbind(p, p[seq_len(min(3, nrow(p))), , drop = FALSE])  # repeated pairs
+    expect_identical(from_pairs(ri, rj, p), check_from_matrix(ri, rj, keep, n, m))
+    expect_identical(from_pairs(ri, rj, p * 1.0), from_matrix(ri, rj, keep))   # doubles
+  }
+  rb <- cbind(c(1, 4, 4), c(3, 3, 7))                         # block 2 empty: its pairs hold nothing
+  expect_identical(from_pairs(rb, rb, rbind(c(2, 1), c(1, 3), c(3, 2))),
+                   from_matrix(rb, rb, rbind(c(FALSE, FALSE, TRUE), c(FALSE, FALSE, FALSE), c(FALSE, FALSE, FALSE))))
+  expect_identical(from_pairs(rb, rb, matrix(integer(0), 0, 2)), from_matrix(rb, rb, matrix(FALSE, 3, 3)))
+  expect_error(from_pairs(rb, rb, c(1, 2)), "from_pairs\\(\\): 'pairs' must be a numeric matrix with 2 columns")
+  expect_error(from_pairs(rb, rb, rbind(c(1, 4))), "'pairs' must hold block numbers: 1 to 3 in column 1, 1 to 3 in column 2")
+  expect_error(from_pairs(rb, rb, rbind(c(0, 1))), "'pairs' must hold block numbers")
+  expect_error(from_pairs(rb, rb, rbind(c(1.5, 1))), "'pairs' must hold block numbers")
+  expect_error(from_pairs(rb, rb, rbind(c(NA, 1))), "'pairs' must hold block numbers")
+  expect_error(from_pairs(rb[3:1, ], rb, rbind(c(1, 1))), "'ranges_i'.*sorted")
+})
+
 test_that("swap_axes() exchanges the two parts; twice is the identity", {
   set.seed(44)
   ri <- random_blocks(6, 41)

@@ -137,6 +137,26 @@ test_that("keops_grad() and LazyTensor reductions take the same ranges", {
                matrix(log(rowSums(exp(-D2) * keep))), tolerance = 1e-10)
 })
 
+test_that("solve() with ranges solves the truncated system", {
+  set.seed(151)
+  N <- 173
+  x <- matrix(runif(2 * N), N)
+  s <- sort_clusters(x, grid_cluster(x, 0.23))
+  cl <- cluster_ranges_centroids(s$x, s$labels)
+  gap <- sqrt(outer(rowSums(cl$centroids^2), rowSums(cl$centroids^2), "+") -
+                2 * tcrossprod(cl$centroids)) - outer(cl$radii, cl$radii, "+")
+  r <- from_matrix(cl$ranges, cl$ranges, gap < 0.2)       # symmetric: same blocks, symmetric keep
+  keep <- kept_mask(r, N, N)
+  expect_true(isSymmetric(keep) && any(!keep))
+  xs <- s$x
+  D2 <- outer(rowSums(xs^2), rowSums(xs^2), "+") - 2 * tcrossprod(xs)
+  K <- exp(-D2 / 0.02) * keep
+  b <- matrix(rnorm(2 * N), N)
+  local_precision("float64")
+  got <- solve(exp(-rkeops::sqdist(Vi(xs), Vj(xs)) / 0.02), b, alpha = 0.5, eps = 1e-10, ranges = r)
+  expect_equal(got, solve(K + 0.5 * diag(N), b), tolerance = 1e-8)
+})
+
 test_that("bad ranges are errors that name what is wrong", {
   d <- ranges_data()
   op <- keops_kernel("Sum_Reduction(Exp(-s * SqDist(x, y)) * b, 0)", args3)
