@@ -101,17 +101,23 @@ new_keops_ranges <- function(ranges_i, slices_i, redranges_j, ranges_j, slices_j
 }
 
 # For each block k of one axis, the blocks l of the other axis paired with it
-# (pairs (k, l), distinct), in increasing order, contiguous ones merged into
-# one range. `nk`: the number of blocks of the first axis; `other` the bare
-# integer blocks of the other axis.
+# (pairs (k, l), repeats allowed), in increasing order, contiguous ones merged
+# into one range. `nk`: the number of blocks of the first axis; `other` the
+# bare integer blocks of the other axis.
 clustering_reduced_ranges <- function(k, l, nk, other) {
-  np <- length(k)
-  if (np == 0L) {
+  if (length(k) == 0L) {
     return(list(slices = integer(nk), red = matrix(integer(0), 0L, 2L)))
   }
   o <- order(k, l, method = "radix")
   k <- k[o]
   l <- l[o]
+  np <- length(k)
+  distinct <- c(TRUE, k[-1L] != k[-np] | l[-1L] != l[-np])
+  if (!all(distinct)) {
+    k <- k[distinct]
+    l <- l[distinct]
+    np <- length(k)
+  }
   # A new range starts at a new block k, or where the next kept block does not
   # begin right after the previous one (doubles: no overflow at the last row).
   starts <- c(TRUE, k[-1L] != k[-np] |
@@ -123,7 +129,7 @@ clustering_reduced_ranges <- function(k, l, nk, other) {
   list(slices = cumsum(tabulate(k[first_pos], nk)), red = red)
 }
 
-# The ranges object of the kept pairs (k, l) of non-empty blocks, distinct.
+# The ranges object of the kept pairs (k, l) of non-empty blocks.
 clustering_ranges_of_pairs <- function(ranges_i, ranges_j, k, l) {
   side_i <- clustering_reduced_ranges(k, l, nrow(ranges_i), ranges_j)
   side_j <- clustering_reduced_ranges(l, k, nrow(ranges_j), ranges_i)
@@ -506,11 +512,7 @@ from_pairs <- function(ranges_i, ranges_j, pairs) {
   k <- as.integer(k)
   l <- as.integer(l)
   kept <- ranges_i[k, 2L] >= ranges_i[k, 1L] & ranges_j[l, 2L] >= ranges_j[l, 1L]
-  k <- k[kept]
-  l <- l[kept]
-  # distinct pairs: one key per pair (doubles: no overflow)
-  distinct <- !duplicated(as.double(k) * nrow(ranges_j) + l)
-  clustering_ranges_of_pairs(ranges_i, ranges_j, k[distinct], l[distinct])
+  clustering_ranges_of_pairs(ranges_i, ranges_j, k[kept], l[kept])
 }
 
 #' Swap the axes of block-sparse ranges

@@ -13,6 +13,8 @@ ranges_for_engine <- function(ranges) {
          paste(ranges_parts, collapse = ", "), ")", call. = FALSE)
   }
   whole <- function(x, name) {
+    # (from_matrix() and from_pairs() give integers: only NA to look for)
+    if (is.integer(x) && !anyNA(x)) return(x)
     if (!is.numeric(x) || anyNA(x) || any(x != round(x)) || any(abs(x) > .Machine$integer.max)) {
       stop("'ranges$", name, "' must hold whole numbers, without NA", call. = FALSE)
     }

@@ -335,8 +335,7 @@ tori_data <- function(N) {
   list(x = x / s, a = a / sum(a), y = y / s, b = b / sum(b))
 }
 ms_eps <- function(d, blur, iters) {
-  r <- apply(rbind(d$x, d$y), 2, range)
-  D2 <- sum((r[2, ] - r[1, ])^2)
+  D2 <- sum(vapply(seq_len(ncol(d$x)), function(k) diff(range(d$x[, k], d$y[, k]))^2, 0))
   D2 * (blur^2 / D2)^seq(0, 1, length.out = iters)
 }
 ms_step <- function(x_i, y_j, loga_i, logb_j, f, g, eps, ranges = NULL) {
@@ -367,12 +366,8 @@ ms_kept_pairs <- function(F, G, cx, cy, to, from, slack) {
     Vi(cx$radii) * sqrt(sqdist(Vj(cy$centroids), Vi(to))) +
     Vj(cy$radii) * sqrt(sqdist(Vi(cx$centroids), Vj(from))) + Pm(slack)
   n_y <- nrow(cy$ranges)
-  K <- 16
-  repeat {
-    top <- Kmin_argKmin(-margin, K = min(K, n_y), index = "j")
-    if (K >= n_y || all(top$values[, K] > 0)) break
-    K <- 2 * K
-  }
+  most <- max(sum(step(margin), index = "j"))
+  top <- Kmin_argKmin(-margin, K = min(2^ceiling(log2(max(most, 1))), n_y), index = "j")
   keep <- top$values <= 0
   keep[, 1] <- TRUE
   best_i <- argmin(-margin, index = "i")[, 1]

@@ -33,6 +33,18 @@ if (backend == "GPU") {
   Sys.unsetenv("RKEOPS_GPU_SCHEME")
   cat(sprintf("Gaussian sum, dense with the 1D scheme forced: %.3f s (ranges keeping every block: %+.1f %% of it)\n",
               t_dense1d, 100 * (t_all / t_dense1d - 1)))
+  # Small blocks (200 rows): the narrow ranged kernel (64 rows per CUDA block) against the wide one.
+  nb_small <- 5000
+  small <- cbind(floor((seq_len(nb_small) - 1) * N / nb_small) + 1, floor(seq_len(nb_small) * N / nb_small))
+  near <- cbind(rep(seq_len(nb_small), each = 501), rep(seq_len(nb_small), each = 501) + rep(-250:250, nb_small))
+  near <- near[near[, 2] >= 1 & near[, 2] <= nb_small, ]
+  band_small <- from_pairs(small, small, near)
+  t_narrow <- median_time(function() gauss(list(x, y, b, 10), ranges = band_small))
+  Sys.setenv(RKEOPS_GPU_RANGED = "wide")
+  t_wide <- median_time(function() gauss(list(x, y, b, 10), ranges = band_small))
+  Sys.unsetenv("RKEOPS_GPU_RANGED")
+  cat(sprintf("Gaussian sum over a band of %d blocks of %d rows (%.1f %% kept): narrow kernel %.3f s, wide kernel %.3f s (%.1f x), dense %.3f s\n",
+              nb_small, N / nb_small, 100 * nrow(near) / nb_small^2, t_narrow, t_wide, t_wide / t_narrow, t_dense))
 }
 
 # 10 nearest neighbours of N uniform points in D = 3

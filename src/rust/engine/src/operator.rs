@@ -178,7 +178,7 @@ impl Operator {
                     &self.formula,
                     dtype,
                     options.sum_scheme,
-                    ranges.is_some(),
+                    cuda::codegen::Variant::for_ranges(ranges),
                     options.cache_dir.as_deref(),
                 )?;
                 timings.push(("compile or load", clock.elapsed().as_secs_f64()));

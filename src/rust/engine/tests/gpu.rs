@@ -5,7 +5,7 @@
 
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use engine::cuda::codegen::{self, Dtype};
+use engine::cuda::codegen::{self, Dtype, Variant};
 use engine::cuda::device;
 use engine::formula::Formula;
 use engine::{Backend, BlockRanges, Input, Operator, Precision, Ranges, RunOptions, SumScheme};
@@ -185,13 +185,15 @@ fn generated_kernels_compile_with_nvrtc() {
                         panic!("{text} ({dtype:?}, {scheme:?}) does not compile:\n{e}\n{}", kernel.source);
                     }
                     compiled += 1;
-                    // The block-sparse kernel of every reduction.
+                    // The block-sparse kernels of every reduction.
                     if REDUCTIONS.contains(&formula.as_str()) && scheme == SumScheme::Auto {
-                        let kernel = codegen::generate_ranged(&f, dtype, scheme);
-                        if let Err(e) = device::compile_cubin(&kernel.source, "sm_90") {
-                            panic!("{text} ({dtype:?}, ranges) does not compile:\n{e}\n{}", kernel.source);
+                        for variant in [Variant::Ranged, Variant::RangedNarrow] {
+                            let kernel = codegen::generate_variant(&f, dtype, scheme, variant);
+                            if let Err(e) = device::compile_cubin(&kernel.source, "sm_90") {
+                                panic!("{text} ({dtype:?}, {variant:?}) does not compile:\n{e}\n{}", kernel.source);
+                            }
+                            compiled += 1;
                         }
-                        compiled += 1;
                     }
                 }
             }
@@ -292,20 +294,30 @@ fn gpu_block_sparse_equals_cpu() {
             }
         }
     }
+    // Ranges that keep everything, with small blocks of rows (the narrow kernel) and large ones (the
+    // wide kernel): every reduction as the dense one.
     let (n, m) = (1031, 20011);
     let data = Data::new(n, m);
     let inputs = data.inputs();
-    let everything = |n_out: usize, n_red: usize| {
-        let blocks: Vec<_> = (0..n_out).step_by(97).map(|s| s..(s + 97).min(n_out)).collect();
+    let everything = |n_out: usize, n_red: usize, rows: usize| {
+        let blocks: Vec<_> = (0..n_out).step_by(rows).map(|s| s..(s + rows).min(n_out)).collect();
         BlockRanges { slices: (1..=blocks.len()).collect(), reduced: vec![0..n_red; blocks.len()], blocks }
     };
-    let ranges = Ranges { i: everything(n, m), j: everything(m, n) };
-    for text in ["Sum_Reduction(Exp(-s*SqDist(x,y))*b, 0)", "ArgKMin_Reduction(SqDist(x,y), 7, 1)"] {
-        let op = Operator::new(text, &args()).unwrap();
-        let dense = run(&op, &inputs, Precision::F64, Backend::Gpu(0), SumScheme::Auto);
-        let options = RunOptions { precision: Precision::F64, backend: Backend::Gpu(0), ranges: Some(ranges.clone()), ..Default::default() };
-        let sparse = op.run(&inputs, &options).unwrap();
-        compare(&format!("{text}, ranges keeping everything"), &sparse, &dense, Precision::F64);
+    for rows in [97, 600] {
+        let ranges = Ranges { i: everything(n, m, rows), j: everything(m, n, rows) };
+        let variant = Variant::for_ranges(Some(&ranges.i));
+        assert_eq!(variant, if rows < 512 { Variant::RangedNarrow } else { Variant::Ranged });
+        for formula in REDUCTIONS {
+            for axis in ["0", "1"] {
+                let text = formula.replace("AXIS", axis);
+                let op = Operator::new(&text, &args()).unwrap();
+                let dense = run(&op, &inputs, Precision::F64, Backend::Gpu(0), SumScheme::Auto);
+                let options =
+                    RunOptions { precision: Precision::F64, backend: Backend::Gpu(0), ranges: Some(ranges.clone()), ..Default::default() };
+                let sparse = op.run(&inputs, &options).unwrap();
+                compare(&format!("{text}, ranges keeping everything ({variant:?})"), &sparse, &dense, Precision::F64);
+            }
+        }
     }
 }
 

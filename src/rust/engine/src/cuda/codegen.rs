@@ -16,6 +16,7 @@ use std::fmt::Write;
 use super::finish;
 use crate::formula::{Category, Formula, NodeId, Op};
 use crate::plan::{Plan, Role};
+use crate::ranges::BlockRanges;
 use crate::reduction::Accumulator;
 use crate::reduction::{ReductionKind, SumScheme};
 
@@ -83,18 +84,53 @@ pub const KERNEL_NAME: &str = "rkeops_reduce";
 pub const MERGE_NAME: &str = "rkeops_merge";
 
 pub fn generate(formula: &Formula, dtype: Dtype, scheme: SumScheme) -> Kernel {
-    generate_with(formula, dtype, scheme, false)
+    generate_variant(formula, dtype, scheme, Variant::Dense)
 }
 
-/// The kernel of a block-sparse reduction (`ranges`): block `b` of the grid reduces the output
+/// Which kernel of a formula: the dense one (1D and 2D schemes), or a block-sparse one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Variant {
+    Dense,
+    /// Block-sparse, as many rows per block of the grid as the dense kernel (up to TILE x ROWS).
+    Ranged,
+    /// Block-sparse, 64 rows per block of the grid, one per thread: for ranges whose blocks of
+    /// rows are small, where a wide block would leave most of its threads without a row.
+    RangedNarrow,
+}
+
+/// Below this mean number of rows per (non-empty) block, ranges run the narrow kernel.
+const NARROW_BELOW_ROWS: usize = 512;
+
+impl Variant {
+    /// The kernel for these ranges of the output rows (none: dense). `RKEOPS_GPU_RANGED=narrow` or
+    /// `wide` overrides the choice (for benchmarks).
+    pub fn for_ranges(ranges: Option<&BlockRanges>) -> Variant {
+        let Some(ranges) = ranges else { return Variant::Dense };
+        match std::env::var("RKEOPS_GPU_RANGED").ok().as_deref() {
+            Some("narrow") => return Variant::RangedNarrow,
+            Some("wide") => return Variant::Ranged,
+            _ => {}
+        }
+        let (rows, blocks) = ranges
+            .blocks
+            .iter()
+            .filter(|b| !b.is_empty())
+            .fold((0, 0), |(rows, blocks), b| (rows + b.len(), blocks + 1));
+        if blocks > 0 && rows < NARROW_BELOW_ROWS * blocks {
+            Variant::RangedNarrow
+        } else {
+            Variant::Ranged
+        }
+    }
+}
+
+/// The kernel of `variant`. A block-sparse one (`ranges`): block `b` of the grid reduces the output
 /// rows `rk_work[4b] .. rk_work[4b + 1]` (at most TILE x ROWS) over the ranges of the reduced
 /// index `rk_red[2r] .. rk_red[2r + 1]` for `r` in `rk_work[4b + 2] .. rk_work[4b + 3]`, and
 /// finalises them (the 1D scheme).
-pub fn generate_ranged(formula: &Formula, dtype: Dtype, scheme: SumScheme) -> Kernel {
-    generate_with(formula, dtype, scheme, true)
-}
-
-fn generate_with(formula: &Formula, dtype: Dtype, scheme: SumScheme, ranged: bool) -> Kernel {
+pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, variant: Variant) -> Kernel {
+    let ranged = variant != Variant::Dense;
+    let narrow = variant == Variant::RangedNarrow;
     let red = &formula.reduction;
     let plan = Plan::new(formula);
     let acc = Accumulator::new(formula, scheme);
@@ -111,9 +147,9 @@ fn generate_with(formula: &Formula, dtype: Dtype, scheme: SumScheme, ranged: boo
     let inner_width: usize = inner_vars.iter().map(|&p| formula.variables[p].dim).sum();
     // The largest tile whose shared memory fits; wide variables read global memory directly.
     let fits = |t: usize| t * inner_width * dtype.size() <= SHARED_BYTES;
-    let tile = [256, 128, 64].into_iter().find(|&t| fits(t)).unwrap_or(64);
+    let tile = if narrow { 64 } else { [256, 128, 64].into_iter().find(|&t| fits(t)).unwrap_or(64) };
     let shared = fits(tile) && inner_width > 0;
-    let rows = rows_per_thread(formula, &plan, &acc, dtype);
+    let rows = if narrow { 1 } else { rows_per_thread(formula, &plan, &acc, dtype) };
     let constant_nodes: Vec<NodeId> =
         plan.constant.iter().copied().filter(|&id| matches!(formula.graph.nodes[id].op, Op::Constant(_))).collect();
     let constants = constant_nodes
@@ -352,7 +388,7 @@ impl Gen<'_> {
         );
     }
 
-    /// (A block-sparse kernel also takes its work and ranges: `generate_ranged`.)
+    /// (A block-sparse kernel also takes its work and ranges: `Variant::Ranged...`.)
     fn signature(&mut self, ranged: bool) {
         let mut params = vec![
             "const int n_out".to_string(),

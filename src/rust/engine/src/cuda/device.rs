@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream};
 use cudarc::nvrtc::{result as nvrtc_result, sys as nvrtc_sys, Ptx};
 
-use super::codegen::{self, Dtype, Kernel};
+use super::codegen::{self, Dtype, Kernel, Variant};
 use super::workspace::Workspace;
 use crate::cache::{self, DiskCache};
 use crate::error::{Error, Result};
@@ -45,7 +45,7 @@ pub struct Compiled {
 /// The compiled kernels of one operator by device, precision, summation scheme and whether they
 /// are block-sparse, so that a repeated call neither generates nor hashes its source again.
 #[derive(Default)]
-pub struct Kernels(Mutex<HashMap<(usize, Dtype, SumScheme, bool), Arc<Compiled>>>);
+pub struct Kernels(Mutex<HashMap<(usize, Dtype, SumScheme, Variant), Arc<Compiled>>>);
 
 impl Clone for Kernels {
     /// A copy starts empty: what it holds is only a cache.
@@ -61,7 +61,7 @@ impl std::fmt::Debug for Kernels {
 }
 
 impl Kernels {
-    /// The kernels of `formula` on `device` (the block-sparse ones when `ranged`), compiled (or
+    /// The kernels of `formula` on `device` (dense or block-sparse: `variant`), compiled (or
     /// loaded from `cache_dir`) on first use.
     pub fn get(
         &self,
@@ -69,17 +69,14 @@ impl Kernels {
         formula: &Formula,
         dtype: Dtype,
         scheme: SumScheme,
-        ranged: bool,
+        variant: Variant,
         cache_dir: Option<&std::path::Path>,
     ) -> Result<Arc<Compiled>> {
-        let key = (device.ordinal, dtype, scheme, ranged);
+        let key = (device.ordinal, dtype, scheme, variant);
         if let Some(c) = self.0.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok(c);
         }
-        let kernel = match ranged {
-            true => codegen::generate_ranged(formula, dtype, scheme),
-            false => codegen::generate(formula, dtype, scheme),
-        };
+        let kernel = codegen::generate_variant(formula, dtype, scheme, variant);
         let cache = cache_dir.map(DiskCache::open).transpose().map_err(Error::Invalid)?;
         let (reduce, merge) = device.functions(&kernel, cache.as_ref())?;
         super::launch::check_resources(device, &reduce, &kernel)?;

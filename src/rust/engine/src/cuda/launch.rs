@@ -70,7 +70,7 @@ pub struct Columns {
     pub indices: Option<Vec<i32>>,
 }
 
-/// The work of a block-sparse reduction as the ranged kernel reads it (`codegen::generate_ranged`):
+/// The work of a block-sparse reduction as the ranged kernels read it (`codegen::Variant`):
 /// four ints per block of the grid (its output rows, its first and last range) and the ranges.
 struct RangedWork {
     work: Vec<i32>,
