@@ -332,8 +332,14 @@ test_that("from_matrix() computes the entries of the kept block pairs (random ke
     ri <- random_blocks(sample(1:9, 1), n)
     rj <- random_blocks(sample(1:11, 1), m)
     keep <- matrix(runif(nrow(ri) * nrow(rj)) < runif(1), nrow(ri), nrow(rj))
-    check_from_matrix(ri, rj, keep, n, m)
+    r <- check_from_matrix(ri, rj, keep, n, m)
     check_from_matrix(ri, rj, keep * 1, n, m)   # 0/1
+    # from_pairs(): the same kept pairs as a list, repeated and in any order, integers or doubles
+    p <- which(keep, arr.ind = TRUE)
+    p <- rbind(p, p[seq_len(min(3, nrow(p))), , drop = FALSE])
+    p <- p[sample(nrow(p)), , drop = FALSE]
+    expect_identical(from_pairs(ri, rj, p), r)
+    expect_identical(from_pairs(ri, rj, p * 1.0), r)
   }
 })
 
@@ -401,20 +407,7 @@ test_that("from_matrix() handles empty rows of keep and empty blocks", {
   check_from_matrix(cl$ranges, cl$ranges, dist_keep, 19, 19)
 })
 
-test_that("from_pairs() gives what from_matrix() gives for the same pairs (duplicates, empty blocks)", {
-  set.seed(43)
-  for (rep in 1:12) {
-    n <- sample(30:90, 1)
-    m <- sample(25:80, 1)
-    ri <- random_blocks(sample(1:9, 1), n)
-    rj <- random_blocks(sample(1:11, 1), m)
-    keep <- matrix(runif(nrow(ri) * nrow(rj)) < runif(1), nrow(ri), nrow(rj))
-    p <- which(keep, arr.ind = TRUE)
-    p <- p[sample(nrow(p)), , drop = FALSE]                  # any order
-    p <- rbind(p, p[seq_len(min(3, nrow(p))), , drop = FALSE])  # repeated pairs
-    expect_identical(from_pairs(ri, rj, p), check_from_matrix(ri, rj, keep, n, m))
-    expect_identical(from_pairs(ri, rj, p * 1.0), from_matrix(ri, rj, keep))   # doubles
-  }
+test_that("from_pairs() leaves out the pairs of empty blocks and checks its arguments", {
   rb <- cbind(c(1, 4, 4), c(3, 3, 7))                         # block 2 empty: its pairs hold nothing
   expect_identical(from_pairs(rb, rb, rbind(c(2, 1), c(1, 3), c(3, 2))),
                    from_matrix(rb, rb, rbind(c(FALSE, FALSE, TRUE), c(FALSE, FALSE, FALSE), c(FALSE, FALSE, FALSE))))

@@ -388,7 +388,7 @@ impl Gen<'_> {
         );
     }
 
-    /// (A block-sparse kernel also takes its work and ranges: `Variant::Ranged...`.)
+    /// (The block-sparse variants also take their work and ranges.)
     fn signature(&mut self, ranged: bool) {
         let mut params = vec![
             "const int n_out".to_string(),

@@ -42,8 +42,8 @@ pub struct Compiled {
     pub merge: CudaFunction,
 }
 
-/// The compiled kernels of one operator by device, precision, summation scheme and whether they
-/// are block-sparse, so that a repeated call neither generates nor hashes its source again.
+/// The compiled kernels of one operator by device, precision, summation scheme and variant (dense,
+/// block-sparse wide or narrow), so that a repeated call neither generates nor hashes its source again.
 #[derive(Default)]
 pub struct Kernels(Mutex<HashMap<(usize, Dtype, SumScheme, Variant), Arc<Compiled>>>);
 
