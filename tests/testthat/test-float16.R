@@ -37,6 +37,29 @@ test_that("float16 results are float32 results on inputs rounded to half precisi
   }
 })
 
+test_that("float16 with ranges: the kept pairs of the inputs rounded to half precision", {
+  set.seed(302)
+  x <- matrix(runif(3 * 157), 157, 3); y <- matrix(runif(3 * 203), 203, 3)
+  b <- matrix(rnorm(2 * 203), 203, 2)
+  bi <- cbind(c(1, 14, 14, 60), c(13, 13, 59, 157))          # the second block is empty
+  bj <- cbind(c(1, 40, 41, 150), c(39, 40, 149, 203))
+  keep <- rbind(c(TRUE, FALSE, TRUE, FALSE), c(TRUE, TRUE, TRUE, TRUE),
+                c(FALSE, TRUE, FALSE, TRUE), c(FALSE, FALSE, FALSE, FALSE))  # the last keeps nothing
+  r <- from_matrix(bi, bj, keep)
+  mask <- matrix(FALSE, 157, 203)
+  for (k in 1:4) for (l in 1:4) {
+    if (keep[k, l] && bi[k, 2] >= bi[k, 1]) mask[bi[k, 1]:bi[k, 2], bj[l, 1]:bj[l, 2]] <- TRUE
+  }
+  xh <- round_f16(x); yh <- round_f16(y); bh <- round_f16(b)
+  K <- exp(-(outer(rowSums(xh^2), rowSums(yh^2), "+") - 2 * xh %*% t(yh))) * mask
+  op <- keops_kernel("Sum_Reduction(Exp(-SqDist(x,y))*b, 0)", c("x = Vi(3)", "y = Vj(3)", "b = Vj(2)"))
+  old <- set_rkeops_options(precision = "float16")
+  on.exit(do.call(set_rkeops_options, old))
+  got <- op(list(x, y, b), ranges = r)
+  expect_equal(got, K %*% bh, tolerance = 1e-5)
+  expect_identical(got[60:157, ], matrix(0, 98, 2))
+})
+
 test_that("rkeops_use_float16() sets the option and bad precisions are refused", {
   old <- rkeops_use_float16()
   on.exit(do.call(set_rkeops_options, old))
