@@ -1,7 +1,9 @@
 # Clustering helpers that build the `ranges` of block-sparse reductions.
 #
-# Pure R: nothing here calls the engine. The only object they build,
-# "keops_ranges", is made by new_keops_ranges() and nowhere else.
+# R checks the arguments; the engine (engine/src/clustering.rs and
+# BlockRanges::from_block_pairs) sorts the points and the pairs, which R does
+# too slowly for millions of them. The only object they build, "keops_ranges",
+# is made by new_keops_ranges() and nowhere else.
 
 # ---------------------------------------------------------------------------
 # Internal checks
@@ -10,6 +12,13 @@
 # Stop with "fun(): message", as the other functions of the package do.
 clustering_stop <- function(fun, ...) {
   stop(fun, "(): ", ..., call. = FALSE)
+}
+
+# The result of the engine's clustering helper `routine`, or an error from `fun`.
+clustering_engine <- function(fun, routine, ...) {
+  res <- .Call(routine, ...)
+  if (is.list(res) && !is.null(res$error)) clustering_stop(fun, res$error)
+  res
 }
 
 # x as a double matrix with finite values (a vector is one column).
@@ -100,40 +109,11 @@ new_keops_ranges <- function(ranges_i, slices_i, redranges_j, ranges_j, slices_j
   )
 }
 
-# For each block k of one axis, the blocks l of the other axis paired with it
-# (pairs (k, l), repeats allowed), in increasing order, contiguous ones merged
-# into one range. `nk`: the number of blocks of the first axis; `other` the
-# bare integer blocks of the other axis.
-clustering_reduced_ranges <- function(k, l, nk, other) {
-  if (length(k) == 0L) {
-    return(list(slices = integer(nk), red = matrix(integer(0), 0L, 2L)))
-  }
-  o <- order(k, l, method = "radix")
-  k <- k[o]
-  l <- l[o]
-  np <- length(k)
-  distinct <- c(TRUE, k[-1L] != k[-np] | l[-1L] != l[-np])
-  if (!all(distinct)) {
-    k <- k[distinct]
-    l <- l[distinct]
-    np <- length(k)
-  }
-  # A new range starts at a new block k, or where the next kept block does not
-  # begin right after the previous one (doubles: no overflow at the last row).
-  starts <- c(TRUE, k[-1L] != k[-np] |
-                as.double(other[l[-1L], 1L]) != as.double(other[l[-np], 2L]) + 1)
-  first_pos <- which(starts)
-  last_pos <- c(first_pos[-1L] - 1L, np)
-  red <- cbind(other[l[first_pos], 1L], other[l[last_pos], 2L])
-  dimnames(red) <- NULL
-  list(slices = cumsum(tabulate(k[first_pos], nk)), red = red)
-}
-
-# The ranges object of the kept pairs (k, l) of non-empty blocks.
-clustering_ranges_of_pairs <- function(ranges_i, ranges_j, k, l) {
-  side_i <- clustering_reduced_ranges(k, l, nrow(ranges_i), ranges_j)
-  side_j <- clustering_reduced_ranges(l, k, nrow(ranges_j), ranges_i)
-  new_keops_ranges(ranges_i, side_i$slices, side_i$red, ranges_j, side_j$slices, side_j$red)
+# The ranges object of the kept pairs (k, l) of blocks (integers, valid block
+# numbers; pairs with an empty block are left out).
+clustering_ranges_of_pairs <- function(ranges_i, ranges_j, k, l, fun) {
+  sides <- clustering_engine(fun, wrap__keops_ranges_of_pairs, ranges_i, ranges_j, k, l)
+  new_keops_ranges(ranges_i, sides$i$slices, sides$i$red, ranges_j, sides$j$slices, sides$j$red)
 }
 
 #' Block-sparse ranges of a reduction
@@ -252,25 +232,7 @@ grid_cluster <- function(x, size) {
     clustering_stop(fun, "'size' must have length 1 or ncol(x) = ", d, ", not ", length(size))
   }
   if (n == 0L) return(integer(0))
-  size <- rep_len(as.double(size), d)
-  mins <- apply(x, 2L, min)
-  cells <- floor((x - rep(mins, each = n)) / rep(size, each = n))
-  if (!all(is.finite(cells))) {
-    clustering_stop(fun, "'size' is too small for the spread of 'x' (cell coordinates overflow)")
-  }
-  extent <- apply(cells, 2L, max) + 1
-  if (prod(extent) < 2^53) {
-    # One exact number per cell, in the same lexicographic order: a single sort key.
-    key <- cells[, 1L]
-    for (k in seq_len(d)[-1L]) key <- key * extent[k] + cells[, k]
-    return(match(key, sort(unique(key))))
-  }
-  o <- do.call(order, c(lapply(seq_len(d), function(k) cells[, k]), method = "radix"))
-  sorted <- cells[o, , drop = FALSE]
-  new_cell <- c(TRUE, rowSums(sorted[-1L, , drop = FALSE] != sorted[-n, , drop = FALSE]) > 0)
-  labels <- integer(n)
-  labels[o] <- cumsum(new_cell)
-  labels
+  clustering_engine(fun, wrap__keops_grid_labels, x, rep_len(as.double(size), d))
 }
 
 #' Sort points by cluster label
@@ -364,42 +326,27 @@ cluster_ranges_centroids <- function(x, labels, weights = NULL) {
   x <- clustering_points(x, fun)
   n <- nrow(x)
   labels <- clustering_labels(labels, n, fun)
-  if (is.null(weights)) {
-    w <- rep(1, n)
-  } else {
+  if (!is.null(weights)) {
     if (!is.numeric(weights) || length(weights) != n) {
       clustering_stop(fun, "'weights' must be NULL or a numeric vector with one value per point of 'x' (", n, ")")
     }
     if (!all(is.finite(weights)) || any(weights < 0)) {
       clustering_stop(fun, "'weights' must be non-negative finite numbers")
     }
-    w <- as.double(weights)
+    weights <- as.double(weights)
   }
   n_clusters <- if (n == 0L) 0L else max(labels)
-  counts <- tabulate(labels, n_clusters)
-  last <- cumsum(counts)
-  ranges <- cbind(last - counts + 1L, last)
+  s <- clustering_engine(fun, wrap__keops_cluster_summary, x, labels, n_clusters, weights)
+  last <- cumsum(s$counts)
+  ranges <- cbind(last - s$counts + 1L, last)
   dimnames(ranges) <- NULL
-
-  present <- which(counts > 0L)   # the sorted distinct labels, as rowsum() orders them
-  wsum <- numeric(n_clusters)
-  wsum[present] <- rowsum(w, labels, reorder = TRUE)[, 1L]
-  if (any(wsum[present] <= 0)) {
-    clustering_stop(fun, "'weights' sum to 0 in cluster ", present[wsum[present] <= 0][1L],
-                    ": its centroid is not defined")
-  }
-  centroids <- matrix(NA_real_, n_clusters, ncol(x))
+  empty <- s$counts == 0L
+  centroids <- s$centroids
+  centroids[empty, ] <- NA_real_      # (NaN from the engine)
   colnames(centroids) <- colnames(x)
-  centroids[present, ] <- rowsum(x * w, labels, reorder = TRUE) / wsum[present]
-
-  radii <- rep(NA_real_, n_clusters)
-  if (n > 0L) {
-    d2 <- rowSums((x - centroids[labels, , drop = FALSE])^2)
-    # sorted by label then distance, the last point of each cluster is its farthest
-    o <- order(labels, d2, method = "radix")
-    radii[present] <- sqrt(d2[o[cumsum(counts[present])]])
-  }
-  list(ranges = ranges, centroids = centroids, weights = wsum, radii = radii)
+  radii <- s$radii
+  radii[empty] <- NA_real_
+  list(ranges = ranges, centroids = centroids, weights = s$weights, radii = radii)
 }
 
 #' Ranges of a block-sparse reduction from a matrix of kept block pairs
@@ -471,7 +418,7 @@ from_matrix <- function(ranges_i, ranges_j, keep) {
                     "(NA is allowed only in the rows and columns of empty blocks)")
   }
   p <- which(keep, arr.ind = TRUE)
-  clustering_ranges_of_pairs(ranges_i, ranges_j, p[, 1L], p[, 2L])
+  clustering_ranges_of_pairs(ranges_i, ranges_j, p[, 1L], p[, 2L], fun)
 }
 
 #' Block-sparse ranges from a list of kept block pairs
@@ -504,15 +451,12 @@ from_pairs <- function(ranges_i, ranges_j, pairs) {
   }
   k <- pairs[, 1L]
   l <- pairs[, 2L]
-  if (anyNA(pairs) || any(pairs != round(pairs)) || any(k < 1) || any(k > nrow(ranges_i)) ||
-      any(l < 1) || any(l > nrow(ranges_j))) {
+  if (anyNA(pairs) || !is.integer(pairs) && any(pairs != round(pairs)) ||
+      length(k) > 0L && (min(k) < 1 || max(k) > nrow(ranges_i) || min(l) < 1 || max(l) > nrow(ranges_j))) {
     clustering_stop(fun, "'pairs' must hold block numbers: 1 to ", nrow(ranges_i),
                     " in column 1, 1 to ", nrow(ranges_j), " in column 2, without NA")
   }
-  k <- as.integer(k)
-  l <- as.integer(l)
-  kept <- ranges_i[k, 2L] >= ranges_i[k, 1L] & ranges_j[l, 2L] >= ranges_j[l, 1L]
-  clustering_ranges_of_pairs(ranges_i, ranges_j, k[kept], l[kept])
+  clustering_ranges_of_pairs(ranges_i, ranges_j, as.integer(k), as.integer(l), fun)
 }
 
 #' Swap the axes of block-sparse ranges

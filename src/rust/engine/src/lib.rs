@@ -5,6 +5,7 @@
 
 pub mod autodiff;
 pub mod cache;
+pub mod clustering;
 pub mod cpu;
 pub mod cuda;
 pub mod error;

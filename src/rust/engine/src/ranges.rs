@@ -35,6 +35,14 @@ impl Ranges {
         }
     }
 
+    /// Ranges that keep the pairs `(k, l)` of blocks of i and j (see `BlockRanges::from_block_pairs`).
+    pub fn from_block_pairs(blocks_i: &[Range<usize>], blocks_j: &[Range<usize>], pairs: &[(usize, usize)]) -> Result<Ranges> {
+        Ok(Ranges {
+            i: BlockRanges::from_block_pairs(blocks_i, blocks_j, pairs.iter().copied())?,
+            j: BlockRanges::from_block_pairs(blocks_j, blocks_i, pairs.iter().map(|&(k, l)| (l, k)))?,
+        })
+    }
+
     /// Checks both parts against the sizes of i and j; the error names the part and what is wrong.
     pub fn validate(&self, n_i: usize, n_j: usize) -> Result<()> {
         self.i.validate(n_i, n_j, ("ranges_i", "slices_i", "redranges_j"))?;
@@ -54,6 +62,56 @@ impl BlockRanges {
     /// Every output row against the whole reduced range (a dense reduction).
     pub fn dense(n_out: usize, n_red: usize) -> BlockRanges {
         BlockRanges { blocks: vec![0..n_out], slices: vec![1], reduced: vec![0..n_red] }
+    }
+
+    /// Block `k` of `blocks` reduces over the blocks `other[l]` of the pairs `(k, l)` (any order,
+    /// repeats allowed; pairs with an empty block hold nothing and are left out): its kept blocks
+    /// in increasing order, those that touch merged into one range. The blocks of each axis must
+    /// be sorted and disjoint, as `validate` checks; pairs must number existing blocks.
+    pub fn from_block_pairs(
+        blocks: &[Range<usize>],
+        other: &[Range<usize>],
+        pairs: impl Iterator<Item = (usize, usize)> + Clone,
+    ) -> Result<BlockRanges> {
+        if let Some((k, l)) = pairs.clone().find(|&(k, l)| k >= blocks.len() || l >= other.len()) {
+            return Err(Error::Invalid(format!(
+                "ranges: the pair ({}, {}) names a block that does not exist ({} and {} blocks)",
+                k + 1,
+                l + 1,
+                blocks.len(),
+                other.len()
+            )));
+        }
+        let kept = pairs.filter(|&(k, l)| !blocks[k].is_empty() && !other[l].is_empty());
+        // Counting sort of the pairs by k, then each block's partners sorted on their own.
+        let mut first = vec![0usize; blocks.len() + 1];
+        for (k, _) in kept.clone() {
+            first[k + 1] += 1;
+        }
+        for k in 0..blocks.len() {
+            first[k + 1] += first[k];
+        }
+        let mut partners = vec![0usize; first[blocks.len()]];
+        let mut next = first.clone();
+        for (k, l) in kept {
+            partners[next[k]] = l;
+            next[k] += 1;
+        }
+        let mut reduced: Vec<Range<usize>> = Vec::new();
+        let mut slices = Vec::with_capacity(blocks.len());
+        for k in 0..blocks.len() {
+            let mine = &mut partners[first[k]..first[k + 1]];
+            mine.sort_unstable();
+            let block_start = reduced.len();
+            for &l in mine.iter() {
+                match reduced[block_start..].last_mut() {
+                    Some(last) if last.end >= other[l].start => last.end = last.end.max(other[l].end),
+                    _ => reduced.push(other[l].clone()),
+                }
+            }
+            slices.push(reduced.len());
+        }
+        Ok(BlockRanges { blocks: blocks.to_vec(), slices, reduced })
     }
 
     fn validate(&self, n_out: usize, n_red: usize, (blocks, slices, reduced): (&str, &str, &str)) -> Result<()> {

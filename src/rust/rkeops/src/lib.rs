@@ -2,6 +2,8 @@
 //! failures as a `list(error = message)` that the R side turns into an R error. No panic and no
 //! R longjmp crosses the engine.
 
+mod clustering;
+
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -341,6 +343,7 @@ fn clean_cache(dir: &str) -> Robj {
 
 extendr_module! {
     mod rkeops;
+    use clustering;
     fn keops_parse;
     fn keops_run;
     fn gpu_status;

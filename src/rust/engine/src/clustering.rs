@@ -1,0 +1,171 @@
+//! Grid clustering of points, the first step towards the ranges of a block-sparse reduction
+//! (KeOps' `grid_cluster` and `cluster_ranges_centroids`). Here rather than in R because sorting
+//! millions of points in R costs more than the block-sparse reduction they prepare.
+
+use crate::error::{Error, Result};
+
+/// Points as a column-major `n x d` matrix (R's layout).
+#[derive(Debug, Clone, Copy)]
+pub struct Points<'a> {
+    pub values: &'a [f64],
+    pub n: usize,
+    pub d: usize,
+}
+
+impl<'a> Points<'a> {
+    pub fn new(values: &'a [f64], n: usize, d: usize) -> Result<Self> {
+        if values.len() != n * d {
+            return Err(Error::Invalid(format!("points: {} values for {n} x {d}", values.len())));
+        }
+        Ok(Points { values, n, d })
+    }
+
+    fn column(&self, k: usize) -> &'a [f64] {
+        &self.values[k * self.n..(k + 1) * self.n]
+    }
+}
+
+/// The cells of a regular grid that hold points: `labels[i]` (0-based) numbers the cell of point
+/// `i` among the non-empty cells, `count` of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GridCells {
+    pub labels: Vec<u32>,
+    pub count: usize,
+}
+
+/// Puts point `i` in the cell of coordinates `floor((x[i, k] - min_k x[, k]) / size[k])` and numbers
+/// the non-empty cells in the lexicographic order of their coordinates, first dimension slowest.
+pub fn grid_cells(x: Points, size: &[f64]) -> Result<GridCells> {
+    if size.len() != x.d || size.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
+        return Err(Error::Invalid(format!("'size' must be {} positive finite numbers", x.d)));
+    }
+    if x.values.iter().any(|v| !v.is_finite()) {
+        return Err(Error::Invalid("'x' must not contain NA, NaN or infinite values".into()));
+    }
+    if x.n == 0 {
+        return Ok(GridCells { labels: Vec::new(), count: 0 });
+    }
+    // Whole numbers held as f64, computed as R would: the same cells whoever computes them.
+    let mut coords = vec![0.0; x.n * x.d];
+    let mut extent = vec![0.0f64; x.d];
+    for k in 0..x.d {
+        let column = x.column(k);
+        let min = column.iter().copied().fold(f64::INFINITY, f64::min);
+        for (c, &v) in coords[k * x.n..(k + 1) * x.n].iter_mut().zip(column) {
+            *c = ((v - min) / size[k]).floor();
+            extent[k] = extent[k].max(*c + 1.0);
+        }
+        if !extent[k].is_finite() {
+            return Err(Error::Invalid("'size' is too small for the spread of 'x' (cell coordinates overflow)".into()));
+        }
+    }
+    let labels = match exact_cell_count(&extent) {
+        Some(cells) => labels_by_key(&coords, &extent, x.n, cells),
+        None => labels_by_coordinates(&coords, x.n, x.d),
+    };
+    let count = labels.iter().max().map_or(0, |&l| l as usize + 1);
+    Ok(GridCells { labels, count })
+}
+
+/// The number of cells of the grid, when it fits a `u64` (each cell then has one integer key).
+fn exact_cell_count(extent: &[f64]) -> Option<u64> {
+    extent.iter().try_fold(1u64, |cells, &e| if e < 1.8e19 { cells.checked_mul(e as u64) } else { None })
+}
+
+/// Labels from one integer key per cell (mixed radix, first dimension slowest, so keys sort as the
+/// coordinates do): a table over the whole grid when it is not much larger than the points, else
+/// the sorted distinct keys.
+fn labels_by_key(coords: &[f64], extent: &[f64], n: usize, cells: u64) -> Vec<u32> {
+    let keys: Vec<u64> = (0..n)
+        .map(|i| extent.iter().enumerate().fold(0u64, |key, (k, &e)| key * e as u64 + coords[k * n + i] as u64))
+        .collect();
+    if cells <= (4 * n as u64).max(1 << 20) {
+        let mut label_of_cell = vec![u32::MAX; cells as usize];
+        for &key in &keys {
+            label_of_cell[key as usize] = 0;
+        }
+        let mut next = 0;
+        for label in label_of_cell.iter_mut().filter(|l| **l == 0) {
+            *label = next;
+            next += 1;
+        }
+        return keys.iter().map(|&key| label_of_cell[key as usize]).collect();
+    }
+    let mut distinct = keys.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    keys.iter().map(|key| distinct.binary_search(key).unwrap_or(0) as u32).collect()
+}
+
+/// Labels from the coordinates themselves, for grids of 2^64 cells or more.
+fn labels_by_coordinates(coords: &[f64], n: usize, d: usize) -> Vec<u32> {
+    let cell = |i: usize| (0..d).map(move |k| coords[k * n + i]);
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&a, &b| cell(a).partial_cmp(cell(b)).unwrap_or(std::cmp::Ordering::Equal));
+    let mut labels = vec![0u32; n];
+    let mut label = 0;
+    for w in 1..n {
+        if cell(order[w]).ne(cell(order[w - 1])) {
+            label += 1;
+        }
+        labels[order[w]] = label;
+    }
+    labels
+}
+
+/// What a reduction over clusters needs to know of them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterSummary {
+    /// Points per cluster.
+    pub counts: Vec<usize>,
+    /// Weighted means, a column-major `clusters x d` matrix (NaN for an empty cluster).
+    pub centroids: Vec<f64>,
+    /// Total weight per cluster.
+    pub weights: Vec<f64>,
+    /// Largest distance from a point to its centroid (NaN for an empty cluster).
+    pub radii: Vec<f64>,
+}
+
+/// Counts, weighted centroids, total weights and radii of the clusters `0..clusters`, point `i`
+/// being in cluster `labels[i]`; every point weighs 1 when `weights` is `None`.
+pub fn cluster_summary(x: Points, labels: &[u32], clusters: usize, weights: Option<&[f64]>) -> Result<ClusterSummary> {
+    if labels.len() != x.n || labels.iter().any(|&l| l as usize >= clusters) {
+        return Err(Error::Invalid(format!("'labels' must be {} cluster numbers below {clusters}", x.n)));
+    }
+    if let Some(w) = weights {
+        if w.len() != x.n || w.iter().any(|v| !(v.is_finite() && *v >= 0.0)) {
+            return Err(Error::Invalid(format!("'weights' must be {} non-negative finite numbers", x.n)));
+        }
+    }
+    let weight = |i: usize| weights.map_or(1.0, |w| w[i]);
+    let mut counts = vec![0usize; clusters];
+    let mut total = vec![0.0; clusters];
+    let mut centroids = vec![0.0; clusters * x.d];
+    for (i, &l) in labels.iter().enumerate() {
+        counts[l as usize] += 1;
+        total[l as usize] += weight(i);
+    }
+    if let Some(c) = (0..clusters).find(|&c| counts[c] > 0 && total[c] <= 0.0) {
+        return Err(Error::Invalid(format!(
+            "'weights' sum to 0 in cluster {}: its centroid is not defined",
+            c + 1
+        )));
+    }
+    for k in 0..x.d {
+        let sums = &mut centroids[k * clusters..(k + 1) * clusters];
+        for (i, (&l, &v)) in labels.iter().zip(x.column(k)).enumerate() {
+            sums[l as usize] += v * weight(i);
+        }
+        for (sum, (&t, &count)) in sums.iter_mut().zip(total.iter().zip(&counts)) {
+            *sum = if count > 0 { *sum / t } else { f64::NAN };
+        }
+    }
+    let mut farthest = vec![0.0f64; clusters];
+    for (i, &l) in labels.iter().enumerate() {
+        let l = l as usize;
+        let d2: f64 = (0..x.d).map(|k| (x.values[k * x.n + i] - centroids[k * clusters + l]).powi(2)).sum();
+        farthest[l] = farthest[l].max(d2);
+    }
+    let radii = farthest.iter().zip(&counts).map(|(&d2, &count)| if count > 0 { d2.sqrt() } else { f64::NAN }).collect();
+    Ok(ClusterSummary { counts, centroids, weights: total, radii })
+}
