@@ -20,7 +20,7 @@ impl<'a> Points<'a> {
         Ok(Points { values, n, d })
     }
 
-    fn column(&self, k: usize) -> &'a [f64] {
+    pub(crate) fn column(&self, k: usize) -> &'a [f64] {
         &self.values[k * self.n..(k + 1) * self.n]
     }
 }
@@ -36,35 +36,79 @@ pub struct GridCells {
 /// Puts point `i` in the cell of coordinates `floor((x[i, k] - min_k x[, k]) / size[k])` and numbers
 /// the non-empty cells in the lexicographic order of their coordinates, first dimension slowest.
 pub fn grid_cells(x: Points, size: &[f64]) -> Result<GridCells> {
-    if size.len() != x.d || size.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
-        return Err(Error::Invalid(format!("'size' must be {} positive finite numbers", x.d)));
-    }
-    if x.values.iter().any(|v| !v.is_finite()) {
-        return Err(Error::Invalid("'x' must not contain NA, NaN or infinite values".into()));
-    }
-    if x.n == 0 {
-        return Ok(GridCells { labels: Vec::new(), count: 0 });
-    }
-    // Whole numbers held as f64, computed as R would: the same cells whoever computes them.
-    let mut coords = vec![0.0; x.n * x.d];
-    let mut extent = vec![0.0f64; x.d];
-    for k in 0..x.d {
-        let column = x.column(k);
-        let min = column.iter().copied().fold(f64::INFINITY, f64::min);
-        for (c, &v) in coords[k * x.n..(k + 1) * x.n].iter_mut().zip(column) {
-            *c = ((v - min) / size[k]).floor();
-            extent[k] = extent[k].max(*c + 1.0);
+    Ok(Grid::new(x, size)?.cells())
+}
+
+/// The cell coordinates of points on a regular grid.
+pub(crate) struct Grid {
+    n: usize,
+    d: usize,
+    /// Whole numbers held as f64, column-major like the points, computed as R would: the same
+    /// cells whoever computes them.
+    pub coords: Vec<f64>,
+    /// Cells per dimension.
+    pub extent: Vec<f64>,
+    /// The grid's origin, the smallest coordinate of the points in each dimension.
+    pub mins: Vec<f64>,
+}
+
+impl Grid {
+    pub fn new(x: Points, size: &[f64]) -> Result<Grid> {
+        if size.len() != x.d || size.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
+            return Err(Error::Invalid(format!("'size' must be {} positive finite numbers", x.d)));
         }
-        if !extent[k].is_finite() {
-            return Err(Error::Invalid("'size' is too small for the spread of 'x' (cell coordinates overflow)".into()));
+        if x.values.iter().any(|v| !v.is_finite()) {
+            return Err(Error::Invalid("'x' must not contain NA, NaN or infinite values".into()));
         }
+        let mut coords = vec![0.0; x.n * x.d];
+        let mut extent = vec![0.0f64; x.d];
+        let mut mins = vec![0.0; x.d];
+        for k in 0..x.d {
+            let column = x.column(k);
+            mins[k] = column.iter().copied().fold(f64::INFINITY, f64::min);
+            for (c, &v) in coords[k * x.n..(k + 1) * x.n].iter_mut().zip(column) {
+                *c = ((v - mins[k]) / size[k]).floor();
+                extent[k] = extent[k].max(*c + 1.0);
+            }
+            if !extent[k].is_finite() {
+                return Err(Error::Invalid(
+                    "'size' is too small for the spread of 'x' (cell coordinates overflow)".into(),
+                ));
+            }
+        }
+        Ok(Grid { n: x.n, d: x.d, coords, extent, mins })
     }
-    let labels = match exact_cell_count(&extent) {
-        Some(cells) => labels_by_key(&coords, &extent, x.n, cells),
-        None => labels_by_coordinates(&coords, x.n, x.d),
-    };
-    let count = labels.iter().max().map_or(0, |&l| l as usize + 1);
-    Ok(GridCells { labels, count })
+
+    /// The non-empty cells, numbered as `grid_cells` says.
+    pub fn cells(&self) -> GridCells {
+        if self.n == 0 {
+            return GridCells { labels: Vec::new(), count: 0 };
+        }
+        let labels = match exact_cell_count(&self.extent) {
+            Some(cells) => labels_by_key(&self.coords, &self.extent, self.n, cells),
+            None => labels_by_coordinates(&self.coords, self.n, self.d),
+        };
+        let count = labels.iter().max().map_or(0, |&l| l as usize + 1);
+        GridCells { labels, count }
+    }
+}
+
+/// The permutation that sorts points by label, stable (a counting sort): `order[r]` is the point
+/// at sorted row `r`.
+pub fn order_by_label(labels: &[u32], count: usize) -> Vec<usize> {
+    let mut next = vec![0usize; count + 1];
+    for &l in labels {
+        next[l as usize + 1] += 1;
+    }
+    for c in 0..count {
+        next[c + 1] += next[c];
+    }
+    let mut order = vec![0usize; labels.len()];
+    for (i, &l) in labels.iter().enumerate() {
+        order[next[l as usize]] = i;
+        next[l as usize] += 1;
+    }
+    order
 }
 
 /// The number of cells of the grid, when it fits a `u64` (each cell then has one integer key).

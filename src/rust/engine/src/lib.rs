@@ -9,6 +9,7 @@ pub mod clustering;
 pub mod cpu;
 pub mod cuda;
 pub mod error;
+pub mod knn;
 pub mod formula;
 pub mod math;
 pub mod memory;

@@ -3,6 +3,7 @@
 //! R longjmp crosses the engine.
 
 mod clustering;
+mod knn;
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -344,6 +345,7 @@ fn clean_cache(dir: &str) -> Robj {
 extendr_module! {
     mod rkeops;
     use clustering;
+    use knn;
     fn keops_parse;
     fn keops_run;
     fn gpu_status;

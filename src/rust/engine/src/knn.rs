@@ -1,0 +1,236 @@
+//! The plan of an exact K-nearest-neighbour search pruned with grid cells (a block-sparse ArgKMin,
+//! seed 004 section 4): both clouds sorted by cell and, for each cell of queries, the ranges of
+//! sorted data that may hold a neighbour of one of its points. Any point of box `a` is within
+//! `far(a, b)` of every point of box `b`: with `b` among the cells of at least `k` points, the k-th
+//! neighbour of every query of `a` is within `bound_a = min_b far(a, b)`, and a cell `b` with
+//! `near(a, b) > bound_a` holds none. The search is then exact whatever the data.
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use crate::clustering::{order_by_label, Grid, Points};
+use crate::error::{Error, Result};
+use crate::ranges::BlockRanges;
+
+/// How distances between points are measured (cosine: euclidean on rows scaled to norm 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metric {
+    /// Compared squared: the norm of the per-dimension gaps, squared.
+    Euclidean,
+    /// The sum of the per-dimension gaps.
+    Manhattan,
+}
+
+impl Metric {
+    fn norm(self, gaps: impl Iterator<Item = f64>) -> f64 {
+        match self {
+            Metric::Euclidean => gaps.map(|g| g * g).sum(),
+            Metric::Manhattan => gaps.sum(),
+        }
+    }
+
+    /// The largest gap per dimension that a bound on `norm` allows.
+    fn radius(self, bound: f64) -> f64 {
+        match self {
+            Metric::Euclidean => bound.sqrt(),
+            Metric::Manhattan => bound,
+        }
+    }
+}
+
+/// The search the plan describes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KnnPlan {
+    /// `sorted_data[r] = data[data_order[r]]`.
+    pub data_order: Vec<usize>,
+    /// `sorted_queries[r] = queries[query_order[r]]`.
+    pub query_order: Vec<usize>,
+    /// Blocks of sorted queries (their cells), each with its ranges of sorted data.
+    pub ranges: BlockRanges,
+    /// The (query, data) pairs the search visits.
+    pub pairs: f64,
+}
+
+/// A query cell with more candidate cells than this is searched by brute force.
+const MOST_KEPT_CELLS: usize = 4096;
+/// Runs of kept data less than this many rows apart are searched as one range: a range costs the
+/// engine about as much per query as that many more pairs.
+const MERGE_GAP_ROWS: usize = 1024;
+
+/// The plan for the `k` nearest rows of `data` to each row of `queries`, with cells of about
+/// `cell_points` data points; `None` where pruning would not pay (no cell with `k` points, a
+/// query cell keeping too many cells, or most pairs kept unless `force`).
+pub fn knn_plan(data: Points, queries: Points, k: usize, metric: Metric, cell_points: f64, force: bool) -> Result<Option<KnnPlan>> {
+    if data.d != queries.d || data.d == 0 || k == 0 || k > data.n || !(cell_points > 0.0) {
+        return Err(Error::Invalid("knn: data and queries of one dimension, 1 <= k <= rows of data".into()));
+    }
+    if queries.n == 0 {
+        return Ok(None);
+    }
+    // Cells of about `cell_points` data points if the data filled its bounding box.
+    let span: Vec<f64> = (0..data.d)
+        .map(|c| {
+            let col = data.column(c);
+            let (lo, hi) = col.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+            (hi - lo).max(1e-300)
+        })
+        .collect();
+    let side = (span.iter().product::<f64>() * cell_points / data.n as f64).powf(1.0 / data.d as f64);
+    let size: Vec<f64> = span.iter().map(|&s| side.max(s / 1e6).min(s)).collect();
+    let largest = |x: Points| x.values.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let margin = 1e-9 * (largest(data).max(largest(queries)) + size.iter().fold(0.0f64, |m, &s| m.max(s)));
+    let data_cells = Cells::new(data, &size, margin)?;
+    let query_cells = Cells::new(queries, &size, margin)?;
+    let full: Vec<bool> = data_cells.rows.iter().map(|r| r.len() >= k).collect();
+    if !full.iter().any(|&f| f) {
+        return Ok(None);
+    }
+    let mut reduced: Vec<Range<usize>> = Vec::new();
+    let mut slices = Vec::with_capacity(query_cells.rows.len());
+    let mut pairs = 0.0;
+    let mut kept = Vec::new();
+    for a in 0..query_cells.rows.len() {
+        let (lo, hi) = (query_cells.lo(a), query_cells.hi(a));
+        let far = |b: usize| {
+            let (blo, bhi) = (data_cells.lo(b), data_cells.hi(b));
+            metric.norm((0..lo.len()).map(|c| (hi[c] - blo[c]).max(bhi[c] - lo[c])))
+        };
+        let near = |b: usize| {
+            let (blo, bhi) = (data_cells.lo(b), data_cells.hi(b));
+            metric.norm((0..lo.len()).map(|c| (blo[c] - hi[c]).max(0.0) + (lo[c] - bhi[c]).max(0.0)))
+        };
+        // The full cells around a (a valid bound whichever full cells are taken; near ones are tight).
+        let mut bound = f64::INFINITY;
+        data_cells.visit(lo, hi, 1, |b| if full[b] { bound = bound.min(far(b)) });
+        if bound == f64::INFINITY {
+            bound = (0..full.len()).filter(|&b| full[b]).map(far).fold(f64::INFINITY, f64::min);
+        }
+        bound *= 1.0 + 1e-9; // (rounding)
+        let reach = metric.radius(bound);
+        let wide_lo: Vec<f64> = lo.iter().map(|v| v - reach).collect();
+        let wide_hi: Vec<f64> = hi.iter().map(|v| v + reach).collect();
+        kept.clear();
+        data_cells.visit(&wide_lo, &wide_hi, 1, |b| if near(b) <= bound { kept.push(b) });
+        if kept.len() > MOST_KEPT_CELLS {
+            return Ok(None);
+        }
+        let rows = query_cells.rows[a].len() as f64;
+        let first = reduced.len();
+        for &b in &kept {
+            let r = data_cells.rows[b].clone();
+            match reduced[first..].last_mut() {
+                Some(last) if r.start < last.end + MERGE_GAP_ROWS => last.end = r.end,
+                _ => reduced.push(r),
+            }
+        }
+        pairs += rows * reduced[first..].iter().map(|r| r.len() as f64).sum::<f64>();
+        slices.push(reduced.len());
+    }
+    if !force && pairs > 0.5 * data.n as f64 * queries.n as f64 {
+        return Ok(None);
+    }
+    Ok(Some(KnnPlan {
+        data_order: data_cells.order,
+        query_order: query_cells.order,
+        ranges: BlockRanges { blocks: query_cells.rows, slices, reduced },
+        pairs,
+    }))
+}
+
+/// The cells of one cloud: its points sorted by cell, and the box of each cell.
+struct Cells {
+    order: Vec<usize>,
+    /// Sorted rows of each cell, cells in the lexicographic order of their coordinates.
+    rows: Vec<Range<usize>>,
+    d: usize,
+    /// Per cell, its integer coordinates (cell-major).
+    coords: Vec<i64>,
+    /// Per cell, the corners of its box, a little wider for the rounding of the coordinates.
+    corners: (Vec<f64>, Vec<f64>),
+    origin: Vec<f64>,
+    size: Vec<f64>,
+    extent: Vec<i64>,
+    /// Cell number by coordinates.
+    by_coords: HashMap<Vec<i64>, usize>,
+}
+
+impl Cells {
+    fn new(x: Points, size: &[f64], margin: f64) -> Result<Cells> {
+        let grid = Grid::new(x, size)?;
+        let cells = grid.cells();
+        let order = order_by_label(&cells.labels, cells.count);
+        let mut rows = Vec::with_capacity(cells.count);
+        let mut coords = Vec::with_capacity(cells.count * x.d);
+        let (mut lo, mut hi) = (Vec::with_capacity(cells.count * x.d), Vec::with_capacity(cells.count * x.d));
+        let mut start = 0;
+        while start < order.len() {
+            let label = cells.labels[order[start]];
+            let end = start + order[start..].iter().take_while(|&&i| cells.labels[i] == label).count();
+            for c in 0..x.d {
+                let v = grid.coords[c * x.n + order[start]];
+                coords.push(v as i64);
+                let corner = grid.mins[c] + v * size[c];
+                lo.push(corner - margin);
+                hi.push(corner + size[c] + margin);
+            }
+            rows.push(start..end);
+            start = end;
+        }
+        let by_coords = coords.chunks(x.d.max(1)).enumerate().map(|(b, c)| (c.to_vec(), b)).collect();
+        Ok(Cells {
+            order,
+            rows,
+            d: x.d,
+            coords,
+            corners: (lo, hi),
+            origin: grid.mins,
+            size: size.to_vec(),
+            extent: grid.extent.iter().map(|&e| e as i64).collect(),
+            by_coords,
+        })
+    }
+
+    fn lo(&self, b: usize) -> &[f64] {
+        &self.corners.0[b * self.d..(b + 1) * self.d]
+    }
+
+    fn hi(&self, b: usize) -> &[f64] {
+        &self.corners.1[b * self.d..(b + 1) * self.d]
+    }
+
+    /// Calls `f` on the cells (in increasing order) whose coordinates are those of the points of
+    /// the box `lo..hi`, `slack` more cells on each side; all the cells when that is fewer.
+    fn visit(&self, lo: &[f64], hi: &[f64], slack: i64, mut f: impl FnMut(usize)) {
+        let cell = |v: f64, c: usize| ((v - self.origin[c]) / self.size[c]).floor().clamp(-1.0, self.extent[c] as f64);
+        let first: Vec<i64> = (0..self.d).map(|c| (cell(lo[c], c) as i64 - slack).max(0)).collect();
+        let last: Vec<i64> = (0..self.d).map(|c| (cell(hi[c], c) as i64 + slack).min(self.extent[c] - 1)).collect();
+        if first.iter().zip(&last).any(|(f, l)| f > l) {
+            return;
+        }
+        let window = first.iter().zip(&last).map(|(f, l)| (l - f + 1) as f64).product::<f64>();
+        if window >= self.rows.len() as f64 {
+            let inside = |b: usize| (0..self.d).all(|c| (first[c]..=last[c]).contains(&self.coords[b * self.d + c]));
+            (0..self.rows.len()).filter(|&b| inside(b)).for_each(f);
+            return;
+        }
+        // Odometer over the window, last dimension fastest: the cells come in increasing order.
+        let mut at = first.clone();
+        loop {
+            if let Some(&b) = self.by_coords.get(&at) {
+                f(b);
+            }
+            let mut c = self.d;
+            loop {
+                if c == 0 {
+                    return;
+                }
+                c -= 1;
+                if at[c] < last[c] {
+                    at[c] += 1;
+                    break;
+                }
+                at[c] = first[c];
+            }
+        }
+    }
+}

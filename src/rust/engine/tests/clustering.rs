@@ -1,0 +1,199 @@
+//! Grid clustering, cluster summaries and ranges from block pairs against brute-force references:
+//! cells from the coordinate vectors themselves, summaries from plain loops, ranges through the
+//! dense mask of the (i, j) entries they cover.
+
+use std::collections::BTreeSet;
+use std::ops::Range;
+
+use engine::clustering::{cluster_summary, grid_cells, Points};
+use engine::{BlockRanges, Ranges};
+
+/// SplitMix64: a small deterministic generator.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, 1).
+    fn unif(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    /// Uniform in 0..n.
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// Labels by brute force: cell coordinate vectors, numbered in their lexicographic order.
+fn reference_labels(x: &[f64], n: usize, d: usize, size: &[f64]) -> (Vec<u32>, usize) {
+    let min: Vec<f64> = (0..d).map(|k| x[k * n..(k + 1) * n].iter().copied().fold(f64::INFINITY, f64::min)).collect();
+    let cell = |i: usize| -> Vec<f64> { (0..d).map(|k| ((x[k * n + i] - min[k]) / size[k]).floor()).collect() };
+    let mut distinct: Vec<Vec<f64>> = (0..n).map(cell).collect();
+    distinct.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    distinct.dedup();
+    let labels = (0..n).map(|i| distinct.iter().position(|c| *c == cell(i)).unwrap() as u32).collect();
+    (labels, distinct.len())
+}
+
+/// n points in d dimensions spread over `spread`, with some exact duplicates.
+fn random_points(rng: &mut Rng, n: usize, d: usize, spread: f64) -> Vec<f64> {
+    let mut x: Vec<f64> = (0..n * d).map(|_| spread * (rng.unif() - 0.3)).collect();
+    for _ in 0..n / 5 {
+        let (a, b) = (rng.below(n), rng.below(n));
+        for k in 0..d {
+            x[k * n + a] = x[k * n + b];
+        }
+    }
+    x
+}
+
+fn check_grid(x: &[f64], n: usize, d: usize, size: &[f64]) {
+    let cells = grid_cells(Points::new(x, n, d).unwrap(), size).unwrap();
+    let (labels, count) = reference_labels(x, n, d, size);
+    assert_eq!(cells.count, count, "count, n = {n}, d = {d}, size = {size:?}");
+    assert_eq!(cells.labels, labels, "labels, n = {n}, d = {d}, size = {size:?}");
+}
+
+#[test]
+fn grid_cells_match_brute_force() {
+    let mut rng = Rng(1);
+    for &d in &[1, 2, 3, 5] {
+        for &n in &[0, 1, 7, 300] {
+            let x = random_points(&mut rng, n, d, 1.0);
+            // Table path (small grid), sorted keys (grid > 4n and 2^20 cells, < 2^64), coordinate sort (>= 2^64).
+            for base in [0.137, 0.0713, 3.1e-7, 1e-12] {
+                let size: Vec<f64> = (0..d).map(|k| base * (1.0 + 0.29 * k as f64)).collect();
+                check_grid(&x, n, d, &size);
+            }
+        }
+    }
+    // Points exactly on cell boundaries, and all points equal.
+    let x: Vec<f64> = (0..40).map(|i| (i % 10) as f64 * 0.1).collect();
+    check_grid(&x, 20, 2, &[0.1, 0.3]);
+    check_grid(&[2.5; 12], 4, 3, &[0.5, 1.0, 7.0]);
+    // Huge grid, D = 5: far more than 2^64 cells.
+    let x = random_points(&mut rng, 500, 5, 1.0);
+    check_grid(&x, 500, 5, &[1e-12; 5]);
+    let empty = grid_cells(Points::new(&[], 0, 3).unwrap(), &[1.0; 3]).unwrap();
+    assert_eq!((empty.labels.len(), empty.count), (0, 0));
+}
+
+#[test]
+fn grid_cells_errors() {
+    let x = [0.1, 0.5, 0.9, 1.0, 2.0, 3.0];
+    let points = Points::new(&x, 3, 2).unwrap();
+    for size in [[0.0, 1.0], [1.0, -0.5], [f64::NAN, 1.0], [1.0, f64::INFINITY]] {
+        assert!(grid_cells(points, &size).is_err(), "size {size:?}");
+    }
+    assert!(grid_cells(points, &[1.0]).is_err());
+    let nan = [0.1, f64::NAN, 0.9, 1.0, 2.0, 3.0];
+    assert!(grid_cells(Points::new(&nan, 3, 2).unwrap(), &[1.0, 1.0]).is_err());
+    assert!(Points::new(&x, 2, 2).is_err());
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-12 * a.abs().max(b.abs()).max(1e-300) || (a == 0.0 && b == 0.0)
+}
+
+#[test]
+fn cluster_summary_matches_loops() {
+    let mut rng = Rng(2);
+    let (n, d, clusters) = (60, 3, 6);
+    let x: Vec<f64> = (0..n * d).map(|_| 4.0 * rng.unif() - 1.0).collect();
+    // Cluster 4 empty; some zero weights, never a whole cluster's.
+    let labels: Vec<u32> = (0..n).map(|i| [0, 1, 2, 3, 5][if i < 5 { i } else { rng.below(5) }]).collect();
+    let w: Vec<f64> = (0..n).map(|i| if i >= 5 && i % 4 == 0 { 0.0 } else { rng.unif() + 0.01 }).collect();
+    for weights in [Some(&w[..]), None] {
+        let s = cluster_summary(Points::new(&x, n, d).unwrap(), &labels, clusters, weights).unwrap();
+        let wt = |i: usize| weights.map_or(1.0, |w| w[i]);
+        for c in 0..clusters {
+            let members: Vec<usize> = (0..n).filter(|&i| labels[i] as usize == c).collect();
+            assert_eq!(s.counts[c], members.len());
+            let total: f64 = members.iter().map(|&i| wt(i)).sum();
+            assert!(close(s.weights[c], total), "weight of cluster {c}");
+            if members.is_empty() {
+                assert!(s.radii[c].is_nan() && (0..d).all(|k| s.centroids[k * clusters + c].is_nan()));
+                continue;
+            }
+            let centroid: Vec<f64> =
+                (0..d).map(|k| members.iter().map(|&i| wt(i) * x[k * n + i]).sum::<f64>() / total).collect();
+            for k in 0..d {
+                assert!(close(s.centroids[k * clusters + c], centroid[k]), "centroid {c}, {k}");
+            }
+            let radius = members
+                .iter()
+                .map(|&i| (0..d).map(|k| (x[k * n + i] - centroid[k]).powi(2)).sum::<f64>().sqrt())
+                .fold(0.0, f64::max);
+            assert!(close(s.radii[c], radius), "radius {c}: {} vs {radius}", s.radii[c]);
+        }
+    }
+    // A non-empty cluster whose weights sum to 0; a label out of range.
+    let mut zero = w.clone();
+    (0..n).filter(|&i| labels[i] == 2).for_each(|i| zero[i] = 0.0);
+    assert!(cluster_summary(Points::new(&x, n, d).unwrap(), &labels, clusters, Some(&zero)).is_err());
+    assert!(cluster_summary(Points::new(&x, n, d).unwrap(), &labels, 5, None).is_err());
+}
+
+/// Sorted, disjoint blocks with gaps (some none: blocks that touch), some empty, odd sizes; and n.
+fn random_blocks(rng: &mut Rng) -> (Vec<Range<usize>>, usize) {
+    let count = 1 + rng.below(9);
+    let mut pos = rng.below(3);
+    let blocks = (0..count)
+        .map(|_| {
+            let start = pos + [0, 0, 1, 3][rng.below(4)];
+            pos = start + [0, 1, 2, 5, 7][rng.below(5)];
+            start..pos
+        })
+        .collect();
+    (blocks, pos + rng.below(3))
+}
+
+/// The (out, reduced) entries covered by one side of the ranges, with the shape checks.
+fn covered(r: &BlockRanges, blocks: &[Range<usize>]) -> BTreeSet<(usize, usize)> {
+    assert_eq!(r.blocks, blocks);
+    assert_eq!(r.slices.len(), blocks.len());
+    let mut set = BTreeSet::new();
+    let mut first = 0;
+    for (block, &end) in r.blocks.iter().zip(&r.slices) {
+        let mine = &r.reduced[first..end];
+        assert!(mine.iter().all(|q| q.start < q.end), "empty range in {mine:?}");
+        assert!(mine.windows(2).all(|w| w[0].end < w[1].start), "unsorted or touching ranges {mine:?}");
+        for a in block.clone() {
+            set.extend(mine.iter().flat_map(Range::clone).map(|b| (a, b)));
+        }
+        first = end;
+    }
+    assert_eq!(first, r.reduced.len());
+    set
+}
+
+#[test]
+fn from_block_pairs_covers_the_kept_pairs() {
+    let mut rng = Rng(3);
+    for trial in 0..40 {
+        let (bi, n_i) = random_blocks(&mut rng);
+        let (bj, n_j) = random_blocks(&mut rng);
+        let npairs = if trial == 0 { 0 } else { rng.below(3 * bi.len() * bj.len()) };
+        let pairs: Vec<(usize, usize)> = (0..npairs).map(|_| (rng.below(bi.len()), rng.below(bj.len()))).collect();
+        let r = Ranges::from_block_pairs(&bi, &bj, &pairs).unwrap();
+        r.validate(n_i, n_j).unwrap();
+        let mut expected = BTreeSet::new();
+        for &(k, l) in &pairs {
+            for a in bi[k].clone() {
+                expected.extend(bj[l].clone().map(|b| (a, b)));
+            }
+        }
+        let ctx = format!("blocks_i {bi:?}, blocks_j {bj:?}, pairs {pairs:?}");
+        assert_eq!(covered(&r.i, &bi), expected, "i side: {ctx}");
+        let transposed: BTreeSet<(usize, usize)> = expected.iter().map(|&(a, b)| (b, a)).collect();
+        assert_eq!(covered(&r.j, &bj), transposed, "j side: {ctx}");
+    }
+    let blocks = [0..2, 2..5];
+    assert!(Ranges::from_block_pairs(&blocks, &blocks[..1], &[(0, 0), (1, 1)]).is_err());
+    assert!(Ranges::from_block_pairs(&blocks, &blocks, &[(2, 0)]).is_err());
+}
