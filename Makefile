@@ -17,7 +17,7 @@
 #                 BACKEND=CPU|GPU, SIZES=small|full, CASES=regex, BUDGET=60 s per case,
 #                 REPS=3, BENCH_OUT=file.md)
 #   make bench-ranges  block-sparse reductions (ranges) and keops_knn() against brute force
-#                 and RANN (bench/ranges.R; BACKEND=CPU|GPU, RANGES_N=1e6, REPS=3)
+#                 and RANN/FNN (bench/ranges.R; BACKEND=CPU|GPU, RANGES_N=1e6, KNN_N=RANGES_N, REPS=3)
 #   make doc      regenerate NAMESPACE and man/ with roxygen2
 #   make clean    remove R build products (keeps the cargo target directory)
 #   make distclean  also remove src/rust/target and src/rust/.cargo
@@ -123,8 +123,9 @@ bench-iterative: install
 
 # make bench-ranges: block-sparse reductions and keops_knn() (bench/ranges.R), N = M points.
 RANGES_N ?= 1e6
+KNN_N ?= $(RANGES_N)
 bench-ranges: install
-	BACKEND='$(BACKEND)' N=$(RANGES_N) REPS=$(ITER_REPS) R_LIBS=$(LIB_DIR) Rscript bench/ranges.R
+	BACKEND='$(BACKEND)' N=$(RANGES_N) KNN_N=$(KNN_N) REPS=$(ITER_REPS) R_LIBS=$(LIB_DIR) Rscript bench/ranges.R
 
 # CRAN's incoming checks and the clock check need the internet: off, so that the
 # check runs offline and says the same everywhere. --as-cran needs qpdf.

@@ -2,13 +2,15 @@
 #'
 #' For each row of `y` (the queries), the `k` nearest rows of `x` (the data),
 #' with the arguments and results of `RANN::nn2(data, query, k)` and
-#' `FNN::get.knnx(data, query, k)`. Both clouds are cut into the cells of a
-#' grid (as [grid_cluster()]); from the boxes of the cells, the distance of
-#' the `k`-th neighbour of every query of a cell is bounded by its largest
-#' distance to a cell of at least `k` data points, and only the cells of data
-#' that may hold a neighbour are searched (a block-sparse `ArgKMin`, see
-#' [keops_ranges]). The cells and their bounds are computed by the engine,
-#' the search runs on the CPU or the GPU as any reduction. The result is the
+#' `FNN::get.knnx(data, query, k)`. Both clouds are sorted by the cells of a
+#' grid (as [grid_cluster()]) and each cell of queries searches the cells of
+#' data around it (a block-sparse `ArgKMin`, see [keops_ranges]): a query
+#' whose `k`-th neighbour found is nearer than all the data left out (with a
+#' margin for the rounding of the computed distances) has its answer. The
+#' others are searched again among the cells that may hold a neighbour: the
+#' `k`-th neighbour of a query is no farther than the largest distance from
+#' its cell to a cell of at least `k` data points. The engine plans the
+#' searches, which run on the CPU or the GPU as any reduction. The result is the
 #' brute-force result: the same neighbours whatever the data (ties between
 #' equal distances aside). Where pruning would not pay (more than 8
 #' dimensions, few points, or cells that keep most pairs), the search is the
@@ -89,14 +91,37 @@ knn_unit_rows <- function(x, arg) {
   x / norms
 }
 
-# The block-sparse search, or NULL where it would visit most pairs anyway (unless `force`).
-# The engine plans it (engine/src/knn.rs: cells, their bounds, the ranges of the ArgKMin).
+# The block-sparse search, or NULL where it would visit most pairs anyway (unless `force`). The
+# engine plans it (engine/src/knn.rs). First each cell of queries searches the cells of data
+# around it: that is the answer of every query whose K-th neighbour found is nearer than the data
+# left out (its `reach`, up to the rounding of the computed distances); the other queries are
+# searched again within a bound that holds for sure.
 knn_pruned <- function(x, y, k, op, metric, cell_points, force) {
+  found <- knn_search(x, y, k, op, metric, cell_points, neighbourhood = TRUE, force)
+  if (is.null(found)) return(knn_search(x, y, k, op, metric, cell_points, neighbourhood = FALSE, force))
+  kth <- found$values[, k]
+  if (metric != "manhattan") kth <- sqrt(pmax(kth, 0))
+  eps <- c(float16 = 2^-10, float32 = 2^-23, float64 = 2^-52)[[get_rkeops_options()$precision]]
+  rounding <- 8 * ncol(x) * eps * max(abs(x), abs(y))
+  redo <- which(!(kth * (1 + 16 * eps) + rounding < found$reach))
+  if (length(redo) > 0L) {
+    y_redo <- y[redo, , drop = FALSE]
+    again <- knn_search(x, y_redo, k, op, metric, cell_points, neighbourhood = FALSE, force = TRUE)
+    if (is.null(again)) again <- op(list(y_redo, x))
+    found$values[redo, ] <- again$values
+    found$indices[redo, ] <- again$indices
+  }
+  found
+}
+
+# One block-sparse search planned by the engine: list(values, indices, reach) in the user's order.
+knn_search <- function(x, y, k, op, metric, cell_points, neighbourhood, force) {
   plan <- rust_result(.Call(wrap__keops_knn_plan, x, y, as.integer(k), metric == "manhattan",
-                            as.double(cell_points), force))
+                            as.double(cell_points), neighbourhood, force))
   if (is.null(plan)) return(NULL)
   none <- matrix(0L, 0L, 2L)
   ranges <- new_keops_ranges(plan$ranges_i, plan$slices_i, plan$redranges_j, none, integer(0), none)
   res <- op(list(plan$y, plan$x), ranges = ranges)
-  rust_result(.Call(wrap__keops_knn_restore, res$values, res$indices, plan$x_order, plan$y_order))
+  c(rust_result(.Call(wrap__keops_knn_restore, res$values, res$indices, plan$x_order, plan$y_order)),
+    list(reach = plan$reach))
 }

@@ -1,5 +1,6 @@
 # Block-sparse reductions (issue 15): what ranges cost and what they save, and keops_knn()
-# against brute force and the R peers. Run: make bench-ranges (BACKEND=CPU|GPU, N=1e6, REPS=3).
+# against brute force and the R peers. Run: make bench-ranges (BACKEND=CPU|GPU, N=1e6, KNN_N=N,
+# REPS=3).
 suppressMessages(library(rkeops))
 backend <- Sys.getenv("BACKEND", "CPU")
 N <- as.numeric(Sys.getenv("N", "1e6"))
@@ -47,13 +48,34 @@ if (backend == "GPU") {
               nb_small, N / nb_small, 100 * nrow(near) / nb_small^2, t_narrow, t_wide, t_wide / t_narrow, t_dense))
 }
 
-# 10 nearest neighbours of N uniform points in D = 3
-t_brute <- median_time(function() keops_knn(x, k = 10, prune = FALSE))
-t_knn <- median_time(function() keops_knn(x, k = 10))
-a <- keops_knn(x, k = 10); bf <- keops_knn(x, k = 10, prune = FALSE)
-cat(sprintf("10-NN, D = 3: brute force %.3f s, pruned %.3f s (%.1f x); same indices as brute force %.6f\n",
-            t_brute, t_knn, t_brute / t_knn, mean(a$index == bf$index)))
-if (requireNamespace("RANN", quietly = TRUE)) {
-  t_rann <- system.time(r <- RANN::nn2(x, x, k = 10))[["elapsed"]]
-  cat(sprintf("RANN::nn2 %.2f s: keops_knn is %.2f x faster; same indices %.6f\n", t_rann, t_rann / t_knn, mean(a$index == r$nn.idx)))
+# 10 nearest neighbours: N uniform points and N points in 100 blobs in D = 3, N / 10 uniform points
+# in D = 10 (brute force there), against brute force (on the GPU, or when small) and the R peers.
+# Peers that are not installed (none on the GPU host) are left out.
+knn_case <- function(label, x) {
+  t_knn <- median_time(function() keops_knn(x, k = 10))
+  a <- keops_knn(x, k = 10)
+  out <- sprintf("10-NN, %s: keops_knn %.3f s", label, t_knn)
+  if (backend == "GPU" || as.double(nrow(x))^2 <= 1e11) {
+    t_brute <- median_time(function() keops_knn(x, k = 10, prune = FALSE))
+    bf <- keops_knn(x, k = 10, prune = FALSE)
+    out <- c(out, sprintf("brute force %.3f s (%.1f x slower), same indices %.6f", t_brute, t_brute / t_knn,
+                          mean(a$index == bf$index)))
+  }
+  peers <- list(RANN = function() RANN::nn2(x, x, k = 10)$nn.idx,
+                FNN = function() FNN::get.knnx(x, x, k = 10, algorithm = "kd_tree")$nn.index)
+  for (p in names(peers)) {
+    if (!requireNamespace(p, quietly = TRUE)) next
+    t_peer <- median_time(peers[[p]])
+    out <- c(out, sprintf("%s %.2f s (keops_knn %.2f x faster, same indices %.6f)", p, t_peer, t_peer / t_knn,
+                          mean(a$index == peers[[p]]())))
+  }
+  cat(paste(out, collapse = "; "), "\n")
 }
+n_knn <- as.numeric(Sys.getenv("KNN_N", N))
+set.seed(2)
+x <- matrix(runif(3 * n_knn), ncol = 3)
+centres <- matrix(runif(300), ncol = 3)
+blobs <- centres[sample(100, n_knn, replace = TRUE), ] + matrix(rnorm(3 * n_knn, sd = 0.02), ncol = 3)
+knn_case(sprintf("%g uniform points, D = 3", n_knn), x)
+knn_case(sprintf("%g points in 100 blobs, D = 3", n_knn), blobs)
+knn_case(sprintf("%g uniform points, D = 10", n_knn / 10), matrix(runif(n_knn), ncol = 10))

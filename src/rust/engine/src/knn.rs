@@ -38,6 +38,15 @@ impl Metric {
     }
 }
 
+/// Which data each cell of queries searches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Search {
+    /// The data cells around it: the answer of most queries, to be certified (`KnnPlan::reach`).
+    Neighbourhood,
+    /// The data cells within its bound: the answer of every query.
+    Bounded,
+}
+
 /// The search the plan describes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KnnPlan {
@@ -49,6 +58,10 @@ pub struct KnnPlan {
     pub ranges: BlockRanges,
     /// The (query, data) pairs the search visits.
     pub pairs: f64,
+    /// Per query (in the order of `queries`), the distance beyond which all the data it did not
+    /// search lie (infinite for a bounded search): its K nearest found are its K nearest if the
+    /// K-th is nearer than that.
+    pub reach: Vec<f64>,
 }
 
 /// A query cell with more candidate cells than this is searched by brute force.
@@ -60,7 +73,15 @@ const MERGE_GAP_ROWS: usize = 1024;
 /// The plan for the `k` nearest rows of `data` to each row of `queries`, with cells of about
 /// `cell_points` data points; `None` where pruning would not pay (no cell with `k` points, a
 /// query cell keeping too many cells, or most pairs kept unless `force`).
-pub fn knn_plan(data: Points, queries: Points, k: usize, metric: Metric, cell_points: f64, force: bool) -> Result<Option<KnnPlan>> {
+pub fn knn_plan(
+    data: Points,
+    queries: Points,
+    k: usize,
+    metric: Metric,
+    cell_points: f64,
+    search: Search,
+    force: bool,
+) -> Result<Option<KnnPlan>> {
     if data.d != queries.d || data.d == 0 || k == 0 || k > data.n || !(cell_points > 0.0) {
         return Err(Error::Invalid("knn: data and queries of one dimension, 1 <= k <= rows of data".into()));
     }
@@ -89,28 +110,17 @@ pub fn knn_plan(data: Points, queries: Points, k: usize, metric: Metric, cell_po
     let mut slices = Vec::with_capacity(query_cells.rows.len());
     let mut pairs = 0.0;
     let mut kept = Vec::new();
+    let mut windows = Vec::new();
     for a in 0..query_cells.rows.len() {
         let (lo, hi) = (query_cells.lo(a), query_cells.hi(a));
-        let far = |b: usize| {
-            let (blo, bhi) = (data_cells.lo(b), data_cells.hi(b));
-            metric.norm((0..lo.len()).map(|c| (hi[c] - blo[c]).max(bhi[c] - lo[c])))
-        };
-        let near = |b: usize| {
-            let (blo, bhi) = (data_cells.lo(b), data_cells.hi(b));
-            metric.norm((0..lo.len()).map(|c| (blo[c] - hi[c]).max(0.0) + (lo[c] - bhi[c]).max(0.0)))
-        };
-        // The full cells around a (a valid bound whichever full cells are taken; near ones are tight).
-        let mut bound = f64::INFINITY;
-        data_cells.visit(lo, hi, 1, |b| if full[b] { bound = bound.min(far(b)) });
-        if bound == f64::INFINITY {
-            bound = (0..full.len()).filter(|&b| full[b]).map(far).fold(f64::INFINITY, f64::min);
-        }
-        bound *= 1.0 + 1e-9; // (rounding)
-        let reach = metric.radius(bound);
-        let wide_lo: Vec<f64> = lo.iter().map(|v| v - reach).collect();
-        let wide_hi: Vec<f64> = hi.iter().map(|v| v + reach).collect();
         kept.clear();
-        data_cells.visit(&wide_lo, &wide_hi, 1, |b| if near(b) <= bound { kept.push(b) });
+        if search == Search::Neighbourhood {
+            let window = data_cells.window(lo, hi, 1);
+            data_cells.visit(&window, |b| kept.push(b));
+            windows.push(window);
+        } else {
+            bounded_cells(&data_cells, &full, metric, lo, hi, &mut kept);
+        }
         if kept.len() > MOST_KEPT_CELLS {
             return Ok(None);
         }
@@ -129,23 +139,56 @@ pub fn knn_plan(data: Points, queries: Points, k: usize, metric: Metric, cell_po
     if !force && pairs > 0.5 * data.n as f64 * queries.n as f64 {
         return Ok(None);
     }
+    let mut reach = vec![f64::INFINITY; queries.n];
+    if search == Search::Neighbourhood {
+        for (q, reach) in reach.iter_mut().enumerate() {
+            let window = &windows[query_cells.label[q] as usize];
+            *reach = data_cells.distance_outside(window, |c| queries.values[c * queries.n + q]) - margin;
+        }
+    }
     Ok(Some(KnnPlan {
         data_order: data_cells.order,
         query_order: query_cells.order,
         ranges: BlockRanges { blocks: query_cells.rows, slices, reduced },
         pairs,
+        reach,
     }))
+}
+
+/// The data cells that may hold one of the K nearest neighbours of a point of the box `lo..hi`.
+fn bounded_cells(data_cells: &Cells, full: &[bool], metric: Metric, lo: &[f64], hi: &[f64], kept: &mut Vec<usize>) {
+    let far = |b: usize| {
+        let (blo, bhi) = (data_cells.lo(b), data_cells.hi(b));
+        metric.norm((0..lo.len()).map(|c| (hi[c] - blo[c]).max(bhi[c] - lo[c])))
+    };
+    let near = |b: usize| {
+        let (blo, bhi) = (data_cells.lo(b), data_cells.hi(b));
+        metric.norm((0..lo.len()).map(|c| (blo[c] - hi[c]).max(0.0) + (lo[c] - bhi[c]).max(0.0)))
+    };
+    // The full cells around the box (a valid bound whichever full cells are taken; near ones are tight).
+    let mut bound = f64::INFINITY;
+    data_cells.visit(&data_cells.window(lo, hi, 1), |b| if full[b] { bound = bound.min(far(b)) });
+    if bound == f64::INFINITY {
+        bound = (0..full.len()).filter(|&b| full[b]).map(far).fold(f64::INFINITY, f64::min);
+    }
+    bound *= 1.0 + 1e-9; // (rounding)
+    let reach = metric.radius(bound);
+    let wide_lo: Vec<f64> = lo.iter().map(|v| v - reach).collect();
+    let wide_hi: Vec<f64> = hi.iter().map(|v| v + reach).collect();
+    data_cells.visit(&data_cells.window(&wide_lo, &wide_hi, 1), |b| if near(b) <= bound { kept.push(b) });
 }
 
 /// The cells of one cloud: its points sorted by cell, and the box of each cell.
 struct Cells {
     order: Vec<usize>,
+    /// The cell of each point.
+    label: Vec<u32>,
     /// Sorted rows of each cell, cells in the lexicographic order of their coordinates.
     rows: Vec<Range<usize>>,
     d: usize,
     /// Per cell, its integer coordinates (cell-major).
     coords: Vec<i64>,
-    /// Per cell, the corners of its box, a little wider for the rounding of the coordinates.
+    /// Per cell, the corners of the box of its points, a little wider for rounding.
     corners: (Vec<f64>, Vec<f64>),
     origin: Vec<f64>,
     size: Vec<f64>,
@@ -159,26 +202,38 @@ impl Cells {
         let grid = Grid::new(x, size)?;
         let cells = grid.cells();
         let order = order_by_label(&cells.labels, cells.count);
-        let mut rows = Vec::with_capacity(cells.count);
-        let mut coords = Vec::with_capacity(cells.count * x.d);
-        let (mut lo, mut hi) = (Vec::with_capacity(cells.count * x.d), Vec::with_capacity(cells.count * x.d));
-        let mut start = 0;
-        while start < order.len() {
-            let label = cells.labels[order[start]];
-            let end = start + order[start..].iter().take_while(|&&i| cells.labels[i] == label).count();
-            for c in 0..x.d {
-                let v = grid.coords[c * x.n + order[start]];
-                coords.push(v as i64);
-                let corner = grid.mins[c] + v * size[c];
-                lo.push(corner - margin);
-                hi.push(corner + size[c] + margin);
+        // Per cell (in one pass over the points in their order: reading them by cell would miss
+        // the cache at every point): its integer coordinates, and the box of its points, tighter
+        // than the cell.
+        let mut coords = vec![0i64; cells.count * x.d];
+        let mut lo = vec![f64::INFINITY; cells.count * x.d];
+        let mut hi = vec![f64::NEG_INFINITY; cells.count * x.d];
+        let mut counts = vec![0usize; cells.count];
+        for c in 0..x.d {
+            for (i, (&l, &v)) in cells.labels.iter().zip(x.column(c)).enumerate() {
+                let at = l as usize * x.d + c;
+                coords[at] = grid.coords[c * x.n + i] as i64;
+                lo[at] = lo[at].min(v);
+                hi[at] = hi[at].max(v);
             }
-            rows.push(start..end);
-            start = end;
         }
+        for &l in &cells.labels {
+            counts[l as usize] += 1;
+        }
+        lo.iter_mut().for_each(|v| *v -= margin);
+        hi.iter_mut().for_each(|v| *v += margin);
+        let mut start = 0;
+        let rows = counts
+            .iter()
+            .map(|&count| {
+                start += count;
+                start - count..start
+            })
+            .collect();
         let by_coords = coords.chunks(x.d.max(1)).enumerate().map(|(b, c)| (c.to_vec(), b)).collect();
         Ok(Cells {
             order,
+            label: cells.labels,
             rows,
             d: x.d,
             coords,
@@ -198,16 +253,35 @@ impl Cells {
         &self.corners.1[b * self.d..(b + 1) * self.d]
     }
 
-    /// Calls `f` on the cells (in increasing order) whose coordinates are those of the points of
-    /// the box `lo..hi`, `slack` more cells on each side; all the cells when that is fewer.
-    fn visit(&self, lo: &[f64], hi: &[f64], slack: i64, mut f: impl FnMut(usize)) {
+    /// The cells whose coordinates are those of the points of the box `lo..hi`, `slack` more on
+    /// each side, as the first and last coordinates (within the grid; empty when first > last).
+    fn window(&self, lo: &[f64], hi: &[f64], slack: i64) -> (Vec<i64>, Vec<i64>) {
         let cell = |v: f64, c: usize| ((v - self.origin[c]) / self.size[c]).floor().clamp(-1.0, self.extent[c] as f64);
-        let first: Vec<i64> = (0..self.d).map(|c| (cell(lo[c], c) as i64 - slack).max(0)).collect();
-        let last: Vec<i64> = (0..self.d).map(|c| (cell(hi[c], c) as i64 + slack).min(self.extent[c] - 1)).collect();
-        if first.iter().zip(&last).any(|(f, l)| f > l) {
+        let first = (0..self.d).map(|c| (cell(lo[c], c) as i64 - slack).max(0)).collect();
+        let last = (0..self.d).map(|c| (cell(hi[c], c) as i64 + slack).min(self.extent[c] - 1)).collect();
+        (first, last)
+    }
+
+    /// The distance from the point `x(c), c = 0..d`, of the window to any point of the cloud
+    /// outside it (in any metric, at least the gap along one coordinate).
+    fn distance_outside(&self, (first, last): &(Vec<i64>, Vec<i64>), x: impl Fn(usize) -> f64) -> f64 {
+        (0..self.d)
+            .map(|c| {
+                // (No point lies beyond the grid.)
+                let below = if first[c] == 0 { f64::INFINITY } else { x(c) - (self.origin[c] + first[c] as f64 * self.size[c]) };
+                let above =
+                    if last[c] == self.extent[c] - 1 { f64::INFINITY } else { self.origin[c] + (last[c] + 1) as f64 * self.size[c] - x(c) };
+                below.min(above)
+            })
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    /// Calls `f` on the cells of `window`, in increasing order.
+    fn visit(&self, (first, last): &(Vec<i64>, Vec<i64>), mut f: impl FnMut(usize)) {
+        if first.iter().zip(last).any(|(f, l)| f > l) {
             return;
         }
-        let window = first.iter().zip(&last).map(|(f, l)| (l - f + 1) as f64).product::<f64>();
+        let window = first.iter().zip(last).map(|(f, l)| (l - f + 1) as f64).product::<f64>();
         if window >= self.rows.len() as f64 {
             let inside = |b: usize| (0..self.d).all(|c| (first[c]..=last[c]).contains(&self.coords[b * self.d + c]));
             (0..self.rows.len()).filter(|&b| inside(b)).for_each(f);

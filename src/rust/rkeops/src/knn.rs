@@ -2,7 +2,7 @@
 //! ranges of the block-sparse ArgKMin), and the results put back in the user's order.
 
 use engine::clustering::Points;
-use engine::knn::{knn_plan, Metric};
+use engine::knn::{knn_plan, Metric, Search};
 use extendr_api::prelude::*;
 
 use crate::guarded;
@@ -34,15 +34,17 @@ fn one_based(v: impl Iterator<Item = usize>) -> Robj {
 }
 
 /// NULL where pruning would not pay, else `list(x, y, x_order, y_order, ranges_i, slices_i,
-/// redranges_j)`: the sorted clouds, their permutations (1-based) and the ranges of the search
-/// of the rows of `y` (queries) among the rows of `x` (data), 1-based and inclusive.
+/// redranges_j, reach)`: the sorted clouds, their permutations (1-based), the ranges of the search
+/// of the rows of `y` (queries) among the rows of `x` (data), 1-based and inclusive, and the reach
+/// of each query in the user's order (see `KnnPlan::reach`).
 #[extendr]
-fn keops_knn_plan(x: Robj, y: Robj, k: i32, manhattan: bool, cell_points: f64, force: bool) -> Robj {
+fn keops_knn_plan(x: Robj, y: Robj, k: i32, manhattan: bool, cell_points: f64, neighbourhood: bool, force: bool) -> Robj {
     guarded(|| {
         let (data, queries) = (points(&x, "x")?, points(&y, "y")?);
         let metric = if manhattan { Metric::Manhattan } else { Metric::Euclidean };
+        let search = if neighbourhood { Search::Neighbourhood } else { Search::Bounded };
         let Some(plan) =
-            knn_plan(data, queries, k.max(0) as usize, metric, cell_points, force).map_err(|e| e.to_string())?
+            knn_plan(data, queries, k.max(0) as usize, metric, cell_points, search, force).map_err(|e| e.to_string())?
         else {
             return Ok(Robj::from(()));
         };
@@ -53,7 +55,7 @@ fn keops_knn_plan(x: Robj, y: Robj, k: i32, manhattan: bool, cell_points: f64, f
             matrix(Robj::from(v), ranges.len(), 2)
         };
         List::from_names_and_values(
-            ["x", "y", "x_order", "y_order", "ranges_i", "slices_i", "redranges_j"],
+            ["x", "y", "x_order", "y_order", "ranges_i", "slices_i", "redranges_j", "reach"],
             [
                 sorted_rows(data, &plan.data_order)?,
                 sorted_rows(queries, &plan.query_order)?,
@@ -62,6 +64,7 @@ fn keops_knn_plan(x: Robj, y: Robj, k: i32, manhattan: bool, cell_points: f64, f
                 inclusive(&r.blocks)?,
                 Robj::from(r.slices.iter().map(|&s| s as i32).collect::<Vec<i32>>()),
                 inclusive(&r.reduced)?,
+                Robj::from(plan.reach),
             ],
         )
         .map(Robj::from)
@@ -70,7 +73,7 @@ fn keops_knn_plan(x: Robj, y: Robj, k: i32, manhattan: bool, cell_points: f64, f
 }
 
 /// The results of the search on the sorted clouds (`values`, `indices`: queries x k, indices
-/// 1-based into the sorted data) in the order of the user's queries and data.
+/// 1-based into the sorted data, 0 for none) in the order of the user's queries and data.
 #[extendr]
 fn keops_knn_restore(values: Robj, indices: Robj, x_order: Robj, y_order: Robj) -> Robj {
     guarded(|| {
@@ -90,7 +93,11 @@ fn keops_knn_restore(values: Robj, indices: Robj, x_order: Robj, y_order: Robj) 
                 let at = c * n + (row - 1) as usize;
                 out_values[at] = values[c * n + r];
                 let found = indices[c * n + r];
-                out_indices[at] = x_order.get((found - 1) as usize).copied().ok_or("keops_knn_restore: index out of range")?;
+                // (0: fewer than k data searched, the reduction's identity)
+                out_indices[at] = match found {
+                    0 => 0,
+                    _ => x_order.get((found - 1) as usize).copied().ok_or("keops_knn_restore: index out of range")?,
+                };
             }
         }
         List::from_names_and_values(
