@@ -143,8 +143,8 @@ test_that("solve() with ranges solves the truncated system", {
   x <- matrix(runif(2 * N), N)
   s <- sort_clusters(x, grid_cluster(x, 0.23))
   cl <- cluster_ranges_centroids(s$x, s$labels)
-  gap <- sqrt(outer(rowSums(cl$centroids^2), rowSums(cl$centroids^2), "+") -
-                2 * tcrossprod(cl$centroids)) - outer(cl$radii, cl$radii, "+")
+  gap <- sqrt(pmax(outer(rowSums(cl$centroids^2), rowSums(cl$centroids^2), "+") -
+                     2 * tcrossprod(cl$centroids), 0)) - outer(cl$radii, cl$radii, "+")
   r <- from_matrix(cl$ranges, cl$ranges, gap < 0.2)       # symmetric: same blocks, symmetric keep
   keep <- kept_mask(r, N, N)
   expect_true(isSymmetric(keep) && any(!keep))
