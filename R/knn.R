@@ -24,7 +24,7 @@
 #' @param metric `"euclidean"`, `"manhattan"` (sum of absolute differences)
 #'   or `"cosine"` (the distance is `1 - cos` of the angle between the rows;
 #'   rows of zeros are not allowed).
-#' @param prune `NA` (the default) prunes where it pays, `TRUE`
+#' @param prune `NA` (the default) prunes where it pays (on the CPU), `TRUE`
 #'   always (if `x` has at most 8 columns), `FALSE` never.
 #' @param cell_points The number of points per cell of the grid aimed at
 #'   (cells of about this many data points on average).
@@ -64,7 +64,14 @@ keops_knn <- function(x, y = x, k, metric = c("euclidean", "manhattan", "cosine"
   distance <- if (metric == "manhattan") "Sum(Abs(q - p))" else "SqDist(q, p)"
   formula <- sprintf("KMin_ArgKMin_Reduction(%s, %d, 0)", distance, k)
   op <- lazy_operator(formula, c(sprintf("q = Vi(%d)", d), sprintf("p = Vj(%d)", d)))
-  pruned <- if (isFALSE(prune) || d > 8L || is.na(prune) && nrow(x) < 4L * cell_points) NULL else
+  # On a GPU the pruned search's kernel takes milliseconds, but planning it and putting 10^7 results
+  # back in order on the host took longer than brute force (10-NN of 1e6 points in D = 3 on an
+  # H100: 0.74 to 1.19 s against 0.93 s, bench/RESULTS.md): brute force unless asked.
+  on_gpu <- function() {
+    opts <- get_rkeops_options()
+    opts$backend != "CPU" && isTRUE(tryCatch(gpu_status(opts$device)$available, error = function(e) FALSE))
+  }
+  pruned <- if (isFALSE(prune) || d > 8L || is.na(prune) && (nrow(x) < 4L * cell_points || on_gpu())) NULL else
     knn_pruned(x, y, k, op, metric, cell_points, force = isTRUE(prune))
   res <- if (is.null(pruned)) op(list(y, x)) else pruned
   values <- matrix(res$values, ncol = k)

@@ -97,7 +97,20 @@ pub fn knn_plan(
         })
         .collect();
     let side = (span.iter().product::<f64>() * cell_points / data.n as f64).powf(1.0 / data.d as f64);
-    let size: Vec<f64> = span.iter().map(|&s| side.max(s / 1e6).min(s)).collect();
+    let mut size: Vec<f64> = span.iter().map(|&s| side.max(s / 1e6).min(s)).collect();
+    // Clustered data fill few cells of its bounding box, each with many more points: shrink the
+    // cells until a point's cell holds about `cell_points` points (on average over the points).
+    for _ in 0..3 {
+        let cells = Grid::new(data, &size)?.cells();
+        let mut counts = vec![0.0f64; cells.count];
+        cells.labels.iter().for_each(|&l| counts[l as usize] += 1.0);
+        let seen = counts.iter().map(|c| c * c).sum::<f64>() / data.n as f64;
+        if seen <= 2.0 * cell_points {
+            break;
+        }
+        let shrink = (cell_points / seen).powf(1.0 / data.d as f64);
+        size.iter_mut().zip(&span).for_each(|(s, &sp)| *s = (*s * shrink).max(sp / 1e6));
+    }
     let largest = |x: Points| x.values.iter().fold(0.0f64, |m, v| m.max(v.abs()));
     let margin = 1e-9 * (largest(data).max(largest(queries)) + size.iter().fold(0.0f64, |m, &s| m.max(s)));
     let data_cells = Cells::new(data, &size, margin)?;
