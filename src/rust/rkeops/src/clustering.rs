@@ -9,21 +9,20 @@ use extendr_api::prelude::*;
 
 use crate::guarded;
 
-type Fallible = std::result::Result<Robj, String>;
+pub(crate) type Fallible = std::result::Result<Robj, String>;
 
-/// A double matrix (or vector: one column) as points.
-fn points(x: &Robj) -> std::result::Result<Points<'_>, String> {
-    let values = x.as_real_slice().ok_or("'x' must be a double matrix")?;
-    let d = match x.get_attrib("dim").and_then(|d| d.as_integer_vector()).as_deref() {
-        Some(&[_, ncol]) => ncol.max(0) as usize,
-        _ => 1,
+/// A double matrix (or vector: one column) named `name` as points.
+pub(crate) fn points<'a>(x: &'a Robj, name: &str) -> std::result::Result<Points<'a>, String> {
+    let values = x.as_real_slice().ok_or(format!("'{name}' must be a double matrix"))?;
+    let (n, d) = match x.get_attrib("dim").and_then(|d| d.as_integer_vector()).as_deref() {
+        Some(&[n, d]) => (n.max(0) as usize, d.max(0) as usize),
+        _ => (values.len(), 1),
     };
-    let n = if d == 0 { 0 } else { values.len() / d };
     Points::new(values, n, d).map_err(|e| e.to_string())
 }
 
-fn with_dim(values: Vec<f64>, nrow: usize, ncol: usize) -> Fallible {
-    let mut robj = Robj::from(values);
+/// `robj` (a vector nothing else refers to yet) with the dimensions `nrow x ncol`.
+pub(crate) fn matrix(mut robj: Robj, nrow: usize, ncol: usize) -> Fallible {
     robj.set_attrib("dim", [nrow as i32, ncol as i32]).map_err(|e| e.to_string())?;
     Ok(robj)
 }
@@ -36,12 +35,10 @@ fn blocks(r: &Robj, name: &str) -> std::result::Result<Vec<Range<usize>>, String
 }
 
 /// 0-based half-open ranges as a C x 2 integer matrix of 1-based inclusive ones.
-fn block_matrix(ranges: &[Range<usize>]) -> Fallible {
+pub(crate) fn block_matrix(ranges: &[Range<usize>]) -> Fallible {
     let mut v: Vec<i32> = ranges.iter().map(|r| r.start as i32 + 1).collect();
     v.extend(ranges.iter().map(|r| r.end as i32));
-    let mut robj = Robj::from(v);
-    robj.set_attrib("dim", [ranges.len() as i32, 2]).map_err(|e| e.to_string())?;
-    Ok(robj)
+    matrix(Robj::from(v), ranges.len(), 2)
 }
 
 /// `grid_cluster()`: the 1-based label of each point's cell.
@@ -49,7 +46,7 @@ fn block_matrix(ranges: &[Range<usize>]) -> Fallible {
 fn keops_grid_labels(x: Robj, size: Robj) -> Robj {
     guarded(|| {
         let size = size.as_real_slice().ok_or("'size' must be a double vector")?;
-        let cells = grid_cells(points(&x)?, size).map_err(|e| e.to_string())?;
+        let cells = grid_cells(points(&x, "x")?, size).map_err(|e| e.to_string())?;
         Ok(Robj::from(cells.labels.iter().map(|&l| l as i32 + 1).collect::<Vec<i32>>()))
     })
 }
@@ -59,21 +56,22 @@ fn keops_grid_labels(x: Robj, size: Robj) -> Robj {
 #[extendr]
 fn keops_cluster_summary(x: Robj, labels: Robj, clusters: i32, weights: Robj) -> Robj {
     guarded(|| {
-        let x = points(&x)?;
+        let x = points(&x, "x")?;
         let labels: Vec<u32> = labels
             .as_integer_slice()
             .ok_or("'labels' must be integers")?
             .iter()
             .map(|&l| (l.max(1) - 1) as u32)
             .collect();
-        let weights = if weights.is_null() { None } else { Some(weights.as_real_slice().ok_or("'weights' must be doubles")?) };
+        let weights =
+            if weights.is_null() { None } else { Some(weights.as_real_slice().ok_or("'weights' must be doubles")?) };
         let clusters = clusters.max(0) as usize;
         let s = cluster_summary(x, &labels, clusters, weights).map_err(|e| e.to_string())?;
         List::from_names_and_values(
             ["counts", "centroids", "weights", "radii"],
             [
                 Robj::from(s.counts.iter().map(|&c| c as i32).collect::<Vec<i32>>()),
-                with_dim(s.centroids, clusters, x.d)?,
+                matrix(Robj::from(s.centroids), clusters, x.d)?,
                 Robj::from(s.weights),
                 Robj::from(s.radii),
             ],
@@ -90,7 +88,8 @@ fn keops_ranges_of_pairs(ranges_i: Robj, ranges_j: Robj, k: Robj, l: Robj) -> Ro
         let (blocks_i, blocks_j) = (blocks(&ranges_i, "ranges_i")?, blocks(&ranges_j, "ranges_j")?);
         let k = k.as_integer_slice().ok_or("'pairs' must be integers")?;
         let l = l.as_integer_slice().ok_or("'pairs' must be integers")?;
-        let pairs: Vec<(usize, usize)> = k.iter().zip(l).map(|(&k, &l)| ((k.max(1) - 1) as usize, (l.max(1) - 1) as usize)).collect();
+        let pairs: Vec<(usize, usize)> =
+            k.iter().zip(l).map(|(&k, &l)| ((k.max(1) - 1) as usize, (l.max(1) - 1) as usize)).collect();
         let ranges = Ranges::from_block_pairs(&blocks_i, &blocks_j, &pairs).map_err(|e| e.to_string())?;
         let side = |b: &BlockRanges| -> Fallible {
             List::from_names_and_values(
@@ -100,7 +99,9 @@ fn keops_ranges_of_pairs(ranges_i: Robj, ranges_j: Robj, k: Robj, l: Robj) -> Ro
             .map(Robj::from)
             .map_err(|e| e.to_string())
         };
-        List::from_names_and_values(["i", "j"], [side(&ranges.i)?, side(&ranges.j)?]).map(Robj::from).map_err(|e| e.to_string())
+        List::from_names_and_values(["i", "j"], [side(&ranges.i)?, side(&ranges.j)?])
+            .map(Robj::from)
+            .map_err(|e| e.to_string())
     })
 }
 

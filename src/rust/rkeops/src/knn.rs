@@ -5,23 +5,8 @@ use engine::clustering::Points;
 use engine::knn::{knn_plan, Metric, Search};
 use extendr_api::prelude::*;
 
+use crate::clustering::{block_matrix, matrix, points, Fallible};
 use crate::guarded;
-
-type Fallible = std::result::Result<Robj, String>;
-
-fn points<'a>(x: &'a Robj, name: &str) -> std::result::Result<Points<'a>, String> {
-    let values = x.as_real_slice().ok_or(format!("'{name}' must be a double matrix"))?;
-    let (n, d) = match x.get_attrib("dim").and_then(|d| d.as_integer_vector()).as_deref() {
-        Some(&[n, d]) => (n.max(0) as usize, d.max(0) as usize),
-        _ => (values.len(), 1),
-    };
-    Points::new(values, n, d).map_err(|e| e.to_string())
-}
-
-fn matrix(mut robj: Robj, nrow: usize, ncol: usize) -> Fallible {
-    robj.set_attrib("dim", [nrow as i32, ncol as i32]).map_err(|e| e.to_string())?;
-    Ok(robj)
-}
 
 /// The rows of `x` in `order` (0-based), as a matrix.
 fn sorted_rows(x: Points, order: &[usize]) -> Fallible {
@@ -38,22 +23,25 @@ fn one_based(v: impl Iterator<Item = usize>) -> Robj {
 /// of the rows of `y` (queries) among the rows of `x` (data), 1-based and inclusive, and the reach
 /// of each query in the user's order (see `KnnPlan::reach`).
 #[extendr]
-fn keops_knn_plan(x: Robj, y: Robj, k: i32, manhattan: bool, cell_points: f64, neighbourhood: bool, force: bool) -> Robj {
+fn keops_knn_plan(
+    x: Robj,
+    y: Robj,
+    k: i32,
+    manhattan: bool,
+    cell_points: f64,
+    neighbourhood: bool,
+    force: bool,
+) -> Robj {
     guarded(|| {
         let (data, queries) = (points(&x, "x")?, points(&y, "y")?);
         let metric = if manhattan { Metric::Manhattan } else { Metric::Euclidean };
         let search = if neighbourhood { Search::Neighbourhood } else { Search::Bounded };
-        let Some(plan) =
-            knn_plan(data, queries, k.max(0) as usize, metric, cell_points, search, force).map_err(|e| e.to_string())?
+        let Some(plan) = knn_plan(data, queries, k.max(0) as usize, metric, cell_points, search, force)
+            .map_err(|e| e.to_string())?
         else {
             return Ok(Robj::from(()));
         };
         let r = &plan.ranges;
-        let inclusive = |ranges: &[std::ops::Range<usize>]| -> Fallible {
-            let mut v: Vec<i32> = ranges.iter().map(|r| r.start as i32 + 1).collect();
-            v.extend(ranges.iter().map(|r| r.end as i32));
-            matrix(Robj::from(v), ranges.len(), 2)
-        };
         List::from_names_and_values(
             ["x", "y", "x_order", "y_order", "ranges_i", "slices_i", "redranges_j", "reach"],
             [
@@ -61,9 +49,9 @@ fn keops_knn_plan(x: Robj, y: Robj, k: i32, manhattan: bool, cell_points: f64, n
                 sorted_rows(queries, &plan.query_order)?,
                 one_based(plan.data_order.iter().copied()),
                 one_based(plan.query_order.iter().copied()),
-                inclusive(&r.blocks)?,
+                block_matrix(&r.blocks)?,
                 Robj::from(r.slices.iter().map(|&s| s as i32).collect::<Vec<i32>>()),
-                inclusive(&r.reduced)?,
+                block_matrix(&r.reduced)?,
                 Robj::from(plan.reach),
             ],
         )
