@@ -19,6 +19,10 @@
 #   make bench-ranges  block-sparse reductions (ranges) and keops_knn() against brute force
 #                 and RANN/FNN (bench/ranges.R; BACKEND=CPU|GPU, RANGES_N=1e6, KNN_N=RANGES_N, REPS=3)
 #   make doc      regenerate NAMESPACE and man/ with roxygen2
+#   make vendor   bundle the crates of src/rust/Cargo.lock into src/rust/vendor.tar.xz (commit it)
+#                 and list their authors and licences in inst/AUTHORS; run it after any change of
+#                 Cargo.lock (needs the network and the R package jsonlite). A source tarball or a
+#                 fresh clone then builds offline (tools/configure.R).
 #   make clean    remove R build products (keeps the cargo target directory)
 #   make distclean  also remove src/rust/target and src/rust/.cargo
 
@@ -50,7 +54,7 @@ SIZES ?=
 ITER_BUDGET ?= $(if $(filter command line,$(origin BUDGET)),$(BUDGET),60)
 ITER_REPS ?= $(if $(filter command line,$(origin REPS)),$(REPS),3)
 
-.PHONY: all deps install demo test fuzz check doc clean distclean bench-cpu bench-iterative bench-ranges
+.PHONY: all deps install demo test fuzz check doc clean distclean bench-cpu bench-iterative bench-ranges vendor
 
 all: install
 
@@ -135,6 +139,9 @@ check: deps
 	R CMD build .
 	_R_CHECK_CRAN_INCOMING_REMOTE_=false _R_CHECK_SYSTEM_CLOCK_=false \
 		R CMD check --as-cran --no-manual rkeops_*.tar.gz
+
+vendor:
+	Rscript tools/vendor.R
 
 doc: deps
 	Rscript -e 'roxygen2::roxygenise(load_code = roxygen2::load_source)'
