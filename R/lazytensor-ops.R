@@ -10,9 +10,10 @@ elementwise_dim <- function(dims, what) {
   d
 }
 
-# A function of the formulas of `xs` named `name`: "Name(a, b, ...)", elementwise.
+# A function of the formulas of `xs` named `name`: "Name(a, b, ...)", elementwise. With a complex
+# argument, the complex operation (or an error) of lazytensor-complex.R.
 lazy_call <- function(name, xs, dimres = NULL, extra = NULL) {
-  no_complex(xs, paste0(name, "()"))
+  if (any(vapply(xs, is.ComplexLazyTensor, TRUE))) return(complex_call(name, xs, dimres, extra))
   if (is.null(dimres)) dimres <- elementwise_dim(vapply(xs, function(x) x$dimres, 1L), name)
   m <- lazy_merge(xs)
   new_lazy(paste0(name, "(", paste(c(m$formulas, extra), collapse = ", "), ")"), m$vars, m$cats,
@@ -123,7 +124,8 @@ lazy_power <- function(e1, e2) {
 #' Other functions of the `Math` group (`tan`, `cumsum`, ...) are errors. For
 #' a [ComplexLazyTensor], `exp()` and `abs()` are defined.
 #' @param x A LazyTensor.
-#' @param ... `digits` for `round()`: a whole number of decimal places.
+#' @param ... `digits` for `round()`: a whole number of decimal places, or a
+#'   LazyTensor holding one, such as `Pm(2)`.
 #' @return A LazyTensor of the dimension of `x`.
 #' @export
 #' @examples
@@ -137,6 +139,8 @@ lazy_power <- function(e1, e2) {
 #'           tolerance = 1e-5)
 #' all.equal(sum(round(10 * cos(Z), 1), index = "j"),
 #'           dense(function(z) round(10 * cos(z), 1)), tolerance = 1e-5)
+#' all.equal(sum(round(10 * cos(Z), Pm(1)), index = "j"),   # digits as in rkeops 2
+#'           dense(function(z) round(10 * cos(z), 1)), tolerance = 1e-5)
 Math.LazyTensor <- function(x, ...) {
   names <- c(abs = "Abs", sqrt = "Sqrt", exp = "Exp", log = "Log", sin = "Sin", cos = "Cos",
              acos = "Acos", asin = "Asin", atan = "Atan", sign = "Sign", floor = "Floor")
@@ -144,6 +148,7 @@ Math.LazyTensor <- function(x, ...) {
   if (g == "round") {
     extra <- list(...)
     digits <- if (length(extra)) extra[[1L]] else 0
+    if (is.LazyTensor(digits)) digits <- lazy_constant_value(digits, "round", "digits")
     digits <- whole_number(digits, "digits", "round")
     return(lazy_call("Round", list(x), dimres = x$dimres, extra = digits))
   }
@@ -151,6 +156,22 @@ Math.LazyTensor <- function(x, ...) {
     stop(sprintf("%s() is not defined for LazyTensors", g), call. = FALSE)
   }
   lazy_unary(x, names[[g]], g)
+}
+
+# The value of a LazyTensor that holds one known number: a constant, or Pm() of one number.
+lazy_constant_value <- function(x, fun, label) {
+  v <- NA_real_
+  if (length(x$vars) == 0L) {
+    v <- suppressWarnings(as.numeric(gsub("[()]", "", x$formula)))
+  } else if (length(x$vars) == 1L && x$cats == "Pm" && x$formula == "@0@" && x$dims == 1L &&
+             is.numeric(x$vars[[1L]])) {
+    v <- x$vars[[1L]][[1L]]
+  }
+  if (is.na(v)) {
+    stop(sprintf("%s(): '%s' must be a number, or a LazyTensor made by Pm() of one number", fun, label),
+         call. = FALSE)
+  }
+  v
 }
 
 #' Elementwise functions of LazyTensor objects
@@ -163,8 +184,9 @@ Math.LazyTensor <- function(x, ...) {
 #'   elsewhere;
 #' * `xlogx(x)`: \eqn{x \log x}{x log(x)} (0 at 0); `sinxdivx(x)`: \eqn{\sin(x) / x}{sin(x) / x} (1
 #'   at 0);
-#' * `clamp(x, a, b)`: \eqn{\min(\max(x, a), b)}{min(max(x, a), b)}; `clampint(x, a, b)`: the
-#'   same with whole numbers `a` and `b`;
+#' * `clamp(x, a, b)`: `a` where \eqn{x < a}{x < a}, else `b` where \eqn{x > b}{x > b}, else `x`
+#'   (\eqn{\min(\max(x, a), b)}{min(max(x, a), b)} when \eqn{a \le b}{a <= b});
+#'   `clampint(x, a, b)`: the same with whole numbers `a` and `b`;
 #' * `ifelse(test, yes, no)`: `yes` where \eqn{test \ge 0}{test >= 0}, `no` elsewhere (as
 #'   KeOps' `IfElse`: the sign of `test` decides, not its truth);
 #' * `mod(x, n, d = 0)`: \eqn{x - n \lfloor (x - d) / n \rfloor}{x - n floor((x - d) / n)}, in
@@ -172,26 +194,38 @@ Math.LazyTensor <- function(x, ...) {
 #' * `atan2(y, x)`: the angle of the point `(x, y)`, in \eqn{(-\pi, \pi]}{(-pi, pi]}.
 #'
 #' The arguments of `clamp()`, `ifelse()`, `mod()` and `atan2()` combine like
-#' those of `+` ([Ops.LazyTensor]): dimensions equal, or 1. `ifelse()`,
-#' `atan2()` and `step()` mask the base and stats functions of the same name
-#' and call them when `test`, both `y` and `x`, or `x` (respectively) are not
-#' LazyTensors.
-#' @param x A LazyTensor (for `atan2()`: a LazyTensor or a number, the second
-#'   coordinate, as in [base::atan2()]; for `step()`: any object).
+#' those of `+` ([Ops.LazyTensor]): dimensions equal, or 1.
+#'
+#' On R numbers, vectors, matrices and arrays (as in rkeops 2), `square()`,
+#' `rsqrt()`, `inv()`, `relu()`, `xlogx()` and `sinxdivx()` compute in plain R
+#' with the same conventions at 0 (`rsqrt(0)` is 0, where rkeops 2 gave
+#' `Inf`) and keep the dimensions; `clamp()`, `clampint()` and `mod()` make a
+#' LazyTensor of them (numbers are constants, vectors parameters, as with
+#' [Pm()]). `ifelse()`, `atan2()` and `step()` mask the base and stats
+#' functions of the same name and call them when `test`, both `y` and `x`, or
+#' `object` (respectively) are not LazyTensors.
+#' @param x A LazyTensor, or an R number or numeric vector (for `square()`,
+#'   `rsqrt()`, `inv()`, `relu()`, `xlogx()` and `sinxdivx()`: any numeric
+#'   vector, matrix or array; for `atan2()`: a LazyTensor or a number, the
+#'   second coordinate, as in [base::atan2()]).
+#' @param object For `step()`: a LazyTensor, or a model passed to
+#'   [stats::step()].
 #' @param y For `atan2()`: a LazyTensor or a number, the first coordinate.
-#' @param a,b For `clamp()`: the bounds, numbers or LazyTensors; for
-#'   `clampint()`: whole numbers.
-#' @param n For `mod()`: the modulus, a number or a LazyTensor.
-#' @param d For `mod()`: the offset of the result's interval, a number or a
+#' @param a,b For `clamp()`: the bounds, numbers, numeric vectors or
+#'   LazyTensors; for `clampint()`: whole numbers.
+#' @param n For `mod()`: the modulus, a number, a numeric vector or a
 #'   LazyTensor.
+#' @param d For `mod()`: the offset of the result's interval, a number, a
+#'   numeric vector or a LazyTensor.
 #' @param test A LazyTensor whose sign chooses (or, when it is not a
 #'   LazyTensor, the argument of [base::ifelse()]).
 #' @param yes,no What `ifelse()` chooses between: LazyTensors or numbers.
 #' @param ... For `step()` on an object that is not a LazyTensor: passed to
 #'   [stats::step()].
 #' @return A LazyTensor of the dimension of `x` (the larger dimension of the
-#'   arguments for `clamp()`, `ifelse()`, `mod()` and `atan2()`), or the result
-#'   of the base or stats function for arguments that are not LazyTensors.
+#'   arguments for `clamp()`, `ifelse()`, `mod()` and `atan2()`); for R
+#'   numbers, the plain R result (see above), or the result of the base or
+#'   stats function.
 #' @name lazytensor_elementwise
 #' @aliases lazytensor_functions
 #' @seealso [lazytensor_norms], [lazytensor_components],
@@ -219,50 +253,107 @@ Math.LazyTensor <- function(x, ...) {
 #' check(mod(D, 1), d %% 1)
 #' check(mod(D, 2, -1), (d + 1) %% 2 - 1)
 #' check(atan2(D, Vj(y) + 2), atan2(d, matrix(y + 2, 5, 3, byrow = TRUE)))
+#' # plain R numbers
+#' square(1:3)
+#' rsqrt(c(0, 4))
+#' relu(d)
+#' clamp(0.5, Vj(y), 1)               # a LazyTensor: min(max(0.5, y_j), 1)
 NULL
 
-#' @rdname lazytensor_elementwise
-#' @export
-square <- function(x) lazy_unary(x, "Square", "square")
-
-#' @rdname lazytensor_elementwise
-#' @export
-rsqrt <- function(x) lazy_unary(x, "Rsqrt", "rsqrt")
-
-#' @rdname lazytensor_elementwise
-#' @export
-inv <- function(x) lazy_unary(x, "Inv", "inv")
-
-#' @rdname lazytensor_elementwise
-#' @export
-relu <- function(x) lazy_unary(x, "ReLU", "relu")
-
-#' @rdname lazytensor_elementwise
-#' @export
-step <- function(x, ...) {
-  if (!is.LazyTensor(x)) return(get("step", envir = asNamespace("stats"))(x, ...))
-  lazy_unary(x, "Step", "step")
+# The plain R value of an elementwise function for R numbers (rkeops 2 computed these in R too).
+plain_elementwise <- function(x, fun, f, complex_ok = TRUE) {
+  if (!(is.numeric(x) || is.logical(x) || (complex_ok && is.complex(x))) || is.data.frame(x)) {
+    stop(sprintf("%s(): 'x' must be a LazyTensor or a numeric vector, matrix or array, not %s", fun,
+                 class(x)[1L]), call. = FALSE)
+  }
+  f(x)
 }
 
 #' @rdname lazytensor_elementwise
 #' @export
-xlogx <- function(x) lazy_unary(x, "XLogX", "xlogx")
+square <- function(x) {
+  if (!is.LazyTensor(x)) return(plain_elementwise(x, "square", function(v) v^2))
+  lazy_unary(x, "Square", "square")
+}
 
 #' @rdname lazytensor_elementwise
 #' @export
-sinxdivx <- function(x) lazy_unary(x, "SinXDivX", "sinxdivx")
+rsqrt <- function(x) {
+  if (!is.LazyTensor(x)) {
+    return(plain_elementwise(x, "rsqrt", function(v) {
+      r <- 1 / sqrt(v)
+      r[!is.na(v) & v == 0] <- 0    # KeOps' Rsqrt is 0 at 0
+      r
+    }))
+  }
+  lazy_unary(x, "Rsqrt", "rsqrt")
+}
+
+#' @rdname lazytensor_elementwise
+#' @export
+inv <- function(x) {
+  if (!is.LazyTensor(x)) return(plain_elementwise(x, "inv", function(v) 1 / v))
+  lazy_unary(x, "Inv", "inv")
+}
+
+#' @rdname lazytensor_elementwise
+#' @export
+relu <- function(x) {
+  if (!is.LazyTensor(x)) return(plain_elementwise(x, "relu", function(v) pmax(v, 0), complex_ok = FALSE))
+  lazy_unary(x, "ReLU", "relu")
+}
+
+#' @rdname lazytensor_elementwise
+#' @export
+step <- function(object, ...) {
+  if (is.LazyTensor(object)) return(lazy_unary(object, "Step", "step"))
+  # stats::step() refits the model in its caller's frame (eval.parent): call it from the user's
+  # frame, with the object already evaluated, so that local data is found as without rkeops.
+  call <- match.call()
+  call[[1L]] <- quote(stats::step)
+  call$object <- object
+  eval(call, parent.frame())
+}
+
+#' @rdname lazytensor_elementwise
+#' @export
+xlogx <- function(x) {
+  if (!is.LazyTensor(x)) {
+    return(plain_elementwise(x, "xlogx", function(v) base::ifelse(v == 0, 0, v * log(v))))
+  }
+  lazy_unary(x, "XLogX", "xlogx")
+}
+
+#' @rdname lazytensor_elementwise
+#' @export
+sinxdivx <- function(x) {
+  if (!is.LazyTensor(x)) {
+    return(plain_elementwise(x, "sinxdivx", function(v) base::ifelse(v == 0, 1, sin(v) / v)))
+  }
+  lazy_unary(x, "SinXDivX", "sinxdivx")
+}
+
+# An argument that may be a LazyTensor, a number (a constant) or a numeric vector (a parameter);
+# a matrix must say which index it follows.
+lazy_arg <- function(x, label, fun) {
+  if (is.LazyTensor(x)) return(x)
+  if ((is.numeric(x) || is.logical(x)) && is.null(dim(x)) && length(x) >= 1L) return(as_lazy(x, label))
+  if (is.complex(x) && is.null(dim(x)) && length(x) >= 1L) return(as_complex_lazy(x, label))
+  what <- if (is.matrix(x)) "a matrix (wrap it with Vi() or Vj())" else class(x)[1L]
+  stop(sprintf("%s(): '%s' must be a LazyTensor, a number or a numeric vector, not %s", fun, label, what),
+       call. = FALSE)
+}
 
 #' @rdname lazytensor_elementwise
 #' @export
 clamp <- function(x, a, b) {
-  need_lazy(x, "x", "clamp")
-  lazy_call("Clamp", list(x, as_lazy(a, "a"), as_lazy(b, "b")))
+  lazy_call("Clamp", list(lazy_arg(x, "x", "clamp"), lazy_arg(a, "a", "clamp"), lazy_arg(b, "b", "clamp")))
 }
 
 #' @rdname lazytensor_elementwise
 #' @export
 clampint <- function(x, a, b) {
-  need_lazy(x, "x", "clampint")
+  x <- lazy_arg(x, "x", "clampint")
   a <- whole_number(a, "a", "clampint")
   b <- whole_number(b, "b", "clampint")
   lazy_call("ClampInt", list(x), dimres = x$dimres, extra = c(a, b))
@@ -278,8 +369,7 @@ ifelse <- function(test, yes, no) {
 #' @rdname lazytensor_elementwise
 #' @export
 mod <- function(x, n, d = 0) {
-  need_lazy(x, "x", "mod")
-  lazy_call("Mod", list(x, as_lazy(n, "n"), as_lazy(d, "d")))
+  lazy_call("Mod", list(lazy_arg(x, "x", "mod"), lazy_arg(n, "n", "mod"), lazy_arg(d, "d", "mod")))
 }
 
 #' @rdname lazytensor_elementwise
@@ -301,9 +391,15 @@ atan2 <- function(y, x) {
 #'   \eqn{x^\top S x}{x' S x} when it has dimension \eqn{d^2} (`S` the \eqn{d \times d}{d x d}
 #'   matrix stored column-major, `as.vector(S)`);
 #' * `weightedsqdist(x, y, s)`: `weightedsqnorm(x - y, s)`.
-#' @param x,y LazyTensors of the same dimension \eqn{d}.
-#' @param s The weights: a LazyTensor (such as `Pm(w)` or `Vj(w)`) or a number,
-#'   of dimension 1, \eqn{d} or \eqn{d^2}.
+#'
+#' As in rkeops 2, `x` and `y` may also be R numbers (constants) or numeric
+#' vectors (parameters, as with [Pm()]): the result is then a LazyTensor, and
+#' `sqdist()` and `weightedsqdist()` accept one argument of dimension 1 (the
+#' same value for every component: `sqdist(x, 0)` is `sqnorm2(x)`).
+#' @param x,y LazyTensors of the same dimension \eqn{d} (or one of them of
+#'   dimension 1), numbers or numeric vectors.
+#' @param s The weights: a LazyTensor (such as `Pm(w)` or `Vj(w)`), a number
+#'   or a numeric vector, of dimension 1, \eqn{d} or \eqn{d^2}.
 #' @return A LazyTensor of dimension 1, or of dimension \eqn{d} for
 #'   `normalize()`.
 #' @name lazytensor_norms
@@ -332,30 +428,41 @@ atan2 <- function(y, x) {
 #' u <- sum(normalize(xi - yj), index = "j")
 #' all.equal(u, sapply(1:3, function(k) rowSums(outer(x[, k], y[, k], "-") / sqrt(D2))),
 #'           tolerance = 1e-5)
+#' # a vector of R numbers is a parameter; a number of dimension 1 is broadcast
+#' sqnorm2(c(3, 4))
+#' all.equal(sum(sqdist(xi, 0.5) * Vj(1), index = "j"), as.matrix(rowSums((x - 0.5)^2)),
+#'           tolerance = 1e-5)
 #' @export
-sqnorm2 <- function(x) lazy_call("SqNorm2", list(need_lazy(x, "x", "sqnorm2")), dimres = 1L)
+sqnorm2 <- function(x) lazy_call("SqNorm2", list(lazy_arg(x, "x", "sqnorm2")), dimres = 1L)
 
 #' @rdname lazytensor_norms
 #' @export
-norm2 <- function(x) lazy_call("Norm2", list(need_lazy(x, "x", "norm2")), dimres = 1L)
+norm2 <- function(x) lazy_call("Norm2", list(lazy_arg(x, "x", "norm2")), dimres = 1L)
 
 #' @rdname lazytensor_norms
 #' @export
-normalize <- function(x) lazy_unary(x, "Normalize", "normalize")
+normalize <- function(x) {
+  x <- lazy_arg(x, "x", "normalize")
+  lazy_call("Normalize", list(x), dimres = x$dimres)
+}
 
-same_dims <- function(x, y, fun) {
-  if (x$dimres != y$dimres) {
-    stop(sprintf("%s(): 'x' and 'y' must have the same dimension, got %d and %d", fun,
-                 x$dimres, y$dimres), call. = FALSE)
+# The dimension shared by x and y, or the larger one when the other is 1 (then written x - y,
+# which broadcasts, instead of the engine's two-argument operation).
+pair_dim <- function(x, y, fun) {
+  if (x$dimres != y$dimres && x$dimres != 1L && y$dimres != 1L) {
+    stop(sprintf("%s(): 'x' and 'y' must have the same dimension (or one of them 1), got %d and %d",
+                 fun, x$dimres, y$dimres), call. = FALSE)
   }
+  max(x$dimres, y$dimres)
 }
 
 #' @rdname lazytensor_norms
 #' @export
 sqdist <- function(x, y) {
-  need_lazy(x, "x", "sqdist")
-  need_lazy(y, "y", "sqdist")
-  same_dims(x, y, "sqdist")
+  x <- lazy_arg(x, "x", "sqdist")
+  y <- lazy_arg(y, "y", "sqdist")
+  pair_dim(x, y, "sqdist")
+  if (x$dimres != y$dimres) return(sqnorm2(x - y))
   lazy_call("SqDist", list(x, y), dimres = 1L)
 }
 
@@ -369,8 +476,8 @@ weights_ok <- function(s, d, fun) {
 #' @rdname lazytensor_norms
 #' @export
 weightedsqnorm <- function(x, s) {
-  need_lazy(x, "x", "weightedsqnorm")
-  s <- as_lazy(s, "s")
+  x <- lazy_arg(x, "x", "weightedsqnorm")
+  s <- lazy_arg(s, "s", "weightedsqnorm")
   weights_ok(s, x$dimres, "weightedsqnorm")
   lazy_call("WeightedSqNorm", list(s, x), dimres = 1L)
 }
@@ -378,11 +485,12 @@ weightedsqnorm <- function(x, s) {
 #' @rdname lazytensor_norms
 #' @export
 weightedsqdist <- function(x, y, s) {
-  need_lazy(x, "x", "weightedsqdist")
-  need_lazy(y, "y", "weightedsqdist")
-  same_dims(x, y, "weightedsqdist")
-  s <- as_lazy(s, "s")
-  weights_ok(s, x$dimres, "weightedsqdist")
+  x <- lazy_arg(x, "x", "weightedsqdist")
+  y <- lazy_arg(y, "y", "weightedsqdist")
+  d <- pair_dim(x, y, "weightedsqdist")
+  s <- lazy_arg(s, "s", "weightedsqdist")
+  weights_ok(s, d, "weightedsqdist")
+  if (x$dimres != y$dimres) return(lazy_call("WeightedSqNorm", list(s, x - y), dimres = 1L))
   lazy_call("WeightedSqDist", list(s, x, y), dimres = 1L)
 }
 
@@ -555,4 +663,108 @@ tensorprod <- function(x, y) {
   need_lazy(x, "x", "tensorprod")
   need_lazy(y, "y", "tensorprod")
   lazy_call("TensorProd", list(x, y), dimres = x$dimres * y$dimres)
+}
+
+#' Build LazyTensor operations by name (rkeops 2's low-level functions)
+#'
+#' `unaryop.LazyTensor()`, `binaryop.LazyTensor()` and `ternaryop.LazyTensor()`
+#' write the KeOps operation `opstr` of one, two or three arguments, as in
+#' rkeops 2: `opstr(x, opt_arg, opt_arg2)`, `opstr(x, y)` (or `x opstr y` with
+#' `is_operator = TRUE`, such as `"+"`) and `opstr(x, y, z)`. They give access
+#' to operations of the formula language of [keops_kernel()] that have no R
+#' function; an unknown name is an error when the LazyTensor is reduced.
+#' Numbers are constants and numeric vectors parameters (as with [Pm()]).
+#' @param x,y,z LazyTensors, numbers or numeric vectors.
+#' @param opstr The name of the operation, such as `"Exp"` or `"Atan2"` (or an
+#'   operator such as `"+"` with `is_operator = TRUE`).
+#' @param opt_arg,opt_arg2 For `unaryop.LazyTensor()`: whole numbers written
+#'   after `x` (such as the exponent of `"Pow"`), or `NA`; for
+#'   `binaryop.LazyTensor()`, `opt_arg` is a LazyTensor written between `x`
+#'   and `y`, or `NA`.
+#' @param is_operator For `binaryop.LazyTensor()`: `TRUE` to write `x opstr y`.
+#' @param dim_check_type How the dimensions of the arguments must agree:
+#'   `"sameor1"` (equal, or 1), `"same"` (equal) or `NA` (no check).
+#' @param res_type `NA` (a real LazyTensor; complex results are made by the
+#'   complex functions, see [ComplexLazyTensor]).
+#' @param dim_res The dimension of the result: by default that of `x` for
+#'   `unaryop.LazyTensor()` and the largest of the arguments otherwise.
+#' @return A LazyTensor.
+#' @name lazytensor_opbuilders
+#' @aliases unaryop.LazyTensor binaryop.LazyTensor ternaryop.LazyTensor
+#' @seealso [lazytensor_elementwise] for the functions that write these
+#'   operations for you.
+#' @examples
+#' set.seed(1)
+#' x <- matrix(runif(12), 4, 3); y <- matrix(runif(15), 5, 3)
+#' P <- unaryop.LazyTensor(Vi(x), "Pow", 3)        # the same as Vi(x)^3
+#' all.equal(sum(P, index = "j"), 1 * x^3, tolerance = 1e-5)
+#' S <- binaryop.LazyTensor(Vi(x), Vj(y), "-", is_operator = TRUE)
+#' A <- binaryop.LazyTensor(S, 1, "Atan2")        # atan2(x_i - y_j, 1)
+#' ref <- sapply(1:3, function(k) rowSums(atan2(outer(x[, k], y[, k], "-"), 1)))
+#' all.equal(sum(A, index = "j"), ref, tolerance = 1e-5)
+#' C <- ternaryop.LazyTensor(S, 0, 0.2, "Clamp")  # clamp(x_i - y_j, 0, 0.2)
+#' ref <- sapply(1:3, function(k) rowSums(pmin(pmax(outer(x[, k], y[, k], "-"), 0), 0.2)))
+#' all.equal(sum(C, index = "j"), ref, tolerance = 1e-5)
+NULL
+
+# Checks the dimensions of the arguments of a built operation and returns the result's.
+opbuilder_dim <- function(xs, dim_check_type, dim_res, opstr, fun) {
+  dims <- vapply(xs, function(v) v$dimres, 1L)
+  if (length(dim_check_type) != 1L || !(is.na(dim_check_type) || dim_check_type %in% c("same", "sameor1"))) {
+    stop(sprintf("%s(): 'dim_check_type' must be \"sameor1\", \"same\" or NA", fun), call. = FALSE)
+  }
+  if (!is.na(dim_check_type) && dim_check_type == "sameor1") elementwise_dim(dims, opstr)
+  if (!is.na(dim_check_type) && dim_check_type == "same" && any(dims != dims[1L])) {
+    stop(sprintf("%s(): the operation '%s' needs arguments of the same dimension, got %s", fun, opstr,
+                 paste(dims, collapse = " and ")), call. = FALSE)
+  }
+  if (length(dim_res) == 1L && is.na(dim_res)) max(dims) else whole_number(dim_res, "dim_res", fun, 1)
+}
+
+opbuilder_checks <- function(opstr, res_type, fun) {
+  if (!is.character(opstr) || length(opstr) != 1L || is.na(opstr) || !nzchar(opstr)) {
+    stop(sprintf("%s(): 'opstr' must be the name of an operation, such as \"Exp\"", fun), call. = FALSE)
+  }
+  if (length(res_type) != 1L || !is.na(res_type) && res_type != "LazyTensor") {
+    stop(sprintf("%s(): 'res_type' must be NA; complex LazyTensors are made by the complex functions (see ?ComplexLazyTensor)",
+                 fun), call. = FALSE)
+  }
+}
+
+#' @rdname lazytensor_opbuilders
+#' @export
+unaryop.LazyTensor <- function(x, opstr, opt_arg = NA, opt_arg2 = NA, res_type = NA, dim_res = NA) {
+  fun <- "unaryop.LazyTensor"
+  opbuilder_checks(opstr, res_type, fun)
+  x <- lazy_arg(x, "x", fun)
+  extra <- NULL
+  if (!(length(opt_arg) == 1L && is.na(opt_arg))) extra <- whole_number(opt_arg, "opt_arg", fun)
+  if (!(length(opt_arg2) == 1L && is.na(opt_arg2))) extra <- c(extra, whole_number(opt_arg2, "opt_arg2", fun))
+  d <- if (length(dim_res) == 1L && is.na(dim_res)) x$dimres else whole_number(dim_res, "dim_res", fun, 1)
+  lazy_call(opstr, list(x), dimres = d, extra = extra)
+}
+
+#' @rdname lazytensor_opbuilders
+#' @export
+binaryop.LazyTensor <- function(x, y, opstr, is_operator = FALSE, dim_check_type = "sameor1",
+                                res_type = NA, dim_res = NA, opt_arg = NA) {
+  fun <- "binaryop.LazyTensor"
+  opbuilder_checks(opstr, res_type, fun)
+  xs <- list(lazy_arg(x, "x", fun), lazy_arg(y, "y", fun))
+  d <- opbuilder_dim(xs, dim_check_type, dim_res, opstr, fun)
+  if (isTRUE(is_operator)) {
+    no_complex(xs, sprintf("%s(is_operator = TRUE)", fun))
+    return(lazy_combine(xs, function(u, v) paste0("(", u, " ", opstr, " ", v, ")"), d))
+  }
+  if (is.LazyTensor(opt_arg)) xs <- list(xs[[1L]], opt_arg, xs[[2L]])
+  lazy_call(opstr, xs, dimres = d)
+}
+
+#' @rdname lazytensor_opbuilders
+#' @export
+ternaryop.LazyTensor <- function(x, y, z, opstr, dim_check_type = "sameor1", dim_res = NA) {
+  fun <- "ternaryop.LazyTensor"
+  opbuilder_checks(opstr, NA, fun)
+  xs <- list(lazy_arg(x, "x", fun), lazy_arg(y, "y", fun), lazy_arg(z, "z", fun))
+  lazy_call(opstr, xs, dimres = opbuilder_dim(xs, dim_check_type, dim_res, opstr, fun))
 }
