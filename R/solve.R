@@ -1,21 +1,50 @@
-# solve() for LazyTensors: conjugate gradients with the engine's products.
+# solve() for LazyTensors: conjugate gradients with the engine's products, preconditioned by a
+# Nystrom approximation of K built from a few of its columns, and the gradients of the solution.
 
 #' Solve a linear system with a symbolic matrix
 #'
-#' Solves \eqn{(\alpha I + K) x = b}{(alpha I + K) x = b} by conjugate gradients, where `K` is a
+#' Solves \eqn{(\alpha I + K) x = b}{(alpha I + K) x = b} by preconditioned conjugate gradients, where `K` is a
 #' LazyTensor of dimension 1 standing for a symmetric positive semi-definite
 #' `N x N` matrix (such as `exp(-sqdist(Vi(x), Vj(x)))`) and
 #' \eqn{\alpha I + K}{alpha I + K} is positive definite. Each product by `K` is computed by
 #' the engine (`K %*% p`, in the precision of [get_rkeops_options()]); the
 #' iterations run in R in double precision, on all the columns of `b` at once.
+#'
+#' **The preconditioner** (`precond = "nystrom"`, the default) is the
+#' randomized Nystrom preconditioner of Frangella, Tropp and Udell (2023),
+#' also used by Falkon: `rank` landmarks \eqn{S}, drawn uniformly at random
+#' among the `N` points, give the columns \eqn{C = K_{\cdot S}}{C = K[, S]} (`N x rank`, computed by
+#' the engine: `N * rank` kernel evaluations, never the whole matrix) and
+#' \eqn{W = K_{SS}}{W = K[S, S]}; the conjugate gradients are preconditioned by
+#' \eqn{\gamma I + C W^{-1} C^T}{gamma I + C W^-1 C'}, applied by the Woodbury identity, with
+#' \eqn{\gamma = \alpha + \hat\lambda_{min}}{gamma = alpha + lambda_min}, the smallest eigenvalue of the approximation. When
+#' `K` has few eigenvalues above \eqn{\alpha}{alpha} (smooth kernels, a kernel
+#' width that is not small, a nugget \eqn{\alpha}{alpha} that is not tiny), a rank
+#' above that number leaves a nearly perfectly conditioned system: a few
+#' iterations instead of hundreds. Building it costs about `N * rank^2`
+#' floating point operations in R's BLAS, then `4 N rank` per iteration.
+#'
+#' With `rank = NULL` (the default) the rank is chosen automatically: it
+#' starts at 64 landmarks and grows by half at a time while the approximation
+#' still has more than `rank / 2` eigenvalues above \eqn{\alpha}{alpha} (the spectrum
+#' above the nugget is not captured yet) and while the time spent building it
+#' stays below that of 7 products by `K` (timed on the first iteration, so the
+#' rank adapts to the machine: a fast GPU product gets a smaller rank), and
+#' below a tenth of the iterations that plain conjugate gradients would need
+#' (estimated from the largest eigenvalue: a well-conditioned system gets a
+#' cheap preconditioner).
+#' The landmarks are drawn with R's random number generator: call
+#' [set.seed()] first for reproducible iteration counts (the solution does
+#' not depend on them beyond `eps`). `precond = "none"` gives plain conjugate
+#' gradients.
 #' @param a The LazyTensor `K`, with as many rows (`i`) as columns (`j`).
 #' @param b An `N x E` numeric matrix (or a vector of length `N`).
 #' @param alpha A non-negative number added to the diagonal (a ridge or
 #'   nugget).
 #' @param eps The tolerance: the iterations stop when the residual of each
 #'   column is below `eps` times the norm of that column of `b`.
-#' @param maxiter The maximum number of iterations; a warning is given when
-#'   they do not suffice.
+#' @param maxiter The maximum number of iterations (products by `K`); a
+#'   warning is given when they do not suffice.
 #' @param ranges Optional: a block-sparse `K` (see [keops_ranges]): every
 #'   product by `K` reduces only the blocks that `ranges` keeps, e.g. a kernel
 #'   truncated beyond a cut-off radius. The truncated matrix must stay
@@ -23,8 +52,22 @@
 #'   [from_matrix()]) and \eqn{\alpha I + K}{alpha I + K} positive definite:
 #'   truncation moves each eigenvalue by at most the largest row sum of the
 #'   absolute values left out, so a nugget `alpha` above that bound is enough.
+#'   The preconditioner is built from the columns of the untruncated `K`.
+#' @param precond `"nystrom"` (the default) or `"none"`: see above.
+#' @param rank The number of landmarks of the Nystrom preconditioner, from 1
+#'   to `N`; `NULL` (the default) chooses it as described above.
+#' @param info `TRUE` to return the diagnostics and what [grad()] needs as
+#'   attributes of the result (see the value); `FALSE` (the default) returns a
+#'   plain matrix, which [all.equal()] and `testthat::expect_equal()` compare
+#'   with other matrices without reporting extra attributes.
 #' @param ... Unused.
-#' @return The `N x E` matrix \eqn{x}.
+#' @return The `N x E` matrix \eqn{x}. With `info = TRUE` it has the
+#'   attributes `iterations` (the number of products by `K`), `residual` (the
+#'   largest relative residual \eqn{|b - (\alpha I + K) x| / |b|}{|b - (alpha I + K) x| / |b|} over the columns, as
+#'   the iterations computed it), `rank` (the rank of the preconditioner, 0
+#'   without one) and `solve` (the system, with its preconditioner: what the
+#'   gradient of the solution with respect to `b`, `alpha` or a variable of
+#'   `K` reuses).
 #' @seealso `%*%`
 #' @export
 #' @examples
@@ -36,40 +79,340 @@
 #' # the same with the dense 20 x 20 matrix in plain R
 #' D2 <- outer(rowSums(x^2), rowSums(x^2), "+") - 2 * x %*% t(x)
 #' all.equal(sol, solve(exp(-D2) + 0.1 * diag(20), b), tolerance = 1e-4)
-solve.LazyTensor <- function(a, b, alpha = 0, eps = 1e-6, maxiter = 10 * NROW(b), ranges = NULL, ...) {
+#'
+#' # kriging: a Gaussian kernel on 2,000 points, two right-hand sides
+#' z <- matrix(runif(4000), 2000, 2)
+#' G <- exp(-sqdist(Vi(z), Vj(z)) / (2 * 0.1^2))
+#' B <- cbind(sin(4 * z[, 1]), cos(3 * z[, 2]))
+#' w <- solve(G, B, alpha = 0.09, eps = 1e-4, info = TRUE)
+#' attr(w, "iterations")               # with the Nystrom preconditioner
+#' attr(w, "rank")
+#' attr(w, "residual")
+#' w0 <- solve(G, B, alpha = 0.09, eps = 1e-4, precond = "none", info = TRUE)
+#' attr(w0, "iterations")              # plain conjugate gradients
+solve.LazyTensor <- function(a, b, alpha = 0, eps = 1e-6, maxiter = 10 * NROW(b), ranges = NULL,
+                             precond = c("nystrom", "none"), rank = NULL, info = FALSE, ...) {
   matvec <- lazy_matvec(a, "solve")
+  dims <- dim(a)
+  N <- dims[2L]
+  if (dims[1L] != N) {
+    stop(sprintf("solve(): 'a' must be a square symbolic matrix, not %d x %d", dims[1L], N), call. = FALSE)
+  }
+  if (is.data.frame(b)) b <- as.matrix(b)
+  if (!(is.numeric(b) || is.logical(b)) || length(dim(b)) > 2L || NROW(b) != N || length(b) == 0L) {
+    stop(sprintf("solve(): 'b' must be a numeric matrix (or vector) with %d rows, one per j", N), call. = FALSE)
+  }
   if (is.null(dim(b))) b <- matrix(b, ncol = 1L)
-  if (!is.numeric(alpha) || length(alpha) != 1L || !is.finite(alpha)) {
-    stop("solve(): 'alpha' must be a single number", call. = FALSE)
-  }
   storage.mode(b) <- "double"
-  op <- function(v) matvec(v, ranges) + alpha * v
-  x <- matrix(0, nrow(b), ncol(b))
-  r <- b
-  p <- r
-  rr <- colSums(r * r)
-  target <- (eps * sqrt(colSums(b * b)))^2
-  converged <- all(rr <= target)
-  iter <- 0L
-  while (!converged && iter < maxiter) {
-    iter <- iter + 1L
-    Ap <- op(p)
-    step_len <- rr / pmax(colSums(p * Ap), .Machine$double.xmin)
-    step_len[rr <= target] <- 0
-    x <- x + scale_columns(p, step_len)
-    r <- r - scale_columns(Ap, step_len)
-    rr_new <- colSums(r * r)
-    beta <- rr_new / pmax(rr, .Machine$double.xmin)
-    p <- r + scale_columns(p, beta)
-    rr <- rr_new
-    converged <- all(rr <= target)
+  if (!all(is.finite(b))) stop("solve(): 'b' must not hold NA, NaN or infinite values", call. = FALSE)
+  if (!is.numeric(alpha) || length(alpha) != 1L || !is.finite(alpha) || alpha < 0) {
+    stop("solve(): 'alpha' must be a single non-negative number", call. = FALSE)
   }
-  if (!converged) {
-    warning(sprintf("solve(): conjugate gradients did not converge in %d iterations (relative residual %.3g)",
-                    iter, max(sqrt(rr / pmax(colSums(b * b), .Machine$double.xmin)))), call. = FALSE)
+  if (!is.numeric(eps) || length(eps) != 1L || !is.finite(eps) || eps <= 0) {
+    stop("solve(): 'eps' must be a single positive number", call. = FALSE)
+  }
+  maxiter <- whole_number(maxiter, "maxiter", "solve", 0)
+  precond <- solve_precond_arg(precond)
+  if (!is.null(rank)) rank <- min(whole_number(rank, "rank", "solve", 1), N)
+  if (!isTRUE(info) && !isFALSE(info)) stop("solve(): 'info' must be TRUE or FALSE", call. = FALSE)
+  alpha <- as.double(alpha)
+  op <- function(v) matvec(v, ranges) + alpha * v
+
+  prec <- NULL
+  if (precond == "nystrom" && maxiter > 0L && any(b != 0)) {
+    # The first iteration is a steepest-descent step (the first step of plain conjugate
+    # gradients): it times a product by K, the unit of the preconditioner's time budget.
+    t0 <- proc.time()[["elapsed"]]
+    Ab <- op(b)
+    t_product <- proc.time()[["elapsed"]] - t0
+    step <- colSums(b * b) / colSums(b * Ab)
+    step[!is.finite(step) | step < 0] <- 0
+    start <- list(x = scale_columns(b, step), r = b - scale_columns(Ab, step), iterations = 1L)
+    prec <- nystrom_preconditioner(a, alpha, rank, eps, t_product = max(t_product, 1e-3))
+  } else {
+    start <- list(x = matrix(0, nrow(b), ncol(b)), r = b, iterations = 0L)
+  }
+  res <- conjugate_gradients(op, prec$apply, b, start, eps, maxiter, "solve()")
+  x <- res$x
+  if (info) {
+    attr(x, "iterations") <- res$iterations
+    attr(x, "residual") <- res$residual
+    attr(x, "rank") <- if (is.null(prec)) 0L else prec$rank
+    attr(x, "solve") <- structure(list(K = a, alpha = alpha, eps = eps, maxiter = maxiter, ranges = ranges,
+                                       prec = prec, op = op), class = "keops_solve_system")
   }
   x
 }
 
+# The preconditioner may spend the time of this many products by K, and at most a tenth of the
+# iterations that plain conjugate gradients would need.
+nystrom_budget <- 7
+
+solve_precond_arg <- function(precond) {
+  if (identical(precond, c("nystrom", "none"))) return("nystrom")
+  if (!is.character(precond) || length(precond) != 1L || is.na(precond) || !precond %in% c("nystrom", "none")) {
+    stop("solve(): 'precond' must be \"nystrom\" or \"none\"", call. = FALSE)
+  }
+  precond
+}
+
+# Conjugate gradients on the columns of b at once, from start$x with residual start$r, each column
+# with its own step lengths, stopped when every column's residual is below eps |b|. prec: a
+# function r -> P^-1 r (symmetric positive definite), or NULL. Returns x, the number of products
+# and the largest relative residual.
+conjugate_gradients <- function(op, prec, b, start, eps, maxiter, what) {
+  x <- start$x
+  r <- start$r
+  iter <- start$iterations
+  bb <- colSums(b * b)
+  target <- eps^2 * bb
+  rr <- colSums(r * r)
+  done <- rr <= target
+  precondition <- function(r) {
+    if (is.null(prec)) return(r)
+    z <- prec(r)
+    rz <- colSums(r * z)
+    # A preconditioner that rounding made indefinite would break the iterations: drop it.
+    if (all(is.finite(z)) && all(rz > 0 | done)) return(z)
+    prec <<- NULL
+    r
+  }
+  z <- precondition(r)
+  rz <- colSums(r * z)
+  p <- z
+  breakdown <- FALSE
+  while (!all(done) && iter < maxiter) {
+    iter <- iter + 1L
+    Ap <- op(p)
+    pAp <- colSums(p * Ap)
+    if (any(!(pAp > 0) & !done)) {
+      breakdown <- TRUE   # alpha I + K is not positive definite (in this precision)
+      break
+    }
+    step <- rz / pAp
+    step[done] <- 0
+    x <- x + scale_columns(p, step)
+    r <- r - scale_columns(Ap, step)
+    rr <- colSums(r * r)
+    done <- rr <= target
+    if (all(done)) break
+    z <- precondition(r)
+    rz_new <- colSums(r * z)
+    beta <- rz_new / rz
+    beta[done | !is.finite(beta)] <- 0
+    p <- z + scale_columns(p, beta)
+    rz <- rz_new
+  }
+  relres <- sqrt(rr / bb)
+  relres[bb == 0] <- 0
+  residual <- max(relres)
+  if (!all(done)) {
+    why <- if (breakdown) " (alpha I + K is not positive definite in this precision: increase 'alpha')" else ""
+    warning(sprintf("%s: conjugate gradients did not converge in %d iterations (relative residual %.3g)%s",
+                    what, iter, residual, why), call. = FALSE)
+  }
+  list(x = x, iterations = iter, residual = residual)
+}
+
 # m %*% diag(s) without sweep()'s overhead: each column of m times the matching element of s.
 scale_columns <- function(m, s) if (length(s) == 1L) m * s else m * rep(s, each = nrow(m))
+
+# ---- the Nystrom preconditioner ------------------------------------------------------------------
+
+# The preconditioner (gamma I + C W^-1 C')^-1 of the system (alpha I + K), from `rank` landmarks
+# drawn uniformly (or a rank grown within a time budget when rank is NULL, see ?solve.LazyTensor:
+# t_product is the time of one product by K). Returns list(apply = function(r), rank), or NULL when
+# K vanishes on the landmarks.
+nystrom_preconditioner <- function(K, alpha, rank, eps, t_product) {
+  N <- dim(K)[1L]
+  auto <- is.null(rank)
+  m_max <- if (auto) N else rank
+  m <- if (auto) min(N, 64L) else rank
+  landmarks <- sample.int(N, m_max)
+  u <- switch(.rkeops_env$options$precision, float64 = 2^-53, float16 = 2^-11, 2^-24)
+  t0 <- proc.time()[["elapsed"]]
+  blocks <- list()   # the columns C = K[, S], kept by blocks until the rank is known
+  have <- 0L
+  CC <- NULL
+  repeat {
+    # The new columns, and C'C grown by blocks: N m^2 operations in all, as one crossprod().
+    S <- landmarks[seq_len(m)]
+    Cn <- kernel_columns(K, S[seq.int(have + 1L, m)])
+    if (have == 0L) {
+      CC <- crossprod(Cn)
+    } else {
+      cross <- do.call(rbind, lapply(blocks, crossprod, Cn))
+      CC <- rbind(cbind(CC, cross), cbind(t(cross), crossprod(Cn)))
+    }
+    blocks[[length(blocks) + 1L]] <- Cn
+    have <- m
+    # W = K[S, S]: the rows S of the columns.
+    W <- do.call(cbind, lapply(blocks, function(B) B[S, , drop = FALSE]))
+    fac <- nystrom_factor(W, CC, alpha, u)
+    if (!auto || is.null(fac) || m >= m_max) break
+    # Enough landmarks when at most half of the approximation's eigenvalues are above alpha.
+    if (sum(fac$lambda > alpha) <= m / 2) break
+    if (length(blocks) == 1L) {
+      # Plain conjugate gradients need about sqrt(condition number) / 2 * log(2 / eps) iterations:
+      # a well-conditioned system is not worth a costly preconditioner.
+      plain <- sqrt(1 + max(fac$lambda) / alpha) / 2 * log(2 / eps)
+      # (50 ms at least: less is lost in the noise of the timings, and is nothing to wait for).
+      budget <- max(0.05, t_product * min(nystrom_budget, max(1, plain / 10)))
+    }
+    elapsed <- proc.time()[["elapsed"]] - t0
+    m_new <- min(m_max, ceiling(1.5 * m))
+    # The work grows like m^2 (C'C): stay within the budget.
+    if (elapsed * (m_new / m)^2 > budget) m_new <- min(m_new, floor(m * sqrt(budget / max(elapsed, 1e-6))))
+    if (m_new < 1.1 * m) break
+    m <- m_new
+  }
+  if (is.null(fac)) return(NULL)
+  C <- if (length(blocks) == 1L) blocks[[1L]] else do.call(cbind, blocks)
+  rm(blocks)
+  R <- fac$R
+  gamma <- fac$gamma
+  list(rank = m, apply = function(r) {
+    y <- backsolve(R, backsolve(R, crossprod(C, r), transpose = TRUE))
+    (r - base::`%*%`(C, y)) / gamma
+  })
+}
+
+# From W = K[S, S] and C'C (C = K[, S]): the eigenvalues `lambda` of the Nystrom approximation
+# C (W + nu I)^-1 C' (the shift nu, a few rounding errors of the precision, keeps the factorisation
+# stable), gamma = alpha + their smallest (the preconditioner of Frangella, Tropp and Udell when
+# the rank misses eigenvalues above alpha) and R = chol(gamma (W + nu I) + C'C), the factor of the
+# Woodbury identity.
+nystrom_factor <- function(W, CC, alpha, u) {
+  m <- nrow(W)
+  W <- (W + t(W)) / 2
+  scale <- max(abs(diag(W)), abs(W))
+  if (!is.finite(scale) || scale == 0) return(NULL)
+  nu <- scale * max(m * u, 1e-7)
+  R_W <- NULL
+  for (k in 1:20) {
+    R_W <- tryCatch(chol(W + diag(nu, m)), error = function(e) NULL)
+    if (!is.null(R_W)) break
+    nu <- nu * 10
+  }
+  if (is.null(R_W)) return(NULL)
+  # The nonzero eigenvalues of C (W + nu I)^-1 C' are those of R_W^-T C'C R_W^-1.
+  G <- backsolve(R_W, t(backsolve(R_W, CC, transpose = TRUE)), transpose = TRUE)
+  lambda <- pmax(eigen((G + t(G)) / 2, symmetric = TRUE, only.values = TRUE)$values, 0)
+  gamma <- alpha + min(lambda)
+  if (!(gamma > 0)) gamma <- max(lambda) * 1e-8
+  if (!(gamma > 0)) return(NULL)
+  M <- gamma * (W + diag(nu, m)) + CC
+  M <- (M + t(M)) / 2
+  jitter <- 0
+  for (k in 1:20) {
+    R <- tryCatch(chol(M + diag(jitter, m)), error = function(e) NULL)
+    if (!is.null(R)) break
+    jitter <- if (jitter == 0) 1e-14 * max(diag(M)) else jitter * 10
+  }
+  if (is.null(R)) return(NULL)
+  list(lambda = lambda, gamma = gamma, R = R)
+}
+
+# The columns S of a square LazyTensor K, an N x length(S) matrix, with N * length(S) kernel
+# evaluations: the j-variables restricted to the rows S, reduced over j with a one-hot weight
+# (identity blocks of 16 columns: wider weights cost more per pair than they save in calls).
+kernel_columns <- function(K, S, block = 16L) {
+  N <- dim(K)[1L]
+  vars <- K$vars
+  vj <- which(K$cats == "Vj")
+  for (k in vj) if (inherits(vars[[k]], "keops_device_matrix")) vars[[k]] <- as.matrix(vars[[k]])
+  B <- min(block, length(S))
+  nb <- length(vars)
+  f <- sprintf("Sum_Reduction((%s) * V%d, 0)", gsub("@([0-9]+)@", "V\\1", K$formula), nb)
+  op <- lazy_operator(f, c(K$args, sprintf("V%d = Vj(%d)", nb, B)))
+  onehot <- diag(B)
+  out <- matrix(0, N, length(S))
+  for (first in seq.int(1L, length(S), by = B)) {
+    cols <- first:min(length(S), first + B - 1L)
+    idx <- S[cols]
+    idx <- c(idx, rep(idx[1L], B - length(idx)))   # the last block padded to B columns
+    v <- vars
+    for (k in vj) v[[k]] <- if (is.matrix(v[[k]])) v[[k]][idx, , drop = FALSE] else v[[k]][idx]
+    out[, cols] <- op(c(v, list(onehot)))[, seq_along(cols)]
+  }
+  out
+}
+
+# ---- gradients of the solution -------------------------------------------------------------------
+
+# The gradient of <w, e> = sum(w * gradin), w = (alpha I + K)^-1 b the result of
+# solve(K, b, alpha, info = TRUE), with respect to `var`:
+#   "b":      v = (alpha I + K)^-1 e (K is symmetric), N x E;
+#   "alpha":  -<v, w>, 1 x 1;
+#   a variable of K (a LazyTensor made by Vi(), Vj() or Pm() from the data of one of K's
+#   variables, or its position): -grad of sum_ij <v_i, w_j> K_ij, shaped like grad()'s result;
+#   a numeric matrix or vector: the sum of the gradients of every variable of K holding this data
+#   (for K = k(Vi(x), Vj(x)), the derivative with respect to the points x).
+# v is solved with the preconditioner of the forward solve.
+solve_grad <- function(w, gradin, var) {
+  sys <- attr(w, "solve")
+  if (!inherits(sys, "keops_solve_system")) {
+    stop("grad(): 'f' must be the result of solve(K, b, ..., info = TRUE) to differentiate a solve", call. = FALSE)
+  }
+  K <- sys$K
+  dw <- dim(w)
+  if (is.data.frame(gradin)) gradin <- as.matrix(gradin)
+  if (!(is.numeric(gradin) || is.logical(gradin)) || length(gradin) != prod(dw) ||
+      !(is.null(dim(gradin)) && dw[2L] == 1L || identical(as.integer(dim(gradin)), as.integer(dw)))) {
+    stop(sprintf("grad(): 'gradin' must be a numeric %d x %d matrix, shaped like the solution", dw[1L], dw[2L]),
+         call. = FALSE)
+  }
+  e <- matrix(as.double(gradin), dw[1L], dw[2L])
+  x <- matrix(as.vector(w), dw[1L], dw[2L])   # without the attributes
+  positions <- solve_grad_positions(K, var)
+  start <- list(x = matrix(0, dw[1L], dw[2L]), r = e, iterations = 0L)
+  v <- conjugate_gradients(sys$op, sys$prec$apply, e, start, sys$eps, sys$maxiter, "grad() of solve()")$x
+  if (identical(positions, "b")) return(v)
+  if (identical(positions, "alpha")) return(matrix(-sum(v * x), 1L, 1L))
+  # d<w, e> = -<v, dK w>: minus the gradient of sum_i <v_i, sum_j K_ij w_j>.
+  nb <- length(K$vars)
+  f <- sprintf("Sum_Reduction((%s) * V%d, 0)", gsub("@([0-9]+)@", "V\\1", K$formula), nb)
+  op <- lazy_operator(f, c(K$args, sprintf("V%d = Vj(%d)", nb, dw[2L])))
+  input <- c(K$vars, list(x, v))
+  g <- 0
+  for (k in positions) g <- g + keops_grad(op, k)(input, sys$ranges)
+  -g
+}
+
+# The positions of the variables of K that `var` designates, or "b" / "alpha".
+solve_grad_positions <- function(K, var) {
+  if (is.character(var) && length(var) == 1L && var %in% c("b", "alpha")) return(var)
+  n <- length(K$vars)
+  if (is.LazyTensor(var)) {
+    if (length(var$vars) != 1L || var$formula != "@0@") {
+      stop("grad(): 'var' must be a variable made by Vi(), Vj() or Pm()", call. = FALSE)
+    }
+    hit <- which(vapply(seq_len(n), function(k) K$cats[k] == var$cats[1L] && identical(K$vars[[k]], var$vars[[1L]]),
+                        TRUE))
+  } else if (is.numeric(var) && is.null(dim(var)) && length(var) == 1L && var == round(var) && var >= 1 && var <= n) {
+    hit <- as.integer(var)
+  } else if (is.numeric(var) || is.logical(var)) {
+    data <- var
+    storage.mode(data) <- "double"
+    same <- function(v, cat) {
+      if (cat == "Pm") return(identical(as.vector(v), as.vector(data)))
+      identical(v, data) || is.null(dim(v)) && identical(matrix(v), data) ||
+        is.null(dim(data)) && identical(v, matrix(data))
+    }
+    hit <- which(vapply(seq_len(n), function(k) same(K$vars[[k]], K$cats[k]), TRUE))
+  } else {
+    hit <- integer(0)
+  }
+  if (length(hit) == 0L) {
+    stop("grad(): 'var' must be \"b\", \"alpha\", a variable of K (made by Vi(), Vj() or Pm() from its data), ",
+         "its position from 1 to ", n, ", or the data of variables of K", call. = FALSE)
+  }
+  hit
+}
+
+#' @export
+print.keops_solve_system <- function(x, ...) {
+  cat(sprintf("<the system (alpha I + K) w = b solved: K %d x %d, alpha = %g, %s>\n", dim(x$K)[1L], dim(x$K)[2L],
+              x$alpha, if (is.null(x$prec)) "no preconditioner" else sprintf("Nystrom preconditioner of rank %d", x$prec$rank)))
+  invisible(x)
+}

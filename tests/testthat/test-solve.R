@@ -1,0 +1,229 @@
+# solve() on LazyTensors: the Nystrom-preconditioned conjugate gradients against base::solve() on
+# the dense matrix (float64), the diagnostics it reports, several right-hand sides, its errors, and
+# the gradients of the solution (rkeops:::solve_grad) against finite differences of dense solves.
+
+# Squared distances |x_i - y_j|^2 in plain R.
+dense_sq <- function(x, y) {
+  x <- as.matrix(x); y <- as.matrix(y)
+  outer(rowSums(x^2), rowSums(y^2), "+") - 2 * tcrossprod(x, y)
+}
+
+# A Gaussian kernel on N points of the unit square (sigma as in bench/solve.R), symbolic and dense.
+solve_case <- function(N, sigma = 0.1, D = 2, seed = N) {
+  set.seed(seed)
+  x <- matrix(runif(N * D), N, D)
+  list(x = x, K = exp(-rkeops::sqdist(Vi(x), Vj(x)) / (2 * sigma^2)),
+       Kd = exp(-dense_sq(x, x) / (2 * sigma^2)))
+}
+
+test_that("preconditioned solve() matches base::solve() on the dense system, several right-hand sides", {
+  local_precision("float64")
+  d <- solve_case(537)
+  set.seed(2)
+  b <- matrix(rnorm(537 * 3), 537, 3)
+  ref <- base::solve(d$Kd + 0.09 * diag(537), b)
+  for (rank in list(NULL, 40, 537)) {
+    w <- solve(d$K, b, alpha = 0.09, eps = 1e-10, rank = rank, info = TRUE)
+    expect_equal(c(w), c(ref), tolerance = 1e-7)
+    expect_identical(dim(w), c(537L, 3L))
+    if (!is.null(rank)) expect_identical(attr(w, "rank"), as.integer(rank))
+    # the reported residual is the true one (dense, float64), the largest over the columns
+    res <- sqrt(colSums((d$Kd %*% w + 0.09 * w - b)^2) / colSums(b^2))
+    expect_lt(attr(w, "residual"), 1e-10)
+    expect_equal(attr(w, "residual"), max(res), tolerance = 1e-2)
+  }
+  # each column solved alone gives the same column
+  w1 <- solve(d$K, b[, 2], alpha = 0.09, eps = 1e-10)
+  expect_equal(c(w1), ref[, 2], tolerance = 1e-7)
+})
+
+test_that("the Nystrom preconditioner needs far fewer iterations than plain conjugate gradients", {
+  local_precision("float64")
+  d <- solve_case(1237)
+  b <- sin(4 * d$x[, 1]) * cos(3 * d$x[, 2]) + rnorm(1237, sd = 0.5)
+  set.seed(1)
+  pre <- solve(d$K, b, alpha = 0.09, eps = 1e-8, info = TRUE)
+  none <- solve(d$K, b, alpha = 0.09, eps = 1e-8, precond = "none", info = TRUE)
+  expect_identical(attr(none, "rank"), 0L)
+  expect_gt(attr(pre, "rank"), 0L)
+  expect_lt(attr(pre, "rank"), 1237L)
+  expect_lt(attr(pre, "iterations") * 4, attr(none, "iterations"))
+  ref <- base::solve(d$Kd + 0.09 * diag(1237), b)
+  expect_equal(c(pre), ref, tolerance = 1e-6)
+  expect_equal(c(none), ref, tolerance = 1e-6)
+})
+
+test_that("the automatic rank stops when the spectrum above alpha is captured", {
+  local_precision("float64")
+  # A smooth 1-D kernel with a large nugget: only a handful of eigenvalues above alpha.
+  set.seed(4)
+  x <- runif(1537)
+  K <- exp(-rkeops::sqdist(Vi(x), Vj(x)) / (2 * 0.2^2))
+  Kd <- exp(-outer(x, x, "-")^2 / (2 * 0.2^2))
+  lam <- eigen(Kd, symmetric = TRUE, only.values = TRUE)$values
+  above <- sum(lam > 1)
+  b <- cos(5 * x)
+  w <- solve(K, b, alpha = 1, eps = 1e-10, info = TRUE)
+  expect_gte(attr(w, "rank"), above)
+  expect_lte(attr(w, "rank"), 64L)          # the first 64 landmarks suffice
+  expect_lte(attr(w, "iterations"), 10L)
+  expect_equal(c(w), c(base::solve(Kd + diag(1537), b)), tolerance = 1e-8)
+})
+
+test_that("solve() in float32 reaches the tolerance asked for", {
+  local_precision("float32")
+  d <- solve_case(1237)
+  b <- cbind(sin(4 * d$x[, 1]), cos(3 * d$x[, 2]))
+  w <- solve(d$K, b, alpha = 0.09, eps = 1e-4, info = TRUE)
+  expect_lt(attr(w, "residual"), 1e-4)
+  # the residual of the dense float64 system: eps plus the rounding of float32 products
+  res <- sqrt(colSums((d$Kd %*% w + 0.09 * w - b)^2) / colSums(b^2))
+  expect_lt(max(res), 2e-4)
+})
+
+test_that("zero columns, info = FALSE, non-convergence and maxiter = 0", {
+  local_precision("float64")
+  d <- solve_case(137)
+  b <- cbind(rnorm(137), 0)
+  w <- solve(d$K, b, alpha = 0.5, eps = 1e-10)
+  expect_identical(names(attributes(w)), "dim")
+  expect_identical(w[, 2], rep(0, 137))
+  expect_equal(w[, 1], c(base::solve(d$Kd + 0.5 * diag(137), b[, 1])), tolerance = 1e-8)
+  z <- solve(d$K, matrix(0, 137, 2), alpha = 0.5, info = TRUE)
+  expect_identical(c(z), rep(0, 274))
+  expect_identical(attr(z, "iterations"), 0L)
+  expect_identical(attr(z, "residual"), 0)
+  for (precond in c("nystrom", "none")) {
+    expect_warning(w3 <- solve(d$K, b, alpha = 1e-3, eps = 1e-15, maxiter = 3, precond = precond, rank = 5,
+                               info = TRUE), "did not converge in 3 iterations")
+    expect_identical(attr(w3, "iterations"), 3L)
+    expect_gt(attr(w3, "residual"), 1e-15)
+  }
+  expect_warning(w0 <- solve(d$K, b, maxiter = 0), "did not converge in 0 iterations")
+  expect_identical(w0, matrix(0, 137, 2))
+})
+
+test_that("solve() with ranges and the preconditioner solves the truncated system", {
+  local_precision("float64")
+  set.seed(151)
+  N <- 373
+  x <- matrix(runif(2 * N), N)
+  s <- sort_clusters(x, grid_cluster(x, 0.23))
+  cl <- cluster_ranges_centroids(s$x, s$labels)
+  gap <- sqrt(pmax(outer(rowSums(cl$centroids^2), rowSums(cl$centroids^2), "+") -
+                     2 * tcrossprod(cl$centroids), 0)) - outer(cl$radii, cl$radii, "+")
+  r <- from_matrix(cl$ranges, cl$ranges, gap < 0.2)
+  keep <- (gap < 0.2)[s$labels, s$labels]     # the pairs of points whose clusters are kept
+  expect_true(any(!keep))
+  xs <- s$x
+  K <- exp(-dense_sq(xs, xs) / 0.02) * keep
+  b <- matrix(rnorm(2 * N), N)
+  got <- solve(exp(-rkeops::sqdist(Vi(xs), Vj(xs)) / 0.02), b, alpha = 0.5, eps = 1e-10, ranges = r, info = TRUE)
+  expect_gt(attr(got, "rank"), 0L)
+  expect_equal(c(got), c(base::solve(K + 0.5 * diag(N), b)), tolerance = 1e-8)
+})
+
+test_that("bad arguments of solve() are errors that name them", {
+  d <- solve_case(37)
+  b <- rnorm(37)
+  expect_error(solve(d$K, b, precond = "jacobi"), "'precond' must be \"nystrom\" or \"none\"")
+  expect_error(solve(d$K, b, rank = 0), "'rank' must be a whole number >= 1")
+  expect_error(solve(d$K, b, rank = 2.5), "'rank'")
+  expect_error(solve(d$K, b, alpha = -1), "'alpha' must be a single non-negative number")
+  expect_error(solve(d$K, b, alpha = c(1, 2)), "'alpha'")
+  expect_error(solve(d$K, b, eps = 0), "'eps' must be a single positive number")
+  expect_error(solve(d$K, b, maxiter = -1), "'maxiter'")
+  expect_error(solve(d$K, b, info = NA), "'info' must be TRUE or FALSE")
+  expect_error(solve(d$K, b[-1]), "'b' must be a numeric matrix \\(or vector\\) with 37 rows")
+  expect_error(solve(d$K, letters[1:37]), "'b' must be a numeric")
+  expect_error(solve(d$K, c(NA, b[-1])), "'b' must not hold NA")
+  y <- matrix(runif(40), 20, 2)
+  expect_error(solve(exp(-rkeops::sqdist(Vi(d$x), Vj(y))), rnorm(20)), "'a' must be a square")
+  expect_error(solve(Vi(d$x) - Vj(d$x), b), "dimension 1")
+  # a rank above N is N
+  expect_identical(attr(solve(d$K, b, alpha = 0.1, rank = 1000, info = TRUE), "rank"), 37L)
+})
+
+# ---- gradients -----------------------------------------------------------------------------------
+
+# <w, e> with w = (alpha I + K(x1, x2; s))^-1 b, all dense in float64.
+dense_objective <- function(x1, x2, b, e, alpha, s) {
+  K <- exp(-s * dense_sq(x1, x2))
+  sum(base::solve(K + alpha * diag(nrow(x1)), b) * e)
+}
+central <- function(f, p, h = 1e-6) {
+  vapply(seq_along(p), function(k) {
+    up <- p; up[k] <- up[k] + h
+    dn <- p; dn[k] <- dn[k] - h
+    (f(up) - f(dn)) / (2 * h)
+  }, 0)
+}
+
+test_that("gradients of the solution match finite differences (b, alpha, points, parameter)", {
+  local_precision("float64")
+  set.seed(37)
+  N <- 37
+  x <- matrix(runif(2 * N), N, 2)
+  b <- matrix(rnorm(2 * N), N, 2)
+  e <- matrix(rnorm(2 * N), N, 2)
+  s <- 12.5
+  alpha <- 0.09
+  sp <- Pm(s)
+  K <- exp(-sp * rkeops::sqdist(Vi(x), Vj(x)))
+  for (rank in list(NULL, 5)) {
+    w <- solve(K, b, alpha = alpha, eps = 1e-13, rank = rank, info = TRUE)
+    expect_equal(c(w), c(base::solve(exp(-s * dense_sq(x, x)) + alpha * diag(N), b)), tolerance = 1e-9)
+    # b: (alpha I + K)^-1 e
+    gb <- rkeops:::solve_grad(w, e, "b")
+    fd_b <- central(function(p) dense_objective(x, x, matrix(p, N, 2), e, alpha, s), c(b))
+    expect_equal(c(gb), fd_b, tolerance = 1e-6)
+    # alpha
+    ga <- rkeops:::solve_grad(w, e, "alpha")
+    expect_identical(dim(ga), c(1L, 1L))
+    expect_equal(c(ga), central(function(p) dense_objective(x, x, b, e, p, s), alpha), tolerance = 1e-6)
+    # the points: both roles of x together (its data), then each role alone
+    gx <- rkeops:::solve_grad(w, e, x)
+    fd_x <- central(function(p) { xp <- matrix(p, N, 2); dense_objective(xp, xp, b, e, alpha, s) }, c(x))
+    expect_identical(dim(gx), c(37L, 2L))
+    expect_equal(c(gx), fd_x, tolerance = 1e-6)
+    gi <- rkeops:::solve_grad(w, e, Vi(x))
+    fd_i <- central(function(p) dense_objective(matrix(p, N, 2), x, b, e, alpha, s), c(x))
+    expect_equal(c(gi), fd_i, tolerance = 1e-6)
+    gj <- rkeops:::solve_grad(w, e, Vj(x))
+    expect_equal(c(gi + gj), fd_x, tolerance = 1e-6)
+    # the parameter of the kernel, given as the LazyTensor or by its position
+    gs <- rkeops:::solve_grad(w, e, sp)
+    expect_identical(dim(gs), c(1L, 1L))
+    expect_equal(c(gs), central(function(p) dense_objective(x, x, b, e, alpha, p), s), tolerance = 1e-6)
+    pos <- which(K$cats == "Pm")
+    expect_equal(rkeops:::solve_grad(w, e, pos), gs)
+  }
+})
+
+test_that("gradients of a solve with one right-hand side given as a vector", {
+  local_precision("float64")
+  set.seed(53)
+  N <- 53
+  x <- matrix(runif(3 * N), N, 3)
+  b <- rnorm(N)
+  e <- rnorm(N)
+  K <- exp(-rkeops::sqdist(Vi(x), Vj(x)) / 0.3)
+  w <- solve(K, b, alpha = 0.2, eps = 1e-13, info = TRUE)
+  gx <- rkeops:::solve_grad(w, e, x)
+  fd <- central(function(p) { xp <- matrix(p, N, 3); dense_objective(xp, xp, b, e, 0.2, 1 / 0.3) }, c(x))
+  expect_equal(c(gx), fd, tolerance = 1e-6)
+  expect_equal(c(rkeops:::solve_grad(w, e, "b")), c(base::solve(exp(-dense_sq(x, x) / 0.3) + 0.2 * diag(N), e)),
+               tolerance = 1e-9)
+})
+
+test_that("bad arguments of the solve gradient are errors that name them", {
+  d <- solve_case(37)
+  b <- rnorm(37)
+  w <- solve(d$K, b, alpha = 0.1, info = TRUE)
+  expect_error(rkeops:::solve_grad(solve(d$K, b, alpha = 0.1), b, "b"), "info = TRUE")
+  expect_error(rkeops:::solve_grad(w, b[-1], "b"), "'gradin' must be a numeric 37 x 1 matrix")
+  expect_error(rkeops:::solve_grad(w, b, "beta"), "'var' must be \"b\", \"alpha\"")
+  expect_error(rkeops:::solve_grad(w, b, Vi(d$x + 1)), "'var' must be")
+  expect_error(rkeops:::solve_grad(w, b, 7), "'var' must be")
+  expect_error(rkeops:::solve_grad(w, b, Vi(d$x) + 1), "made by Vi\\(\\), Vj\\(\\) or Pm\\(\\)")
+})
