@@ -28,8 +28,8 @@
 #' starts at 64 landmarks and grows by half at a time while the approximation
 #' still has more than `rank / 2` eigenvalues above \eqn{\alpha}{alpha} (the spectrum
 #' above the nugget is not captured yet) and while the time spent building it
-#' stays below that of 7 products by `K` (timed on the first iteration, so the
-#' rank adapts to the machine: a fast GPU product gets a smaller rank), and
+#' stays below that of 7 products by `K` (one is timed on an eighth of the rows of
+#' `K`, so the rank adapts to the machine: a fast GPU product gets a smaller rank), and
 #' below a tenth of the iterations that plain conjugate gradients would need
 #' (estimated from the largest eigenvalue: a well-conditioned system gets a
 #' cheap preconditioner).
@@ -120,18 +120,9 @@ solve.LazyTensor <- function(a, b, alpha = 0, eps = 1e-6, maxiter = 10 * NROW(b)
 
   prec <- NULL
   if (precond == "nystrom" && maxiter > 0L && any(b != 0)) {
-    # The first iteration is a steepest-descent step (the first step of plain conjugate
-    # gradients): it times a product by K, the unit of the preconditioner's time budget.
-    t0 <- proc.time()[["elapsed"]]
-    Ab <- op(b)
-    t_product <- proc.time()[["elapsed"]] - t0
-    step <- colSums(b * b) / colSums(b * Ab)
-    step[!is.finite(step) | step < 0] <- 0
-    start <- list(x = scale_columns(b, step), r = b - scale_columns(Ab, step), iterations = 1L)
-    prec <- nystrom_preconditioner(a, alpha, rank, eps, t_product = max(t_product, 1e-3))
-  } else {
-    start <- list(x = matrix(0, nrow(b), ncol(b)), r = b, iterations = 0L)
+    prec <- nystrom_preconditioner(a, alpha, rank, eps, t_product = product_time(a, b, op, ranges))
   }
+  start <- list(x = matrix(0, nrow(b), ncol(b)), r = b, iterations = 0L)
   res <- conjugate_gradients(op, prec$apply, b, start, eps, maxiter, "solve()")
   x <- res$x
   if (info) {
@@ -142,6 +133,23 @@ solve.LazyTensor <- function(a, b, alpha = 0, eps = 1e-6, maxiter = 10 * NROW(b)
                                        prec = prec, op = op), class = "keops_solve_system")
   }
   x
+}
+
+# The seconds of one product by K (the unit of the preconditioner's time budget), timed on a random
+# eighth of its rows (at least 2500): the engine's time is proportional to the rows. Block-sparse
+# products (ranges) and data kept on the GPU are timed whole.
+product_time <- function(K, b, op, ranges) {
+  N <- nrow(b)
+  n <- min(N, max(2500L, ceiling(N / 8)))
+  on_gpu <- any(vapply(K$vars, inherits, TRUE, "keops_device_matrix"))
+  t0 <- proc.time()[["elapsed"]]
+  if (n == N || on_gpu || !is.null(ranges)) {
+    op(b)
+    n <- N
+  } else {
+    kernel_rows_times(K, sample.int(N, n), b)
+  }
+  max(proc.time()[["elapsed"]] - t0, 1e-3) * N / n
 }
 
 # The preconditioner may spend the time of this many products by K, and at most a tenth of the
@@ -168,13 +176,16 @@ conjugate_gradients <- function(op, prec, b, start, eps, maxiter, what) {
   target <- eps^2 * bb
   rr <- colSums(r * r)
   done <- rr <= target
+  restart <- FALSE
   precondition <- function(r) {
     if (is.null(prec)) return(r)
     z <- prec(r)
     rz <- colSums(r * z)
-    # A preconditioner that rounding made indefinite would break the iterations: drop it.
+    # A preconditioner that rounding made indefinite would break the iterations: drop it, and
+    # restart from the current residual.
     if (all(is.finite(z)) && all(rz > 0 | done)) return(z)
     prec <<- NULL
+    restart <<- TRUE
     r
   }
   z <- precondition(r)
@@ -199,7 +210,8 @@ conjugate_gradients <- function(op, prec, b, start, eps, maxiter, what) {
     z <- precondition(r)
     rz_new <- colSums(r * z)
     beta <- rz_new / rz
-    beta[done | !is.finite(beta)] <- 0
+    beta[done | !is.finite(beta) | restart] <- 0
+    restart <- FALSE
     p <- z + scale_columns(p, beta)
     rz <- rz_new
   }
@@ -228,21 +240,44 @@ nystrom_preconditioner <- function(K, alpha, rank, eps, t_product) {
   auto <- is.null(rank)
   m_max <- if (auto) N else rank
   m <- if (auto) min(N, 64L) else rank
+  if (auto) force(t_product)   # timed in the precision of the products, before the switch below
   landmarks <- sample.int(N, m_max)
-  u <- switch(.rkeops_env$options$precision, float64 = 2^-53, float16 = 2^-11, 2^-24)
+  # The columns and C'C in float64, whatever the precision of the products: C'C must be C'C of
+  # the very columns the preconditioner applies (else it may not be positive definite), and the
+  # eigenvalues of the approximation need more digits than float32 has.
+  K <- lazy_on_host(K)
+  precision <- .rkeops_env$options$precision
+  .rkeops_env$options$precision <- "float64"
+  on.exit(.rkeops_env$options$precision <- precision, add = TRUE)
+  u <- 2^-53
   t0 <- proc.time()[["elapsed"]]
   blocks <- list()   # the columns C = K[, S], kept by blocks until the rank is known
   have <- 0L
   CC <- NULL
+  use_engine <- NA
   repeat {
-    # The new columns, and C'C grown by blocks: N m^2 operations in all, as one crossprod().
+    # The new columns, and C'C grown by blocks: N m^2 operations in all. Either R's BLAS or the
+    # engine (K[S, ] %*% Cn, on every core) computes them: the faster on the first block.
     S <- landmarks[seq_len(m)]
     Cn <- kernel_columns(K, S[seq.int(have + 1L, m)])
     if (have == 0L) {
+      t1 <- proc.time()[["elapsed"]]
       CC <- crossprod(Cn)
+      t2 <- proc.time()[["elapsed"]]
+      by_engine <- kernel_rows_times(K, S, Cn)
+      use_engine <- proc.time()[["elapsed"]] - t2 < t2 - t1
+      if (use_engine) CC <- (by_engine + t(by_engine)) / 2
     } else {
-      cross <- do.call(rbind, lapply(blocks, crossprod, Cn))
-      CC <- rbind(cbind(CC, cross), cbind(t(cross), crossprod(Cn)))
+      if (use_engine) {
+        all <- kernel_rows_times(K, S, Cn)   # m x new: the cross block, then the new one
+        cross <- all[seq_len(have), , drop = FALSE]
+        new <- all[-seq_len(have), , drop = FALSE]
+        new <- (new + t(new)) / 2
+      } else {
+        cross <- do.call(rbind, lapply(blocks, crossprod, Cn))
+        new <- crossprod(Cn)
+      }
+      CC <- rbind(cbind(CC, cross), cbind(t(cross), new))
     }
     blocks[[length(blocks) + 1L]] <- Cn
     have <- m
@@ -313,6 +348,29 @@ nystrom_factor <- function(W, CC, alpha, u) {
   list(lambda = lambda, gamma = gamma, R = R)
 }
 
+# K with its variables kept on the GPU (keops_device()) read back into R matrices: they hold one
+# precision, and the preconditioner computes in float64.
+lazy_on_host <- function(K) {
+  for (k in seq_along(K$vars)) {
+    if (inherits(K$vars[[k]], "keops_device_matrix")) {
+      v <- as.matrix(K$vars[[k]])
+      K$vars[[k]] <- if (K$cats[k] == "Pm") as.vector(v) else v
+    }
+  }
+  K
+}
+
+# K[S, ] %*% Cn for a square LazyTensor K: its i-variables restricted to the rows S, reduced over
+# j with the weight Cn (N x new), a length(S) x new matrix.
+kernel_rows_times <- function(K, S, Cn) {
+  vars <- K$vars
+  for (k in which(K$cats == "Vi")) vars[[k]] <- if (is.matrix(vars[[k]])) vars[[k]][S, , drop = FALSE] else vars[[k]][S]
+  nb <- length(vars)
+  f <- sprintf("Sum_Reduction((%s) * V%d, 0)", gsub("@([0-9]+)@", "V\\1", K$formula), nb)
+  op <- lazy_operator(f, c(K$args, sprintf("V%d = Vj(%d)", nb, NCOL(Cn))))
+  op(c(vars, list(Cn)))
+}
+
 # The columns S of a square LazyTensor K, an N x length(S) matrix, with N * length(S) kernel
 # evaluations: the j-variables restricted to the rows S, reduced over j with a one-hot weight
 # (identity blocks of 16 columns: wider weights cost more per pair than they save in calls).
@@ -320,7 +378,6 @@ kernel_columns <- function(K, S, block = 16L) {
   N <- dim(K)[1L]
   vars <- K$vars
   vj <- which(K$cats == "Vj")
-  for (k in vj) if (inherits(vars[[k]], "keops_device_matrix")) vars[[k]] <- as.matrix(vars[[k]])
   B <- min(block, length(S))
   nb <- length(vars)
   f <- sprintf("Sum_Reduction((%s) * V%d, 0)", gsub("@([0-9]+)@", "V\\1", K$formula), nb)
