@@ -239,7 +239,7 @@ nystrom_preconditioner <- function(K, alpha, rank, eps, t_product) {
   N <- dim(K)[1L]
   auto <- is.null(rank)
   m_max <- if (auto) N else rank
-  m <- if (auto) min(N, 64L) else rank
+  m <- min(64L, m_max)   # a first block, then growth steps (auto) or the rest at once
   if (auto) force(t_product)   # timed in the precision of the products, before the switch below
   landmarks <- sample.int(N, m_max)
   # The columns and C'C in float64, whatever the precision of the products: C'C must be C'C of
@@ -281,6 +281,10 @@ nystrom_preconditioner <- function(K, alpha, rank, eps, t_product) {
     }
     blocks[[length(blocks) + 1L]] <- Cn
     have <- m
+    if (!auto && m < m_max) {
+      m <- m_max
+      next
+    }
     # W = K[S, S]: the rows S of the columns.
     W <- do.call(cbind, lapply(blocks, function(B) B[S, , drop = FALSE]))
     fac <- nystrom_factor(W, CC, alpha, u)
