@@ -2,36 +2,73 @@
 #
 # A complex variable of dimension d is stored as a real variable of dimension 2d, its columns
 # interleaved (Re z_1, Im z_1, Re z_2, Im z_2, ...). A ComplexLazyTensor is a LazyTensor whose
-# formula is that interleaved real formula (dimres = 2d), with in addition
-#   cdim  the complex dimension d;
-#   re    a real LazyTensor of dimension d (or 1, broadcast), its real part;
-#   im    a real LazyTensor of dimension d (or 1, broadcast), its imaginary part.
-# Operations work on the parts (re, im); the interleaved formula is only rebuilt from them.
+# formula is that interleaved real formula, with
+#   dimres  the complex dimension d (as in rkeops 2; the formula itself has 2d real components);
+#   re      a real LazyTensor of dimension d (or 1, broadcast), its real part;
+#   im      a real LazyTensor of dimension d (or 1, broadcast), its imaginary part.
+# Operations work on the parts (re, im) with the real operations; the interleaved formula is
+# only rebuilt from them, for reductions. The engine shares repeated subexpressions, so a part
+# used several times in a formula is computed once.
 
 #' Complex LazyTensor objects
 #'
-#' `Vi()`, `Vj()`, `Pm()` and `LazyTensor()` applied to complex data give a
-#' `ComplexLazyTensor`: a [LazyTensor] of complex numbers, held by the engine
-#' as a real variable of twice the dimension (real and imaginary parts
-#' interleaved). On them:
-#' * `Re()`, `Im()`, `Mod()` (also `abs()`) and `Arg()` give real LazyTensors;
-#' * `Conj()`, `exp()`, unary `-`, and `+`, `-`, `*`, `/` (with complex or real
-#'   LazyTensors and numbers, complex ones included) and `z^2` give
-#'   ComplexLazyTensors;
-#' * `exp1j(x)` is \eqn{e^{ix} = \cos x + i \sin x}{exp(ix) = cos(x) + i sin(x)} for a real LazyTensor `x`;
+#' `Vi()`, `Vj()`, `Pm()` and `LazyTensor()` applied to complex data (or to
+#' real data with `is_complex = TRUE`) give a `ComplexLazyTensor`: a
+#' [LazyTensor] of complex numbers. Its `dimres` and the last element of
+#' [dim()][dim.LazyTensor] are its complex dimension `d`; the engine holds it
+#' as `2d` real numbers (real and imaginary parts interleaved).
+#'
+#' Operations are those of complex arithmetic, as R computes them on complex
+#' numbers:
+#' * `+`, `-`, `*`, `/` with complex or real LazyTensors and numbers (complex
+#'   numbers included); `==` and `!=` (1 where both parts are equal, as R's
+#'   `==`, a real LazyTensor);
+#' * `z^p`: `z * z` for `p = 2`, \eqn{|z|^p e^{i p \arg z}}{|z|^p exp(i p Arg(z))} for a real
+#'   number or real LazyTensor `p` (the principal power, as R's `^`), and
+#'   \eqn{e^{w \log z}}{exp(w log(z))} for a complex exponent `w`;
+#' * `exp()`, `log()` (principal branch; `log(z, base)`, `log2()`, `log10()`),
+#'   `sqrt()` (principal root), `cos()`, `sin()`, `tan()`, `cosh()`, `sinh()`,
+#'   `tanh()`, `acos()`, `asin()`, `atan()`, `acosh()`, `asinh()`, `atanh()`
+#'   (principal values, those of R off the branch cuts), `round(z, digits)`
+#'   (both parts), `square()`, `inv()` (\eqn{1/z}) and `rsqrt()`
+#'   (\eqn{1/\sqrt{z}}{1/sqrt(z)}, 0 at 0 like the real `rsqrt()`);
+#' * `Re()`, `Im()`, `Mod()` (also `abs()`) and `Arg()` give real LazyTensors,
+#'   `Conj()` the conjugate; `real2complex(x)` is `x + 0i` and
+#'   `imag2complex(x)` is `0 + ix` for a real LazyTensor `x`, and `exp1j(x)` is
+#'   \eqn{e^{ix} = \cos x + i \sin x}{exp(ix) = cos(x) + i sin(x)};
+#' * `sqnorm2(z)` (\eqn{\sum_k |z_k|^2}{sum_k |z_k|^2}), `norm2(z)`,
+#'   `sqdist(z, w)` (\eqn{\sum_k |z_k - w_k|^2}{sum_k |z_k - w_k|^2}) and
+#'   `weightedsqnorm(z, s)`, `weightedsqdist(z, w, s)` with real weights `s`
+#'   (those of the real and imaginary parts, added) give real LazyTensors;
+#'   `normalize(z)` is \eqn{z / |z|};
+#' * `(z | w)` is the Hermitian scalar product
+#'   \eqn{\sum_k \bar z_k w_k}{sum_k Conj(z_k) w_k}, so that `(z | z)` is
+#'   `sqnorm2(z)` (rkeops 2 gave its real part only);
+#' * `elem()`, `elemT()`, `extract()`, `extractT()`, `concat()`,
+#'   `tensorprod()`, `matvecmult()`, `vecmatmult()` and `sum(z)` without
+#'   `index` (the sum of the `d` components) act on complex components;
+#'   `ifelse(test, yes, no)` takes complex `yes` and `no` and a real `test`;
 #' * `sum(z, index)` reduces over `i` or `j` and `z %*% b` (for `z` of complex
 #'   dimension 1 and a real or complex matrix `b`) computes
-#'   \eqn{\sum_j z_{ij} b_j}{sum_j z_ij b_j}.
+#'   \eqn{\sum_j z_{ij} b_j}{sum_j z_ij b_j}: both give complex matrices.
 #'
-#' Other operations (comparisons, `min()`, `argmin()`, `sqdist()`, ...) are
-#' errors; apply them to `Re(z)`, `Mod(z)`, ... instead.
-#' @param x A real LazyTensor (for `exp1j()`), a ComplexLazyTensor (for
-#'   `sum()`), or any R object (for `is.ComplexLazyTensor()`).
-#' @return `exp1j()`: a ComplexLazyTensor of the dimension of `x`;
-#'   `is.ComplexLazyTensor()`: `TRUE` or `FALSE`; `sum()`: an `n x d` complex
-#'   matrix (`n = N` for `index = "j"`, `M` for `index = "i"`, `d` the complex
-#'   dimension).
+#' Functions without a complex meaning (comparisons `<`, `<=`, ...,
+#' `step()`, `relu()`, `sign()`, `floor()`, `min()`, `max()`, `argmin()`,
+#' `Kmin()`, `logsumexp()`, `mod()`, `clamp()`, `atan2()`, ...) are errors
+#' that say to apply them to `Re(z)`, `Im(z)`, `Mod(z)` or `Arg(z)`. rkeops 2
+#' applied most of them, and `sqrt()`, `log()`, `cos()`, powers, ..., to the
+#' real and imaginary parts as if they were independent real numbers.
+#' @param x A real LazyTensor (for `exp1j()`, `real2complex()`,
+#'   `imag2complex()`), a ComplexLazyTensor (for `sum()`), or any R object
+#'   (for `is.ComplexLazyTensor()`).
+#' @return `exp1j()`, `real2complex()`, `imag2complex()`: a ComplexLazyTensor
+#'   of the dimension of `x`; `is.ComplexLazyTensor()`: `TRUE` or `FALSE`;
+#'   `sum()`: an `n x d` complex matrix (`n = N` for `index = "j"`, `M` for
+#'   `index = "i"`, `d` the complex dimension), or a ComplexLazyTensor of
+#'   dimension 1 without `index`.
 #' @name ComplexLazyTensor
+#' @seealso [LazyTensor()] (its argument `is_complex`),
+#'   [is.ComplexLazyParameter()]
 #' @examples
 #' set.seed(1)
 #' x <- matrix(runif(10), 10, 1); y <- matrix(runif(20), 20, 1)
@@ -43,10 +80,21 @@
 #' D2 <- outer(x[, 1], y[, 1], "-")^2
 #' all.equal(a, exp(-1i * D2) %*% w, tolerance = 1e-5)
 #' all.equal(exp1j(-sqdist(Vi(x), Vj(y))) %*% w, a, tolerance = 1e-5)
+#' # complex functions, as R computes them
+#' u <- matrix(complex(real = rnorm(10), imaginary = rnorm(10)), 10, 1)
+#' v <- complex(real = rnorm(20), imaginary = rnorm(20))
+#' F <- sqrt(Vi(u) * Vj(v)) + log(Vi(u))^3 - cos(Vj(v) / 2)
+#' dense <- sqrt(outer(u[, 1], v)) + log(u[, 1])^3 - matrix(cos(v / 2), 10, 20, byrow = TRUE)
+#' all.equal(sum(F, index = "j"), as.matrix(rowSums(dense)), tolerance = 1e-4)
 #' # real functions of complex data
 #' z <- complex(real = x, imaginary = 1)
 #' is.ComplexLazyTensor(Vi(z))
 #' all.equal(sum(Mod(Vi(z)) * Vj(y), index = "j"), as.matrix(Mod(z) * sum(y)),
+#'           tolerance = 1e-5)
+#' all.equal(sum(sqdist(Vi(z), Vj(w)), index = "j"),
+#'           as.matrix(rowSums(Mod(outer(z, w, "-"))^2)), tolerance = 1e-5)
+#' # a real LazyTensor made complex
+#' all.equal(sum(real2complex(Vi(x)) * Vj(w), index = "j"), x %*% t(w) %*% rep(1, 20),
 #'           tolerance = 1e-5)
 NULL
 
@@ -57,40 +105,68 @@ is.ComplexLazyTensor <- function(x) inherits(x, "ComplexLazyTensor")
 #' @rdname ComplexLazyTensor
 #' @export
 exp1j <- function(x) {
-  need_lazy(x, "x", "exp1j")
-  if (is.ComplexLazyTensor(x)) stop("exp1j(): 'x' must be a real LazyTensor", call. = FALSE)
-  new_complex(lazy_unary(x, "Cos", "exp1j"), lazy_unary(x, "Sin", "exp1j"))
+  need_real(x, "exp1j")
+  new_complex(cos(x), sin(x))
 }
 
-# The real constant zero.
+#' @rdname ComplexLazyTensor
+#' @export
+real2complex <- function(x) {
+  need_real(x, "real2complex")
+  new_complex(x, lazy_zero())
+}
+
+#' @rdname ComplexLazyTensor
+#' @export
+imag2complex <- function(x) {
+  need_real(x, "imag2complex")
+  new_complex(lazy_zero(), x)
+}
+
+# Requires a real LazyTensor.
+need_real <- function(x, fun) {
+  need_lazy(x, "x", fun)
+  if (is.ComplexLazyTensor(x)) {
+    stop(sprintf("%s(): 'x' must be a real LazyTensor, not a ComplexLazyTensor", fun), call. = FALSE)
+  }
+  x
+}
+
+# The real constant zero. A zero part is a constant rather than 0 * x, which would be NaN where
+# x is infinite.
 lazy_zero <- function() new_lazy("0", list(), character(0), 1L)
 
-# A ComplexLazyTensor from its real and imaginary parts (real LazyTensors); `inter`, when
-# given, is a real LazyTensor holding the interleaved formula already.
+# A ComplexLazyTensor from its real and imaginary parts (real LazyTensors of equal dimensions,
+# or one of them of dimension 1); `inter`, when given, is a real LazyTensor holding the
+# interleaved formula already.
 new_complex <- function(re, im, inter = NULL) {
-  d <- max(re$dimres, im$dimres)
+  d <- elementwise_dim(c(re$dimres, im$dimres), "the real and imaginary parts")
   if (is.null(inter)) {
-    if (d == 1L) {
-      inter <- lazy_combine(list(re, im), function(a, b) paste0("Concat(", a, ", ", b, ")"), 2L)
-    } else {
-      inter <- lazy_combine(list(re, im), function(a, b) {
-        pick <- function(f, dim, k) if (dim == 1L) f else sprintf("Elem(%s, %d)", f, k)
-        f <- NULL
-        for (k in seq_len(d) - 1L) {
-          for (g in c(pick(a, re$dimres, k), pick(b, im$dimres, k))) {
-            f <- if (is.null(f)) g else sprintf("Concat(%s, %s)", f, g)
-          }
+    inter <- lazy_combine(list(re, im), function(a, b) {
+      pick <- function(f, dim, k) if (dim == 1L) f else sprintf("Elem(%s, %d)", f, k)
+      f <- NULL
+      for (k in seq_len(d) - 1L) {
+        for (g in c(pick(a, re$dimres, k), pick(b, im$dimres, k))) {
+          f <- if (is.null(f)) g else sprintf("Concat(%s, %s)", f, g)
         }
-        f
-      }, 2L * d)
-    }
+      }
+      f
+    }, 2L * d)
   }
   z <- unclass(inter)
-  z$cdim <- d
+  z$dimres <- as.integer(d)
   z$re <- re
   z$im <- im
   class(z) <- c("ComplexLazyTensor", "LazyTensor")
   z
+}
+
+# The real and imaginary parts of z, both of its full dimension (a part of dimension 1 is
+# repeated), for the operations that do not broadcast (concat(), tensorprod(), ...).
+complex_parts <- function(z) {
+  d <- z$dimres
+  full <- function(p) if (p$dimres == d) p else lazy_call("SumT", list(p), dimres = d, extra = d)
+  list(re = full(z$re), im = full(z$im))
 }
 
 # The components 0-based `ks` of a real LazyTensor, concatenated.
@@ -131,7 +207,7 @@ complex_variable <- function(x, cat, label) {
 # Anything that can be mixed with a ComplexLazyTensor, as a ComplexLazyTensor.
 as_complex_lazy <- function(x, label = "argument") {
   if (is.ComplexLazyTensor(x)) return(x)
-  if (is.LazyTensor(x)) return(new_complex(x, if (x$dimres == 1L) lazy_zero() else 0 * x))
+  if (is.LazyTensor(x)) return(new_complex(x, lazy_zero()))
   if (is.complex(x) && is.null(dim(x)) && length(x) == 1L) {
     if (!is.finite(x)) stop("a number mixed with a LazyTensor must be finite", call. = FALSE)
     return(new_complex(as_lazy(Re(x), label), as_lazy(Im(x), label)))
@@ -142,22 +218,30 @@ as_complex_lazy <- function(x, label = "argument") {
 
 # The complex dimension of an elementwise operation.
 complex_dims <- function(a, b, what) {
-  elementwise_dim(c(a$cdim, b$cdim), sprintf("'%s' (complex dimensions)", what))
+  elementwise_dim(c(a$dimres, b$dimres), sprintf("'%s' (complex dimensions)", what))
 }
 
-# Arithmetic with at least one ComplexLazyTensor (called by Ops.LazyTensor()).
+# The error for what has no complex meaning.
+complex_undefined <- function(what) {
+  stop(sprintf(paste("%s is not defined for ComplexLazyTensors (it has no complex meaning):",
+                     "apply it to a real LazyTensor such as Re(z), Im(z), Mod(z) or Arg(z)"), what),
+       call. = FALSE)
+}
+
+# Operators with at least one ComplexLazyTensor or complex number (called by Ops.LazyTensor()).
 complex_ops <- function(e1, e2, g) {
   if (missing(e2)) {
     if (g == "+") return(e1)
     if (g == "-") return(new_complex(-e1$re, -e1$im))
-    stop(sprintf("the unary operator '%s' is not defined for ComplexLazyTensors", g), call. = FALSE)
+    complex_undefined(sprintf("the unary operator '%s'", g))
   }
-  if (g == "^" && is.numeric(e2) && length(e2) == 1L && isTRUE(e2 == 2)) return(e1 * e1)
-  if (!g %in% c("+", "-", "*", "/")) {
-    stop(sprintf("the operator '%s' is not defined for ComplexLazyTensors", g), call. = FALSE)
+  if (g == "^") return(complex_power(e1, e2))
+  if (!g %in% c("+", "-", "*", "/", "==", "!=", "|")) {
+    complex_undefined(sprintf("the operator '%s'", g))
   }
   a <- as_complex_lazy(e1, "e1")
   b <- as_complex_lazy(e2, "e2")
+  if (g == "|") return(complex_scalar_product(a, b))
   complex_dims(a, b, g)
   switch(g,
     "+" = new_complex(a$re + b$re, a$im + b$im),
@@ -166,19 +250,153 @@ complex_ops <- function(e1, e2, g) {
     "/" = {
       den <- square(b$re) + square(b$im)
       new_complex((a$re * b$re + a$im * b$im) / den, (a$im * b$re - a$re * b$im) / den)
+    },
+    # as R's == on complex numbers: both parts equal
+    "==" = (a$re == b$re) * (a$im == b$im),
+    "!=" = 1 - (a$re == b$re) * (a$im == b$im)
+  )
+}
+
+# (a | b) = sum_k Conj(a_k) b_k, so that (z | z) = sqnorm2(z), as (x | x) = sqnorm2(x) for real x.
+complex_scalar_product <- function(a, b) {
+  if (a$dimres != b$dimres) {
+    stop(sprintf("the scalar product (x | y) needs two LazyTensors of the same dimension, got %d and %d",
+                 a$dimres, b$dimres), call. = FALSE)
+  }
+  pa <- complex_parts(a)
+  pb <- complex_parts(b)
+  new_complex((pa$re | pb$re) + (pa$im | pb$im), (pa$re | pb$im) - (pa$im | pb$re))
+}
+
+# r e^{i theta} for real LazyTensors r and theta.
+complex_polar <- function(r, theta) new_complex(r * cos(theta), r * sin(theta))
+
+complex_square <- function(z) new_complex(square(z$re) - square(z$im), 2 * z$re * z$im)
+
+complex_inv <- function(z) {
+  den <- square(z$re) + square(z$im)
+  new_complex(z$re / den, -z$im / den)
+}
+
+# 1 / sqrt(z), 0 at 0 as the real rsqrt().
+complex_rsqrt <- function(z) complex_polar(rsqrt(Mod(z)), Arg(z) * (-0.5))
+
+# e1^e2 with e1 or e2 complex: the principal power, as R's ^.
+complex_power <- function(e1, e2) {
+  z <- as_complex_lazy(e1, "e1")
+  if (is.ComplexLazyTensor(e2) || is.complex(e2)) {
+    # a complex exponent: exp(w log(z)) (NaN at z = 0)
+    return(complex_exp(as_complex_lazy(e2, "e2") * complex_log(z)))
+  }
+  if (is.numeric(e2) && length(e2) == 1L && is.null(dim(e2))) {
+    if (!is.finite(e2)) stop("'^': the exponent must be a finite number", call. = FALSE)
+    if (e2 == 1) return(z)
+    if (e2 == 2) return(complex_square(z))
+    if (e2 == -1) return(complex_inv(z))
+  }
+  # a real exponent: |z|^p e^{i p Arg(z)}, 0 at z = 0 for p > 0
+  p <- as_lazy(e2, "e2")
+  complex_polar(Mod(z)^p, p * Arg(z))
+}
+
+# Complex elementary functions, from the real functions of the parts z = a + ib.
+real_cosh <- function(x) (exp(x) + exp(-x)) / 2
+real_sinh <- function(x) (exp(x) - exp(-x)) / 2
+
+complex_exp <- function(z) {
+  e <- exp(z$re)
+  new_complex(e * cos(z$im), e * sin(z$im))
+}
+
+complex_log <- function(z) new_complex(log(square(z$re) + square(z$im)) / 2, atan2(z$im, z$re))
+
+complex_trig <- function(z, g) {
+  a <- z$re
+  b <- z$im
+  switch(g,
+    cos = new_complex(cos(a) * real_cosh(b), -(sin(a) * real_sinh(b))),
+    sin = new_complex(sin(a) * real_cosh(b), cos(a) * real_sinh(b)),
+    cosh = new_complex(real_cosh(a) * cos(b), real_sinh(a) * sin(b)),
+    sinh = new_complex(real_sinh(a) * cos(b), real_cosh(a) * sin(b)),
+    # tan and tanh with real denominators, finite for large |Im z| (|Re z|)
+    tan = {
+      den <- cos(2 * a) + real_cosh(2 * b)
+      new_complex(sin(2 * a) / den, real_sinh(2 * b) / den)
+    },
+    tanh = {
+      den <- real_cosh(2 * a) + cos(2 * b)
+      new_complex(real_sinh(2 * a) / den, sin(2 * b) / den)
     }
+  )
+}
+
+# asin(z) from the half sum (alpha) and half difference (beta) of |z + 1| and |z - 1|. The sign of
+# the imaginary part is that of Im(z); on the real axis (|Re z| > 1), as R: - for Re z > 1, + for
+# Re z < -1.
+complex_asin <- function(z) {
+  a <- z$re
+  b <- z$im
+  t1 <- sqrt(square(a + 1) + square(b)) / 2
+  t2 <- sqrt(square(a - 1) + square(b)) / 2
+  alpha <- t1 + t2
+  beta <- clamp(t1 - t2, -1, 1)                 # |beta| <= 1, up to rounding
+  s <- sign(b) - (1 - abs(sign(b))) * sign(a)
+  new_complex(asin(beta), s * log(alpha + sqrt(relu(square(alpha) - 1))))
+}
+
+# atan(z); on the imaginary axis (|Im z| > 1) the real part is +-pi/2 with the sign of Im(z), as R.
+complex_atan <- function(z) {
+  a <- z$re
+  b <- z$im
+  off_axis <- abs(sign(a))
+  re <- atan2(2 * a, 1 - square(a) - square(b)) / 2 * off_axis +
+    (1 - off_axis) * sign(b) * (pi / 2) * step(abs(b) - 1)
+  new_complex(re, log((square(a) + square(b + 1)) / (square(a) + square(b - 1))) / 4)
+}
+
+complex_inverse_trig <- function(z, g) {
+  times_i <- function(w) new_complex(-w$im, w$re)       # i w
+  times_minus_i <- function(w) new_complex(w$im, -w$re) # -i w
+  switch(g,
+    asin = complex_asin(z),
+    acos = {
+      s <- complex_asin(z)
+      new_complex(pi / 2 - s$re, -s$im)
+    },
+    atan = complex_atan(z),
+    asinh = times_minus_i(complex_asin(times_i(z))),
+    atanh = times_minus_i(complex_atan(times_i(z))),
+    # as R: i acos(z) (its real part has the sign of Im(z), where C's cacosh() keeps it >= 0)
+    acosh = times_i(complex_inverse_trig(z, "acos"))
   )
 }
 
 #' @export
 Math.ComplexLazyTensor <- function(x, ...) {
-  switch(.Generic,
-    exp = {
-      e <- exp(x$re)
-      new_complex(e * cos(x$im), e * sin(x$im))
-    },
+  g <- .Generic
+  switch(g,
     abs = Mod(x),
-    stop(sprintf("%s() is not defined for ComplexLazyTensors", .Generic), call. = FALSE)
+    exp = complex_exp(x),
+    log = {
+      l <- complex_log(x)
+      base <- list(...)
+      if (length(base)) {
+        base <- base[[1L]]
+        if (!is.numeric(base) || length(base) != 1L || !is.finite(base) || base <= 0 || base == 1) {
+          stop("log(): 'base' must be a positive number other than 1", call. = FALSE)
+        }
+        l <- l / log(base)
+      }
+      l
+    },
+    log2 = complex_log(x) / log(2),
+    log10 = complex_log(x) / log(10),
+    sqrt = complex_power(x, 0.5),
+    cos = , sin = , tan = , cosh = , sinh = , tanh = complex_trig(x, g),
+    acos = , asin = , atan = , acosh = , asinh = , atanh = complex_inverse_trig(x, g),
+    # as R's round() of complex numbers: both parts
+    round = new_complex(round(x$re, ...), round(x$im, ...)),
+    complex_undefined(sprintf("%s()", g))
   )
 }
 
@@ -189,24 +407,100 @@ Complex.LazyTensor <- function(z) {
     # a real LazyTensor, seen as complex numbers of imaginary part 0
     return(switch(g,
       Re = , Conj = z,
-      Im = 0 * z,
+      Im = if (z$dimres == 1L) lazy_zero() else {
+        lazy_call("SumT", list(lazy_zero()), dimres = z$dimres, extra = z$dimres)
+      },
       Mod = abs(z),
       Arg = (z < 0) * pi
     ))
   }
   switch(g,
-    Re = z$re,
-    Im = z$im,
+    Re = complex_parts(z)$re,
+    Im = complex_parts(z)$im,
     Mod = sqrt(square(z$re) + square(z$im)),
     Arg = atan2(z$im, z$re),
     Conj = new_complex(z$re, -z$im)
   )
 }
 
-# The real LazyTensor of the interleaved formula.
+# The operations of R/lazytensor-ops.R and R/lazytensor-reduce.R that write a KeOps function
+# "name(args, extra)" (through lazy_call()) on arguments `xs` of which one at least is complex:
+# the complex operation, or an error when it has no complex meaning. `dimres` is the dimension
+# of the result computed by the caller, from the complex dimensions.
+complex_call <- function(name, xs, dimres = NULL, extra = NULL) {
+  zs <- lapply(xs, as_complex_lazy)
+  z <- zs[[1L]]
+  switch(name,
+    Square = complex_square(z),
+    Inv = complex_inv(z),
+    Rsqrt = complex_rsqrt(z),
+    Abs = Mod(z),
+    Exp = complex_exp(z),
+    Log = complex_log(z),
+    Sqrt = complex_power(z, 0.5),
+    Cos = complex_trig(z, "cos"),
+    Sin = complex_trig(z, "sin"),
+    Acos = complex_inverse_trig(z, "acos"),
+    Asin = complex_inverse_trig(z, "asin"),
+    Atan = complex_inverse_trig(z, "atan"),
+    # norms and distances: those of the 2d real components, real
+    SqNorm2 = , Norm2 = lazy_call(name, list(complex_real_view(z)), dimres = 1L),
+    SqDist = lazy_call(name, lapply(zs, complex_real_view), dimres = 1L),
+    Normalize = {
+      r <- rsqrt(lazy_call("SqNorm2", list(complex_real_view(z)), dimres = 1L))
+      new_complex(z$re * r, z$im * r)
+    },
+    WeightedSqNorm = , WeightedSqDist = {
+      if (is.ComplexLazyTensor(xs[[1L]])) {
+        stop(sprintf("%s(): the weights 's' must be real", tolower(name)), call. = FALSE)
+      }
+      diff <- if (name == "WeightedSqDist") zs[[2L]] - zs[[3L]] else zs[[2L]]
+      p <- complex_parts(diff)
+      lazy_call("WeightedSqNorm", list(xs[[1L]], p$re), dimres = 1L) +
+        lazy_call("WeightedSqNorm", list(xs[[1L]], p$im), dimres = 1L)
+    },
+    # linear in z: the same operation on both parts
+    Sum = , SumT = , Elem = , ElemT = , Extract = , ExtractT = {
+      p <- complex_parts(z)
+      new_complex(lazy_call(name, list(p$re), dimres = dimres, extra = extra),
+                  lazy_call(name, list(p$im), dimres = dimres, extra = extra))
+    },
+    Concat = {
+      p <- lapply(zs, complex_parts)
+      new_complex(lazy_call(name, list(p[[1L]]$re, p[[2L]]$re), dimres = dimres),
+                  lazy_call(name, list(p[[1L]]$im, p[[2L]]$im), dimres = dimres))
+    },
+    # bilinear in the two arguments
+    TensorProd = , MatVecMult = , VecMatMult = {
+      p <- lapply(zs, complex_parts)
+      op <- function(u, v) lazy_call(name, list(u, v), dimres = dimres)
+      new_complex(op(p[[1L]]$re, p[[2L]]$re) - op(p[[1L]]$im, p[[2L]]$im),
+                  op(p[[1L]]$re, p[[2L]]$im) + op(p[[1L]]$im, p[[2L]]$re))
+    },
+    # a real test choosing between complex values
+    IfElse = {
+      if (is.ComplexLazyTensor(xs[[1L]])) complex_undefined("ifelse() with a complex 'test'")
+      test <- xs[[1L]]
+      new_complex(ifelse(test, zs[[2L]]$re, zs[[3L]]$re), ifelse(test, zs[[2L]]$im, zs[[3L]]$im))
+    },
+    complex_undefined(sprintf("%s()", complex_function_name(name)))
+  )
+}
+
+# The R name of a KeOps function, for messages.
+complex_function_name <- function(name) {
+  r_names <- c(ReLU = "relu", Step = "step", Sign = "sign", Floor = "floor", Round = "round",
+               Clamp = "clamp", ClampInt = "clampint", Mod = "mod", Atan2 = "atan2",
+               XLogX = "xlogx", SinXDivX = "sinxdivx", OneHot = "one_hot", Min = "min", Max = "max",
+               ArgMin = "argmin", ArgMax = "argmax", Pow = "^", Powf = "^", Equal = "==",
+               NotEqual = "!=", LessThan = "<", LessOrEqual = "<=")
+  if (name %in% names(r_names)) r_names[[name]] else name
+}
+
+# The real LazyTensor of the interleaved formula (2 * dimres real components).
 complex_real_view <- function(z) {
   z <- unclass(z)
-  new_lazy(z$formula, z$vars, z$cats, z$dimres, dims = z$dims)
+  new_lazy(z$formula, z$vars, z$cats, 2L * z$dimres, dims = z$dims)
 }
 
 # N x 2d interleaved real results as an N x d complex matrix.
@@ -217,24 +511,19 @@ complex_from_interleaved <- function(res) {
 }
 
 #' @rdname ComplexLazyTensor
-#' @param index `"i"` or `"j"`, the index reduced over by `sum()`.
+#' @param index `"i"` or `"j"`, the index reduced over by `sum()`, or `NA`
+#'   (the default) to sum the components of each value.
+#' @param ranges Optional block-sparse ranges, as for [sum.LazyTensor()].
 #' @param ... Unused.
 #' @export
-sum.ComplexLazyTensor <- function(x, index = NA, ...) {
-  if (length(index) == 1L && is.na(index)) {
-    stop("sum(): a ComplexLazyTensor can only be reduced over an index, \"i\" or \"j\"",
-         call. = FALSE)
-  }
-  complex_from_interleaved(lazy_reduce(complex_real_view(x), "Sum", index, "sum"))
+sum.ComplexLazyTensor <- function(x, index = NA, ranges = NULL, ...) {
+  if (length(index) == 1L && is.na(index)) return(complex_call("Sum", list(x), dimres = 1L))
+  complex_from_interleaved(lazy_reduce(complex_real_view(x), "Sum", index, "sum", ranges = ranges))
 }
 
 # z %*% b with z a ComplexLazyTensor, or a real LazyTensor and b complex (from `%*%`).
 complex_matvec <- function(x, b) {
-  if (is.ComplexLazyTensor(x) && x$cdim != 1L) {
-    stop(sprintf("'%%*%%': the ComplexLazyTensor must have complex dimension 1, not %d", x$cdim),
-         call. = FALSE)
-  }
-  if (!is.ComplexLazyTensor(x) && x$dimres != 1L) {
+  if (x$dimres != 1L) {
     stop(sprintf("'%%*%%': the LazyTensor must have dimension 1, not %d", x$dimres), call. = FALSE)
   }
   if (!"Vj" %in% x$cats) {
@@ -251,18 +540,19 @@ complex_matvec <- function(x, b) {
 
 #' @export
 print.ComplexLazyTensor <- function(x, ...) {
-  cat("ComplexLazyTensor of complex dimension ", x$cdim, " (real dimension ", x$dimres,
-      ", real and imaginary parts interleaved)\n", sep = "")
+  cat("ComplexLazyTensor of complex dimension ", x$dimres, " (held as ", 2L * x$dimres,
+      " reals, real and imaginary parts interleaved)\n", sep = "")
   cat("formula: ", lazy_formula_text(x), "\n", sep = "")
   print_lazy_variables(x)
   invisible(x)
 }
 
-# Stops when a real-only operation receives a ComplexLazyTensor.
+# Stops when an operation without a complex version receives a ComplexLazyTensor.
 no_complex <- function(xs, fun) {
   for (x in xs) {
     if (is.ComplexLazyTensor(x)) {
-      stop(sprintf("%s is not supported for ComplexLazyTensors", fun), call. = FALSE)
+      stop(sprintf("%s is not supported for ComplexLazyTensors: apply it to a real LazyTensor such as Re(z), Im(z), Mod(z) or Arg(z)",
+                   fun), call. = FALSE)
     }
   }
 }

@@ -40,17 +40,24 @@
 #'   `Vi()` and `Vj()`; a numeric vector for `Pm()` (a parameter of dimension
 #'   `length(x)`; a matrix is taken as `as.vector(x)`). A data frame is taken
 #'   as `as.matrix(x)`; complex data gives a [ComplexLazyTensor]. For
-#'   `LazyTensor()`, data as above, or a `LazyTensor`, returned unchanged.
+#'   `LazyTensor()`, data as above (a matrix needs `index`), or a
+#'   `LazyTensor`, returned unchanged.
 #' @param index For `LazyTensor()`: `"i"` (the same as `Vi(x)`), `"j"`
-#'   (`Vj(x)`) or `NA` (the default: a parameter, `Pm(x)`).
+#'   (`Vj(x)`) or `NA` (the default: a parameter, `Pm(x)`, for a vector or a
+#'   number; a matrix without `index` is an error, as in rkeops 2).
+#' @param is_complex `TRUE` to make a [ComplexLazyTensor] of real data (its
+#'   imaginary part is 0), as in rkeops 2; complex data gives one anyway.
+#'   `LazyTensor(x, is_complex = TRUE)` of a real LazyTensor `x` is
+#'   [real2complex(x)][real2complex].
 #' @return A `LazyTensor` of dimension `ncol(x)` (`Vi()`, `Vj()`) or
 #'   `length(x)` (`Pm()`): a list with `formula` (the formula, with the
 #'   variables written `@k@`; [print()][print.LazyTensor] names them `V0`,
 #'   `V1`, ...), `vars` (the data of the variables, not copied when it is
 #'   already a double matrix or vector), `cats` (their categories), `dims`
 #'   (their dimensions), `args` (their declarations, such as `"V0 = Vi(3)"`)
-#'   and `dimres` (the dimension `d` of the formula). [dim()][dim.LazyTensor] gives
-#'   `c(N, M, d)`.
+#'   and `dimres` (the dimension `d` of the formula; for a ComplexLazyTensor,
+#'   its complex dimension, the formula holding `2d` reals). [dim()][dim.LazyTensor]
+#'   gives `c(N, M, d)`.
 #' @export
 #' @examples
 #' set.seed(1)
@@ -68,31 +75,66 @@
 #' all.equal(sum(exp(-s * sqdist(Vi(x), Vj(y))), index = "i"),
 #'           matrix(colSums(exp(-0.5 * D2))), tolerance = 1e-5)
 #' LazyTensor(x, index = "i")        # the same as Vi(x)
-LazyTensor <- function(x, index = NA) {
-  if (is.LazyTensor(x)) return(x)
-  if (length(index) != 1L || !(is.na(index) || index %in% c("i", "j"))) {
-    stop("'index' must be \"i\", \"j\" or NA (a parameter)", call. = FALSE)
+#' # complex numbers with zero imaginary parts: x_i * (1 + 2i) summed over j
+#' z <- LazyTensor(x, index = "i", is_complex = TRUE)
+#' z$dimres                          # the complex dimension, 3
+#' all.equal(sum(z * (1 + 2i) + 0 * Vj(y), index = "j"), 20 * x * (1 + 2i),
+#'           tolerance = 1e-5)
+LazyTensor <- function(x, index = NA, is_complex = FALSE) {
+  is_complex <- complex_flag(is_complex, "LazyTensor")
+  if (is.LazyTensor(x)) {
+    if (is_complex && !is.ComplexLazyTensor(x)) return(real2complex(x))
+    return(x)
   }
-  if (is.na(index)) Pm(x) else if (index == "i") Vi(x) else Vj(x)
+  if (length(index) != 1L || !(is.na(index) || index %in% c("i", "j"))) {
+    stop("LazyTensor(): 'index' must be \"i\", \"j\" or NA (a parameter)", call. = FALSE)
+  }
+  label <- deparse1(substitute(x))
+  if (is.na(index) && (length(dim(x)) == 2L || is.data.frame(x))) {
+    # rkeops 2 stops here too: a matrix is one row per i or per j, never a parameter.
+    stop(sprintf(paste("LazyTensor(): '%s' is a matrix, so 'index' must say how it is indexed:",
+                       "\"i\" (one row per i, as Vi(x)) or \"j\" (as Vj(x)); for a parameter,",
+                       "give a vector: Pm(as.vector(x))"), label), call. = FALSE)
+  }
+  cat <- if (is.na(index)) "Pm" else if (index == "i") "Vi" else "Vj"
+  lazy_variable(x, cat, label, is_complex)
 }
 
 #' @rdname LazyTensor
 #' @export
-Vi <- function(x) lazy_variable(x, "Vi", deparse1(substitute(x)))
+Vi <- function(x, is_complex = FALSE) {
+  lazy_variable(x, "Vi", deparse1(substitute(x)), complex_flag(is_complex, "Vi"))
+}
 
 #' @rdname LazyTensor
 #' @export
-Vj <- function(x) lazy_variable(x, "Vj", deparse1(substitute(x)))
+Vj <- function(x, is_complex = FALSE) {
+  lazy_variable(x, "Vj", deparse1(substitute(x)), complex_flag(is_complex, "Vj"))
+}
 
 #' @rdname LazyTensor
 #' @export
-Pm <- function(x) lazy_variable(x, "Pm", deparse1(substitute(x)))
+Pm <- function(x, is_complex = FALSE) {
+  lazy_variable(x, "Pm", deparse1(substitute(x)), complex_flag(is_complex, "Pm"))
+}
 
-lazy_variable <- function(x, cat, label) {
+complex_flag <- function(is_complex, fun) {
+  if (!is.logical(is_complex) || length(is_complex) != 1L || is.na(is_complex)) {
+    stop(sprintf("%s(): 'is_complex' must be TRUE or FALSE", fun), call. = FALSE)
+  }
+  is_complex
+}
+
+lazy_variable <- function(x, cat, label, is_complex = FALSE) {
   if (is.LazyTensor(x)) stop("'", label, "' is already a LazyTensor", call. = FALSE)
   if (is.data.frame(x)) x <- as.matrix(x)
+  if (is_complex && (is.numeric(x) || is.logical(x))) storage.mode(x) <- "complex"  # keeps dim
   if (is.complex(x)) return(complex_variable(x, cat, label))   # see lazytensor-complex.R
   if (inherits(x, "keops_device_matrix")) {                     # kept on the GPU, see device.R
+    if (is_complex) {
+      stop(sprintf("%s(): 'is_complex = TRUE' needs data in R memory, not a device matrix", cat),
+           call. = FALSE)
+    }
     dim <- if (cat == "Pm") prod(dim(x)) else dim(x)[2L]
     return(new_lazy("@0@", list(x), cat, dim, dims = dim))
   }
@@ -250,8 +292,17 @@ is.LazyTensor <- function(x) inherits(x, "LazyTensor")
 #' `is.LazyTensor()` tells whether `x` is a [LazyTensor] (a
 #' [ComplexLazyTensor] included); `is.LazyVector()` whether it is a
 #' LazyTensor indexed by neither `i` nor `j` (made of parameters and constants
-#' only, such as `Pm(p)`), and `is.LazyParameter()` whether it is such a
-#' LazyTensor of dimension 1.
+#' only, such as `Pm(p)`), and `is.LazyMatrix()` whether it is indexed by `i`
+#' or `j` (it has a variable made by `Vi()` or `Vj()`). `is.LazyParameter()`
+#' tells whether `x` is a real LazyTensor indexed by neither `i` nor `j` of
+#' dimension 1 (a single number), and `is.ComplexLazyParameter()` the same for
+#' a ComplexLazyTensor (a single complex number). `is.int()` tells whether `x`
+#' is a single whole number (an R integer or a double without fractional
+#' part, within the range of R integers).
+#'
+#' Unlike rkeops 2, these tests return `FALSE` for an `x` that is not a
+#' LazyTensor rather than stopping, and `is.LazyVector()` is `FALSE` for a
+#' LazyTensor that mixes parameters with `Vi()` or `Vj()` variables.
 #' @param x Any R object.
 #' @return `TRUE` or `FALSE`.
 #' @export
@@ -261,13 +312,38 @@ is.LazyTensor <- function(x) inherits(x, "LazyTensor")
 #' is.LazyTensor(x)                    # FALSE
 #' is.LazyParameter(Pm(0.5))           # TRUE
 #' is.LazyParameter(Pm(c(1, 2, 3)))    # FALSE: dimension 3
+#' is.LazyParameter(Pm(2 + 1i))        # FALSE: complex
+#' is.ComplexLazyParameter(Pm(2 + 1i)) # TRUE
 #' is.LazyVector(Pm(c(1, 2, 3)))       # TRUE
 #' is.LazyVector(Vj(1:3))              # FALSE: indexed by j
-is.LazyParameter <- function(x) is.LazyVector(x) && x$dimres == 1L
+#' is.LazyMatrix(Vj(1:3) * Pm(2))      # TRUE
+#' is.int(3)                           # TRUE
+#' is.int(3.5)                         # FALSE
+#' is.int(c(1, 2))                     # FALSE: not a single number
+is.LazyParameter <- function(x) {
+  is.LazyVector(x) && !is.ComplexLazyTensor(x) && x$dimres == 1L
+}
+
+#' @rdname is.LazyParameter
+#' @export
+is.ComplexLazyParameter <- function(x) {
+  is.LazyVector(x) && is.ComplexLazyTensor(x) && x$dimres == 1L
+}
 
 #' @rdname is.LazyParameter
 #' @export
 is.LazyVector <- function(x) is.LazyTensor(x) && all(x$cats == "Pm")
+
+#' @rdname is.LazyParameter
+#' @export
+is.LazyMatrix <- function(x) is.LazyTensor(x) && any(x$cats %in% c("Vi", "Vj"))
+
+#' @rdname is.LazyParameter
+#' @export
+is.int <- function(x) {
+  (is.integer(x) || is.double(x)) && length(x) == 1L && is.finite(x) &&
+    x == round(x) && abs(x) <= .Machine$integer.max
+}
 
 # The variables of a LazyTensor with their sizes, for print().
 print_lazy_variables <- function(x) {
@@ -323,3 +399,4 @@ dim.LazyTensor <- function(x) {
   }
   c(rows("Vi"), rows("Vj"), as.integer(x$dimres))
 }
+
