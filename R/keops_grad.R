@@ -11,7 +11,15 @@
 #' a matrix shaped like `op`'s output (the gradient flowing back), and returns
 #' the gradient of \eqn{\sum_i \langle a_i, e_i \rangle}{sum_i <a_i, e_i>} with respect to
 #' `var`. Applying `keops_grad()` to a gradient operator gives second
-#' derivatives (Hessian-vector products).
+#' derivatives (Hessian-vector products). The same operator is made by
+#' [keops_kernel()] from KeOps' formula `Grad(reduction, var, e)`, with `e`
+#' declared in its `args`; called without input, the gradient operator
+#' returns that formula and its declarations.
+#'
+#' In rkeops 2, the gradient input had the category of `var` and dimension 1:
+#' it is the same here for the usual case (the gradient in an `i`-variable of
+#' a one-dimensional reduction over `j`), but in general `e` is shaped like
+#' the result of `op`.
 #'
 #' @param op An operator made by [keops_kernel()] or by `keops_grad()`.
 #'   Supported reductions: `Sum`; `LogSumExp`, `LogSumExpWeight` and
@@ -22,11 +30,14 @@
 #'   float16 up to 2048); `ArgMin`, `ArgMax` and `ArgKMin` have a zero
 #'   gradient. Only gradients of `Sum` reductions can be differentiated again.
 #' @param var The variable: its name in `args` (`"x"`) or its 1-based
-#'   position among the inputs.
+#'   position among the inputs. rkeops 2 counted positions from 0: here 0 is an
+#'   error, and the first numeric position given in a session comes with a
+#'   warning saying which variable it is (names are clear in both).
 #' @return An operator: a function of the list of `op`'s inputs followed by
 #'   `e` (`n x d` like `op`'s result; for a `KMin`, `n x K` or `n x K x d` like
-#'   its values), and of the `ranges` of a block-sparse `op` (the same object:
-#'   the gradient visits the same blocks). It returns an `N x dim` matrix for a
+#'   its values), of `inner_dim` (as for [keops_kernel()]'s operators) and of
+#'   the `ranges` of a block-sparse `op` (the same object: the gradient visits
+#'   the same blocks). It returns an `N x dim` matrix for a
 #'   variable `Vi(dim)` (one row per `i`), an `M x dim` matrix for a variable
 #'   `Vj(dim)`, and a `1 x dim` matrix for a parameter `Pm(dim)` (summed over
 #'   the whole reduction).
@@ -47,8 +58,13 @@
 #' W <- exp(-D2) * rep(b, each = 10)       # W[i, j] = exp(-|x_i - y_j|^2) b_j
 #' all.equal(g, -2 * (x * rowSums(W) - W %*% y), tolerance = 1e-5)
 #' # with respect to b (a j-variable, 20 x 1): sum_i exp(-|x_i - y_j|^2) e_i
-#' all.equal(keops_grad(gauss, 3)(list(x, y, b, e)), t(exp(-D2)) %*% e,
+#' all.equal(keops_grad(gauss, "b")(list(x, y, b, e)), t(exp(-D2)) %*% e,
 #'           tolerance = 1e-5)
+#' # the same gradient in x, written as a KeOps formula
+#' gx <- keops_kernel("Grad(Sum_Reduction(Exp(-SqDist(x, y)) * b, 0), x, e)",
+#'                    c("x = Vi(3)", "y = Vj(3)", "b = Vj(1)", "e = Vi(1)"))
+#' all.equal(gx(list(x, y, b, e)), g)
+#' dx()$formula   # what dx computes, in KeOps' syntax
 #' # second order: d/dx of <dx(x), u>, a Hessian-vector product (10 x 3)
 #' dxx <- keops_grad(dx, "x")
 #' u <- matrix(rnorm(30), 10, 3)
@@ -58,8 +74,36 @@ keops_grad <- function(op, var) {
   if (!is.function(op) || is.null(spec)) {
     stop("'op' must be an operator made by keops_kernel() or keops_grad()", call. = FALSE)
   }
+  k <- grad_variable(var, spec$info)
+  # rkeops 2 counted positions from 0: keops_grad(op, 1) meant its second variable. Said once, to
+  # the users' calls (the package's own calls use 1-based positions knowingly).
+  if (is.numeric(var) && !identical(topenv(parent.frame()), topenv())) {
+    names <- spec$info$names
+    meant <- if (k < length(names)) sprintf("\"%s\"", names[k + 1L]) else "no variable"
+    .rkeops_warn_once("grad_position", sprintf(paste0(
+      "keops_grad(): 'var' = %d is the variable at 1-based position %d, \"%s\". rkeops 2 ",
+      "counted positions from 0: there, var = %d meant %s. Give the name, keops_grad(op, \"%s\"), ",
+      "to be clear in both. This warning is given once per session."),
+      k, k, names[k], k, meant, names[k]))
+  }
+  eta <- "eta"
+  while (eta %in% spec$info$names) eta <- paste0(eta, "_")
+  grad_operator(op, k, eta)
+}
+
+# The dimension of the gradient input of a reduction described by `info`: that of its result
+# (K values per component for the KMin reductions).
+grad_input_dim <- function(info) {
+  if (info$reduction %in% c("KMin", "KMinArgKMin")) info$k * info$dim else info$dim
+}
+
+# The gradient operator of `op` (made by keops_kernel()) in its variable number `k`, with gradient
+# input named `eta` (a name no variable of `op` has): a kernel made by make_kernel() when the
+# gradient is one Sum reduction of `op`'s inputs and `eta` (Sum in a variable), else a function
+# that computes forward passes first.
+grad_operator <- function(op, k, eta) {
+  spec <- attr(op, "rkeops")
   info <- spec$info
-  k <- grad_variable(var, info)
   parts <- reduction_arguments(spec$formula)
   f <- parts[1L]
   v <- info$names[k]
@@ -67,12 +111,17 @@ keops_grad <- function(op, var) {
   n_inputs <- length(info$names)
   # Names for the new inputs that no variable has.
   fresh <- function(base) {
-    while (base %in% info$names) base <- paste0(base, "_")
+    while (base %in% c(info$names, eta)) base <- paste0(base, "_")
     base
   }
-  eta <- fresh("eta")
   out_category <- if (info$axis == 0L) "Vi" else "Vj"
   declare <- function(name, dim, category = out_category) sprintf("%s = %s(%d)", name, category, dim)
+  eta_dim <- grad_input_dim(info)
+  # What the operator describes when called without input: the gradient in KeOps' own form.
+  shown <- list(formula = sprintf("Grad(%s, %s, %s)", spec$formula, v, eta),
+                args = c(spec$args, declare(eta, eta_dim)),
+                info = list(names = c(info$names, eta), categories = c(info$categories, out_category),
+                            dims = c(info$dims, eta_dim)))
   # Each reduction's gradient is a sum over the reduced index of Grad terms, possibly using the
   # forward results (`extra`: name -> function of the inputs and ranges computing it, with its
   # dimension).
@@ -119,7 +168,7 @@ keops_grad <- function(op, var) {
     jj <- fresh("jj")
     reduced_category <- if (info$axis == 0L) "Vj" else "Vi"
     reduced <- match(reduced_category, info$categories)
-    extra[[sel]] <- list(run = function(x, ranges) index_op(x, ranges) - 1, dim = K * info$dim)
+    extra[[sel]] <- list(run = function(x, ranges) index_op(x, ranges = ranges) - 1, dim = K * info$dim)
     extra[[jj]] <- list(run = function(x, ranges) {
       rows <- if (is.na(reduced)) 1L else NROW(x[[reduced]])
       seq_len(rows) - 1
@@ -133,36 +182,41 @@ keops_grad <- function(op, var) {
   } else if (info$reduction %in% c("ArgMin", "ArgMax", "ArgKMin")) {
     # Indices do not move with the inputs: a zero gradient of the variable's shape.
     dim <- info$dims[k]
-    return(function(input = list(), ranges = NULL) {
-      rows <- if (category == "Pm") 1L else NROW(input[[k]])
+    return(wrap_operator(function(inputs, ranges) {
+      rows <- if (category == "Pm") 1L else NROW(inputs[[k]])
       matrix(0, rows, dim)
-    })
+    }, shown, spec$sum_scheme))
   } else {
     stop("keops_grad() does not differentiate ", info$reduction, "_Reduction of a ",
          info$dim, "-dimensional formula yet", call. = FALSE)
   }
-  eta_dim <- if (info$reduction %in% c("KMin", "KMinArgKMin")) info$k * info$dim else info$dim
   new_axis <- if (category == "Vi" || category == "Pm") 0L else 1L
   formula <- sprintf("Sum_Reduction(%s, %d)", paste(terms, collapse = " + "), new_axis)
   args <- c(spec$args, declare(eta, eta_dim),
             vapply(names(extra), function(n) {
               declare(n, extra[[n]]$dim, if (is.null(extra[[n]]$category)) out_category else extra[[n]]$category)
             }, ""))
-  grad <- keops_kernel(formula, args, spec$sum_scheme)
-  if (length(extra) == 0L && category != "Pm") return(grad)
-  function(input = list(), ranges = NULL) {
-    if (!is.list(input) || length(input) != n_inputs + 1L) {
-      stop("the gradient operator takes a list of ", n_inputs + 1L, " inputs (",
-           paste(c(info$names, "e"), collapse = ", "), ")", call. = FALSE)
-    }
-    forward <- input[seq_len(n_inputs)]
-    saved <- lapply(extra, function(x) matrix(x$run(forward, ranges), ncol = x$dim))
-    e <- input[[n_inputs + 1L]]
-    if (length(dim(e)) == 3L) e <- matrix(e, nrow = dim(e)[1L])
-    res <- grad(c(unname(forward), list(e), unname(saved)), ranges)
+  if (length(extra) == 0L && category != "Pm") {
+    return(make_kernel(formula, args, spec$sum_scheme, shown = shown))
+  }
+  grad <- make_kernel(formula, args, spec$sum_scheme)
+  n_inputs <- length(info$names)
+  run <- function(inputs, ranges) {
+    inputs <- unname(inputs)
+    forward <- inputs[seq_len(n_inputs)]
+    saved <- lapply(extra, function(x) matrix(x$run(forward, ranges = ranges), ncol = x$dim))
+    res <- grad(c(inputs, unname(saved)), ranges = ranges)
     # A parameter's gradient sums over the whole reduction.
     if (category == "Pm") matrix(colSums(res), nrow = 1L) else res
   }
+  # The gradient input of a KMin may be given like its values, an n x K x d array.
+  flatten_eta <- function(input) {
+    at <- if (!is.null(names(input)) && eta %in% names(input)) eta else n_inputs + 1L
+    e <- if (is.list(input) && length(input) == n_inputs + 1L) input[[at]]
+    if (length(dim(e)) == 3L) input[[at]] <- matrix(e, nrow = dim(e)[1L])
+    input
+  }
+  wrap_operator(run, shown, spec$sum_scheme, adjust = flatten_eta)
 }
 
 # The 1-based position of `var` (a name or a position) among the variables of `info`.
@@ -178,6 +232,10 @@ grad_variable <- function(var, info) {
   }
   if (is.numeric(var) && length(var) == 1L && !is.na(var) && var == round(var) && var >= 1 && var <= n) {
     return(as.integer(var))
+  }
+  if (identical(as.numeric(var), 0)) {
+    stop("'var' = 0: positions are 1-based here (rkeops 2 counted from 0); the first variable is ",
+         "var = 1, or better its name, var = \"", info$names[1L], "\"", call. = FALSE)
   }
   stop("'var' must be the name of a variable (", paste(info$names, collapse = ", "),
        ") or its position, from 1 to ", n, call. = FALSE)

@@ -11,8 +11,12 @@
 #' @param formula A single string: a reduction of a formula, such as
 #'   `"Sum_Reduction(Exp(-s * SqDist(x, y)) * b, 0)"`. Its last argument is the
 #'   axis: 0 reduces over `j` (the result has one row per `i`), 1 reduces over
-#'   `i` (one row per `j`). Positions inside formulas, as in `Elem(x, 0)`, are
-#'   0-based as in KeOps.
+#'   `i` (one row per `j`), as in the KeOps papers and rkeops 2's
+#'   documentation (rkeops 2's code did the opposite: the first call in a
+#'   session gives a message about it, see Details). Positions inside
+#'   formulas, as in `Elem(x, 0)`, are 0-based as in KeOps. Or KeOps' gradient
+#'   of a reduction: `Grad(reduction, v, e)`, or `GradFromPos(reduction, v, I)`
+#'   (see Details).
 #' @param args A character vector declaring the variables of the formula, in
 #'   the order of the inputs: `"x = Vi(3)"` (indexed by `i`, 3 columns),
 #'   `"y = Vj(3)"` (indexed by `j`), `"s = Pm(1)"` (a parameter, the same for
@@ -24,6 +28,26 @@
 #'   in the working precision) or `"kahan_scheme"` (compensated summation).
 #'
 #' @details
+#' **Gradients** (as [keops_grad()] computes them): `Grad(reduction, v, e)`
+#' is the gradient with respect to the variable `v` of
+#' \eqn{\sum \langle a, e\rangle}{sum <a, e>}, `a` the result of `reduction` and
+#' `e` a new variable declared in `args`, shaped like `a`: `e = Vi(d)` for a
+#' reduction over `j` (axis 0), `e = Vj(d)` over `i`, `d` the dimension of
+#' the result (`K d` for `KMin`). The operator takes the inputs in the order of
+#' `args` (with `e`), and returns a matrix shaped like `v` (one row per `i`
+#' for a `Vi`, per `j` for a `Vj`, `1 x dim` for a `Pm`).
+#' `GradFromPos(reduction, v, I)` (KeOps' C++ form) is the same with `e` not
+#' declared: it is the input at 0-based position `I`. Gradients of gradients
+#' of `Sum` reductions work too.
+#'
+#' **The reduction axis and rkeops 2**: the formula text
+#' `Sum_Reduction(f, 0)` sums over `j` here, as KeOps' papers and C++ code
+#' and rkeops 2's documentation say; rkeops 2 passed the axis to pykeops,
+#' whose axis 0 sums over `i`. The first `keops_kernel()` of a session says so
+#' in a message (not for the package's own formulas, nor in tests run by
+#' testthat or documents knitted by knitr); the option `verbosity`
+#' ([rkeops_disable_verbosity()]) hides it.
+#'
 #' **Reductions** (`f` a formula, `K` a whole number, `axis` 0 or 1):
 #' `Sum`, `Min`, `Max`, `ArgMin`, `ArgMax`, `Min_ArgMin`, `Max_ArgMax`
 #' (`Name_Reduction(f, axis)`, component by component); `KMin`, `ArgKMin`,
@@ -56,7 +80,7 @@
 #' `A %*% x`, `VecMatMult(x, A)` is `x %*% A` and `TensorProd(a, b)` is
 #' `as.vector(outer(a, b))` (KeOps' Python interface is row-major).
 #'
-#' @return A function of one argument, `input`: a list of the inputs in the
+#' @return A function whose first argument, `input`, is a list of the inputs in the
 #'   order of `args` (or named after the variables, in any order): numeric
 #'   matrices with one row per `i` (`Vi`) or per `j` (`Vj`) and as many columns
 #'   as declared (a vector is a one-column matrix), and numeric vectors for
@@ -74,7 +98,17 @@
 #'   The function computes with the options in force when it is called
 #'   ([get_rkeops_options()]).
 #'
-#'   Its second argument, `ranges`, makes the reduction block-sparse (KeOps'
+#'   Its second argument, `inner_dim`, is `"col"` (default: one row per point
+#'   `i` or `j`, the coordinates in columns) or `"row"` (the inputs given
+#'   transposed, one column per point, as rkeops 2 allowed): the result has one
+#'   row per point in both cases, as in rkeops 2. Called without input, the
+#'   function returns its description, as in rkeops 2: a list of `formula`,
+#'   `args`, `args_info` (the variables in the order of `args`: `args`,
+#'   `var_name`, `var_type`, `var_pos` (0-based input positions), `var_dim`,
+#'   `decl` (`"dim"`, or `"pos_dim"` when every declaration gives its
+#'   position)) and `sum_scheme`.
+#'
+#'   Its third argument, `ranges`, makes the reduction block-sparse (KeOps'
 #'   `ranges`): with the points sorted by cluster ([sort_clusters()]), each
 #'   block of rows reduces only over the ranges of the other index that
 #'   `ranges` keeps for it (a "keops_ranges" object made by [from_matrix()];
@@ -84,7 +118,8 @@
 #'   [keops_grad()]. Rows in no block, or whose block keeps nothing, get the
 #'   reduction's value over nothing: 0 for sums, `Inf` (`-Inf`) for minima
 #'   (maxima) with index 0, `-Inf` for log-sum-exp, `NaN` for soft-max
-#'   weights.
+#'   weights. (A `ranges` object given as the second argument is taken as
+#'   `ranges`, as before `inner_dim` was added.)
 #' @seealso [keops_grad()] for gradients, [LazyTensor] for the same
 #'   computations written with R operators.
 #' @export
@@ -103,6 +138,10 @@
 #' all.equal(a, exp(-0.5 * D2) %*% b, tolerance = 1e-5)   # float32 by default
 #' # inputs named after the variables, in any order
 #' all.equal(gauss(list(s = 0.5, b = b, x = x, y = y)), a)
+#' # one column per point (rkeops 2's inner_dim = "row"): the same result
+#' all.equal(gauss(list(t(x), t(y), t(b), 0.5), inner_dim = "row"), a)
+#' # no input: the description of the operator
+#' str(gauss()$args_info)
 #'
 #' # the 5 nearest x_i of each y_j (axis 1): a 200 x 5 integer matrix
 #' knn <- keops_kernel("ArgKMin_Reduction(SqDist(x, y), 5, 1)",
@@ -135,6 +174,15 @@
 #' all.equal(mv(list(as.vector(A), x, y)),
 #'           (x * nrow(y) - rep(colSums(y), each = nrow(x))) %*% t(A),
 #'           tolerance = 1e-5)
+#'
+#' # KeOps' gradient syntax: d/dx_i of sum_i e_i sum_j |x_i - y_j|^2,
+#' # that is 2 e_i sum_j (x_i - y_j) (100 x 3)
+#' dx <- keops_kernel("Grad(Sum_Reduction(SqDist(x, y), 0), x, e)",
+#'                    c("x = Vi(3)", "y = Vj(3)", "e = Vi(1)"))
+#' e <- matrix(runif(100), 100, 1)
+#' all.equal(dx(list(x, y, e)),
+#'           2 * c(e) * (nrow(y) * x - rep(colSums(y), each = nrow(x))),
+#'           tolerance = 1e-5)
 keops_kernel <- function(formula, args, sum_scheme = "auto") {
   if (!is.character(formula) || length(formula) != 1L || is.na(formula)) {
     stop("'formula' must be a single string, such as \"Sum_Reduction(Exp(-SqDist(x, y)) * b, 0)\"",
@@ -148,11 +196,32 @@ keops_kernel <- function(formula, args, sum_scheme = "auto") {
   if (!is.character(sum_scheme) || length(sum_scheme) != 1L || !sum_scheme %in% schemes) {
     stop("'sum_scheme' must be one of ", paste0("\"", schemes, "\"", collapse = ", "), call. = FALSE)
   }
+  op <- make_kernel(formula, args, sum_scheme)
+  # The package's own formulas (LazyTensor reductions, gradients) need no note; users' do.
+  if (!identical(topenv(parent.frame()), topenv())) axis_notice(formula)
+  op
+}
+
+# The operator of `formula` (a reduction, or KeOps' Grad(reduction, v, e) / GradFromPos(reduction,
+# v, I)): the engine's for a reduction, a gradient operator for the Grad forms. `shown` (formula,
+# args, info) is what the operator describes when called without input, if not itself.
+make_kernel <- function(formula, args, sum_scheme, shown = NULL) {
+  call <- split_call(formula)
+  if (!is.null(call) && call$name %in% c("Grad", "GradFromPos")) {
+    return(grad_kernel(call, formula, args, sum_scheme))
+  }
   info <- rust_result(.Call(wrap__keops_parse, formula, args))
+  if (is.null(shown)) shown <- list(formula = formula, args = args, info = info)
   force(sum_scheme)
   # Everything below runs at every call, so it stays at a few microseconds and does no work that
   # grows with the data (see bench/iterative.R and bench/lazytensor_overhead.R).
-  op <- function(input = list(), ranges = NULL) {
+  op <- function(input = NULL, inner_dim = "col", ranges = NULL) {
+    if (is.null(input)) return(describe_operator(shown, sum_scheme))
+    if (!identical(inner_dim, "col")) {
+      layout <- input_layout(input, inner_dim, ranges)
+      input <- layout$input
+      ranges <- layout$ranges
+    }
     inputs <- prepare_inputs(input, info)
     opts <- .rkeops_env$options
     # 0 threads: the engine uses every core (parallel::detectCores() would cost a millisecond a call).
@@ -170,6 +239,200 @@ keops_kernel <- function(formula, args, sum_scheme = "auto") {
   # What keops_grad() needs to build the gradient's formula.
   attr(op, "rkeops") <- list(formula = formula, args = args, sum_scheme = sum_scheme, info = info)
   op
+}
+
+# An operator that runs `run(inputs, ranges)` on the inputs put in the order of `shown$info`
+# (checked and converted, after `adjust`), with the same front end as the engine's operators: no
+# input describes it, `inner_dim` and `ranges` as there.
+wrap_operator <- function(run, shown, sum_scheme, adjust = identity) {
+  function(input = NULL, inner_dim = "col", ranges = NULL) {
+    if (is.null(input)) return(describe_operator(shown, sum_scheme))
+    if (!identical(inner_dim, "col")) {
+      layout <- input_layout(input, inner_dim, ranges)
+      input <- layout$input
+      ranges <- layout$ranges
+    }
+    run(prepare_inputs(adjust(input), shown$info), ranges)
+  }
+}
+
+# The second argument of an operator is `inner_dim` (rkeops 2); a `ranges` object given there (this
+# package's former second argument) is taken as `ranges`. With inner_dim = "row" the inputs are
+# given transposed, one column per point, as rkeops 2 allowed: they are transposed back here (the
+# result keeps one row per point, as in rkeops 2).
+input_layout <- function(input, inner_dim, ranges) {
+  if (is.null(inner_dim)) inner_dim <- "col"
+  if (is.list(inner_dim)) {
+    if (!is.null(ranges)) stop("'ranges' is given twice (second argument and ranges = )", call. = FALSE)
+    ranges <- inner_dim
+    inner_dim <- "col"
+  }
+  if (!is.character(inner_dim) || length(inner_dim) != 1L || !inner_dim %in% c("col", "row")) {
+    stop("'inner_dim' (the second argument of the operator) must be \"col\" (one row per point, ",
+         "the default) or \"row\" (one column per point), not ", .rkeops_show(inner_dim),
+         "; the inputs go in one list: op(list(x, y, ...))", call. = FALSE)
+  }
+  if (inner_dim == "row") {
+    if (!is.list(input) || is.data.frame(input)) {
+      stop("the operator takes one argument, a list of inputs", call. = FALSE)
+    }
+    for (k in seq_along(input)) {
+      x <- input[[k]]
+      if (inherits(x, "keops_device_matrix")) {
+        stop("inner_dim = \"row\" cannot transpose input ", k, ", a matrix kept on the GPU: ",
+             "give it with one row per point and inner_dim = \"col\"", call. = FALSE)
+      }
+      # Vectors (one value per point, or a parameter) have no orientation: kept as they are.
+      if (is.data.frame(x)) x <- as.matrix(x)
+      if (length(dim(x)) == 2L) input[k] <- list(t(x))
+    }
+  }
+  list(input = input, ranges = ranges)
+}
+
+# What rkeops 2's operators returned when called without input: the formula, the declarations, the
+# variables (in the order of `args`, with their 0-based input positions) and the sum scheme.
+describe_operator <- function(shown, sum_scheme) {
+  args <- shown$args
+  info <- shown$info
+  names <- trimws(sub("=.*$", "", args))
+  k <- match(names, info$names)
+  two_numbers <- grepl("\\(\\s*[0-9]+\\s*,\\s*[0-9]+\\s*\\)\\s*$", args)
+  list(
+    formula = shown$formula,
+    args = args,
+    args_info = list(
+      args = gsub(" ", "", args, fixed = TRUE),
+      var_name = names,
+      var_type = info$categories[k],
+      var_pos = k - 1L,
+      var_dim = info$dims[k],
+      decl = if (length(args) > 0L && all(two_numbers)) "pos_dim" else "dim"
+    ),
+    sum_scheme = sum_scheme
+  )
+}
+
+# Once per session (unless the option verbosity is FALSE): the reduction axis of formulas follows
+# the KeOps papers, not what rkeops 2's code did. A message, not a warning: it is a reminder of a
+# convention, given for correct code too. Not while testthat runs tests (edition 3 prints
+# messages) or knitr knits a document: test logs and reports are no place for it.
+axis_notice <- function(formula) {
+  if (isTRUE(.rkeops_env$axis_noticed) || !.rkeops_verbose()) return(invisible())
+  if (identical(Sys.getenv("TESTTHAT"), "true") || isTRUE(getOption("knitr.in.progress"))) {
+    return(invisible())
+  }
+  .rkeops_env$axis_noticed <- TRUE
+  message("rkeops: the axis of a reduction follows the KeOps papers and rkeops 2's documentation: ",
+          "Name_Reduction(f, 0) reduces over j (one result row per i), axis 1 over i (one row ",
+          "per j). rkeops 2's code did the opposite (it passed the axis to pykeops, where 0 ",
+          "reduced over i): a formula whose axis was chosen from rkeops 2's results needs its ",
+          "axis swapped. This note is shown once per session; rkeops_disable_verbosity() hides it.")
+  invisible()
+}
+
+# `text` = "Name(a, b, ...)" (nothing after the closing parenthesis): list(name, args) with the
+# top-level arguments as strings; NULL when `text` is not such a call.
+split_call <- function(text) {
+  m <- regmatches(text, regexec("^\\s*([A-Za-z_][A-Za-z0-9_]*)\\s*\\(", text))[[1L]]
+  if (length(m) == 0L) return(NULL)
+  chars <- strsplit(text, "")[[1L]]
+  open <- nchar(m[1L])
+  depth <- 0L
+  start <- open + 1L
+  parts <- character()
+  for (p in seq.int(open, length(chars))) {
+    ch <- chars[p]
+    if (ch == "(") depth <- depth + 1L
+    if (ch == ")") depth <- depth - 1L
+    if ((ch == "," && depth == 1L) || (ch == ")" && depth == 0L)) {
+      parts <- c(parts, trimws(paste(chars[seq_len(p - start) + start - 1L], collapse = "")))
+      start <- p + 1L
+    }
+    if (depth == 0L) {
+      if (p < length(chars) && nzchar(trimws(paste(chars[(p + 1L):length(chars)], collapse = "")))) {
+        return(NULL)
+      }
+      return(list(name = m[2L], args = parts))
+    }
+  }
+  NULL   # unbalanced: the engine's parser says where
+}
+
+# KeOps' gradient forms, as an operator taking the inputs in the order of `args`:
+# * Grad(reduction, v, e): the gradient in `v` of <reduction, e>, `e` declared in `args` like the
+#   reduction's result (Vi for axis 0, Vj for axis 1, of its dimension);
+# * GradFromPos(reduction, v, I) (KeOps' C++ form): the same, with the gradient input not declared
+#   but inserted at 0-based input position I.
+# The gradient is keops_grad()'s (the same formulas and forward passes).
+grad_kernel <- function(call, formula, args, sum_scheme) {
+  form <- call$name
+  if (length(call$args) != 3L) {
+    stop(form, "() takes 3 arguments: ", form, "(reduction, variable, ",
+         if (form == "Grad") "gradient input)" else "position of the gradient input)",
+         ", not ", length(call$args), call. = FALSE)
+  }
+  reduction <- call$args[1L]
+  v <- call$args[2L]
+  is_name <- function(s) grepl("^[A-Za-z_][A-Za-z0-9_]*$", s)
+  declare <- function(names, categories, dims) sprintf("%s = %s(%d)", names, categories, dims)
+  if (form == "Grad") {
+    e <- call$args[3L]
+    if (!is_name(e)) {
+      stop("in ", formula, ": the gradient input ", .rkeops_show(e), " must be the name of a ",
+           "variable declared in 'args'", call. = FALSE)
+    }
+    # The declarations in input order (explicit positions resolved by the engine's parser).
+    all_info <- rust_result(.Call(wrap__keops_parse, sprintf("Sum_Reduction(%s, 0)", e), args))
+    keep <- all_info$names != e
+    inner <- make_kernel(reduction, declare(all_info$names[keep], all_info$categories[keep],
+                                            all_info$dims[keep]), sum_scheme)
+  } else {
+    pos <- suppressWarnings(as.numeric(call$args[3L]))
+    inner <- make_kernel(reduction, args, sum_scheme)
+    n <- length(attr(inner, "rkeops")$info$names)
+    if (is.na(pos) || pos != round(pos) || pos < 0 || pos > n) {
+      stop("in ", formula, ": the position of the gradient input must be a whole number from 0 ",
+           "to ", n, " (0-based, among the inputs), not ", .rkeops_show(call$args[3L]), call. = FALSE)
+    }
+  }
+  spec <- attr(inner, "rkeops")
+  if (is.null(spec)) {
+    stop("in ", formula, ": only gradients of Sum reductions can be differentiated again",
+         call. = FALSE)
+  }
+  info <- spec$info
+  if (!is_name(v) || !v %in% info$names) {
+    stop("in ", formula, ": ", .rkeops_show(v), " is not a variable of the reduction (",
+         paste(info$names, collapse = ", "), ")", call. = FALSE)
+  }
+  out_category <- if (info$axis == 0L) "Vi" else "Vj"
+  out_dim <- grad_input_dim(info)
+  if (form == "Grad") {
+    k <- match(e, all_info$names)
+    if (all_info$categories[k] != out_category || all_info$dims[k] != out_dim) {
+      stop("in ", formula, ": the gradient input '", e, "' must be declared ",
+           sprintf("%s = %s(%d)", e, out_category, out_dim), ", shaped like the result of the ",
+           "reduction (axis ", info$axis, ": one row per ", if (info$axis == 0L) "i" else "j",
+           "), not ", sprintf("%s(%d)", all_info$categories[k], all_info$dims[k]), call. = FALSE)
+    }
+  } else {
+    e <- "eta"
+    while (e %in% info$names) e <- paste0(e, "_")
+    all_info <- list(names = append(info$names, e, pos), categories = append(info$categories, out_category, pos),
+                     dims = append(info$dims, out_dim, pos))
+  }
+  shown <- list(formula = formula, args = args, info = all_info)
+  grad <- grad_operator(inner, match(v, info$names), e)
+  gspec <- attr(grad, "rkeops")
+  if (!is.null(gspec)) {
+    # A plain kernel (Sum in a variable): the same formula with the declarations in the order of
+    # `args`, so that it can be differentiated again.
+    return(make_kernel(gspec$formula, declare(all_info$names, all_info$categories, all_info$dims),
+                       sum_scheme, shown = shown))
+  }
+  order <- match(c(info$names, e), all_info$names)
+  wrap_operator(function(inputs, ranges) grad(inputs[order], ranges = ranges), shown, sum_scheme)
 }
 
 # What computed the last reduction, and the seconds spent in each of its phases (conversion,

@@ -1,17 +1,39 @@
-# Options of rkeops: backend, precision, GPU device, number of CPU threads.
+# Options of rkeops: backend, precision, GPU device, number of CPU threads, verbosity.
 # They live in a package environment (not in options()) so that they can be
-# validated when they are set.
+# validated when they are set. The option names of rkeops 2 are accepted too:
+# device_id, cache_dir, debug and formula_only (see .rkeops_alias_options).
 
 .rkeops_env <- new.env(parent = emptyenv())
 
 .rkeops_default_options <- function() {
-  list(backend = "auto", precision = "float32", device = 0L, ncore = NULL)
+  list(backend = "auto", precision = "float32", device = 0L, ncore = NULL, verbosity = TRUE)
 }
 
 .rkeops_env$options <- .rkeops_default_options()
+# rkeops 2's compilation debug flag: kept only so that get_rkeops_options("debug") answers.
+.rkeops_env$debug <- FALSE
+
+# rkeops 2 option names that are not in the list of get_rkeops_options(), but can be read and set
+# by name.
+.rkeops_alias_options <- c("device_id", "cache_dir", "debug", "formula_only")
+
+# Options of rkeops 1 (compile options): what replaces each here.
+.rkeops1_options <- c(
+  use_cuda_if_possible = "the option 'backend' (\"auto\", \"CPU\" or \"GPU\")",
+  build_dir = "the option 'cache_dir' (or set_rkeops_cache_dir())",
+  src_dir = "nothing: no source file is compiled here",
+  tagCpuGpu = "the option 'backend' (\"auto\", \"CPU\" or \"GPU\")",
+  tag1D2D = "nothing: the engine chooses its tiling itself"
+)
+
+# Whether `x` is TRUE/FALSE or 1/0 (rkeops 2 accepted both for its flags).
+.rkeops_is_flag <- function(x) {
+  (is.logical(x) || is.numeric(x)) && length(x) == 1L && !is.na(x) && x %in% c(0, 1)
+}
 
 # Validate one option value; return the normalised value or stop() with a
-# message naming the option and what was expected.
+# message naming the option and what was expected. `name` is one of our names
+# (aliases are mapped before).
 .rkeops_check_option <- function(name, value) {
   is_count <- function(x, min) {
     is.numeric(x) && length(x) == 1L && !is.na(x) && is.finite(x) &&
@@ -29,34 +51,76 @@
     precision = {
       if (!is.character(value) || length(value) != 1L || is.na(value) ||
           !value %in% c("float16", "float32", "float64")) {
+        hint <- if (identical(value, "float")) " (rkeops 1's \"float\" is \"float32\")" else
+          if (identical(value, "double")) " (rkeops 1's \"double\" is \"float64\")" else ""
         stop("rkeops option 'precision' must be \"float16\", \"float32\" or \"float64\", ",
-             "not ", .rkeops_show(value), ".", call. = FALSE)
+             "not ", .rkeops_show(value), hint, ".", call. = FALSE)
       }
       value
     },
     device = {
-      if (!is_count(value, 0)) {
-        stop("rkeops option 'device' must be a non-negative integer ",
-             "(a GPU index, 0 for the first GPU), not ", .rkeops_show(value),
-             ".", call. = FALSE)
+      # -1 was rkeops 2's "default GPU", the first one.
+      if (!is_count(value, -1)) {
+        stop("rkeops option 'device' (rkeops 2: 'device_id') must be a GPU index, a whole ",
+             "number: 0 for the first GPU (-1 also means the first GPU, as in rkeops 2), not ",
+             .rkeops_show(value), ".", call. = FALSE)
       }
-      as.integer(value)
+      max(as.integer(value), 0L)
     },
     ncore = {
-      if (is.null(value)) {
+      # 0 meant "all the cores" in rkeops 2's rkeops_use_cpu().
+      if (is.null(value) || identical(as.numeric(value), 0)) {
         return(NULL)
       }
       if (!is_count(value, 1)) {
-        stop("rkeops option 'ncore' must be NULL (use all the cores) or a ",
+        stop("rkeops option 'ncore' must be NULL or 0 (use all the cores) or a ",
              "positive integer (a number of CPU threads), not ",
              .rkeops_show(value), ".", call. = FALSE)
       }
       as.integer(value)
     },
-    stop("unknown rkeops option ", .rkeops_show(name), "; the options are: ",
-         paste(names(.rkeops_default_options()), collapse = ", "), ".",
-         call. = FALSE)
+    verbosity = {
+      if (!.rkeops_is_flag(value)) {
+        stop("rkeops option 'verbosity' must be TRUE or FALSE (or 1 or 0), not ",
+             .rkeops_show(value), ".", call. = FALSE)
+      }
+      as.logical(value)
+    },
+    debug = {
+      if (!.rkeops_is_flag(value)) {
+        stop("rkeops option 'debug' must be TRUE or FALSE (or 1 or 0), not ",
+             .rkeops_show(value), ".", call. = FALSE)
+      }
+      as.logical(value)
+    },
+    formula_only = {
+      if (!.rkeops_is_flag(value)) {
+        stop("rkeops option 'formula_only' must be FALSE, not ", .rkeops_show(value), ".",
+             call. = FALSE)
+      }
+      if (as.logical(value)) {
+        stop("rkeops option 'formula_only' = TRUE (return formulas instead of computing) is not ",
+             "supported: reductions always compute here. Print a LazyTensor to see its formula.",
+             call. = FALSE)
+      }
+      FALSE
+    },
+    cache_dir = .rkeops_check_cache_dir(value),
+    {
+      if (name %in% names(.rkeops1_options)) {
+        stop("rkeops option '", name, "' was an option of rkeops 1; it is replaced by ",
+             .rkeops1_options[[name]], ".", call. = FALSE)
+      }
+      stop("unknown rkeops option ", .rkeops_show(name), "; the options are: ",
+           paste(c(names(.rkeops_default_options()), .rkeops_alias_options), collapse = ", "),
+           ".", call. = FALSE)
+    }
   )
+}
+
+# Our name of an option given by its rkeops 2 name.
+.rkeops_option_name <- function(name) {
+  if (identical(name, "device_id")) "device" else name
 }
 
 # Short printable description of a value, for error messages.
@@ -73,6 +137,18 @@
   format(x)
 }
 
+# Warn once per session (per `key`): for rkeops 2 habits that still run here but may not do what
+# they did there.
+.rkeops_warn_once <- function(key, ...) {
+  seen <- .rkeops_env$warned
+  if (key %in% seen) {
+    return(invisible(FALSE))
+  }
+  .rkeops_env$warned <- c(seen, key)
+  warning(..., call. = FALSE)
+  invisible(TRUE)
+}
+
 #' Get rkeops options
 #'
 #' Returns the current computation options of rkeops, used by every
@@ -87,32 +163,64 @@
 #'   computed in single precision); inputs and results are R doubles in every
 #'   case;
 #' * `device`: the index of the GPU to use (0, the default, for the first one);
-#' * `ncore`: the number of CPU threads, `NULL` (default) for all the cores.
+#' * `ncore`: the number of CPU threads, `NULL` (default) for all the cores;
+#' * `verbosity`: `TRUE` (default) or `FALSE`; `FALSE` hides the informative
+#'   messages of rkeops (the note on the reduction axis given once per session
+#'   by [keops_kernel()], the messages of [rkeops_use_gpu()]).
 #'
-#' @param tag `NULL` (all the options) or the name of one option:
-#'   `"backend"`, `"precision"`, `"device"` or `"ncore"`.
+#' The names of rkeops 2 are accepted too: `device_id` (the same as `device`),
+#' `cache_dir` (the directory of compiled GPU kernels, see
+#' [get_rkeops_cache_dir()]), `debug` (accepted, no effect: nothing is
+#' compiled by a C++ compiler here) and `formula_only` (always `FALSE`). They
+#' are not in the list of all the options.
 #'
-#' @return A named list of the four options, or the value of option `tag`
-#'   (a string, an integer, or `NULL` for `ncore` when all the cores are used).
-#'   An unknown `tag` is an error.
+#' @param option `NULL` (all the options) or a character vector of option
+#'   names (`"backend"`, `"precision"`, `"device"`, `"ncore"`, `"verbosity"`,
+#'   or the rkeops 2 names above). `tag` is the same argument under its former
+#'   name.
+#' @param tag Former name of `option`, kept for existing code.
+#'
+#' @return A named list of the five options; for one name, its value (a
+#'   string, an integer, a logical, or `NULL` for `ncore` when all the cores
+#'   are used); for several names, a named list of their values. An unknown
+#'   name is an error.
 #' @seealso [set_rkeops_options()], [rkeops_use_cpu()], [rkeops_use_gpu()],
-#'   [rkeops_use_float64()].
+#'   [rkeops_use_float64()], [rkeops_disable_verbosity()].
 #' @export
 #' @examples
 #' str(get_rkeops_options())
 #' get_rkeops_options("precision")
-get_rkeops_options <- function(tag = NULL) {
+#' get_rkeops_options(c("backend", "precision"))
+#' get_rkeops_options("device_id")   # rkeops 2's name of "device"
+get_rkeops_options <- function(option = NULL, tag = NULL) {
+  if (is.null(option)) option <- tag
   opts <- .rkeops_env$options
-  if (is.null(tag)) {
+  if (is.null(option)) {
     return(opts)
   }
-  if (!is.character(tag) || length(tag) != 1L || is.na(tag) ||
-      !tag %in% names(opts)) {
-    stop("unknown rkeops option 'tag' = ", .rkeops_show(tag),
-         "; the options are: ", paste(names(opts), collapse = ", "), ".",
-         call. = FALSE)
+  known <- c(names(opts), .rkeops_alias_options)
+  if (!is.character(option) || length(option) == 0L || anyNA(option) ||
+      !all(option %in% known)) {
+    bad <- if (is.character(option)) setdiff(option, known) else option
+    stop("unknown rkeops option ", .rkeops_show(if (length(bad) == 1L) bad else option),
+         "; the options are: ", paste(known, collapse = ", "), ".", call. = FALSE)
   }
-  opts[[tag]]
+  value_of <- function(name) {
+    switch(name,
+      device_id = opts$device,
+      cache_dir = get_rkeops_cache_dir(),
+      debug = .rkeops_env$debug,
+      formula_only = FALSE,
+      opts[[name]]
+    )
+  }
+  if (length(option) == 1L) {
+    return(value_of(option))
+  }
+  # opts[nm] <- list(NULL) keeps an element set to NULL (ncore).
+  res <- list()
+  for (nm in option) res[nm] <- list(value_of(nm))
+  res
 }
 
 #' Set rkeops options
@@ -121,46 +229,123 @@ get_rkeops_options <- function(tag = NULL) {
 #' an invalid value or an unknown option is an error and changes nothing.
 #' See [get_rkeops_options()] for the options and their values. The new
 #' values apply to every later reduction, including those of operators made
-#' before.
+#' before. With no argument, every option goes back to its default value, as
+#' in rkeops 2.
 #'
 #' @param ... Named option values, e.g. `precision = "float64"`,
 #'   `ncore = 2`: `backend` (`"auto"`, `"CPU"` or `"GPU"`), `precision`
-#'   (`"float16"`, `"float32"` or `"float64"`), `device` (a non-negative
-#'   whole number) and `ncore` (a positive whole number, or `NULL` for all the
-#'   cores).
+#'   (`"float16"`, `"float32"` or `"float64"`), `device` (a GPU index, a whole
+#'   number; -1 means 0), `ncore` (a positive whole number, or `NULL` or 0 for
+#'   all the cores) and `verbosity` (`TRUE`/`FALSE` or 1/0). Or, as in rkeops
+#'   2, one list of named values: `set_rkeops_options(list(precision =
+#'   "float64"))` (also as `input = list(...)`). rkeops 2's names are accepted:
+#'   `device_id` (for `device`), `cache_dir` (see [set_rkeops_cache_dir()]),
+#'   `debug` (no effect here, with a warning once per session when `TRUE`) and
+#'   `formula_only` (only `FALSE`: reductions always compute here). The
+#'   compile options of rkeops 1 (`use_cuda_if_possible`, `build_dir`, ...)
+#'   are errors that name what replaces them.
 #'
-#' @return The previous options (a named list), invisibly, so that they can be
-#'   restored with `do.call(set_rkeops_options, old)`.
+#' @return The previous options (the named list of [get_rkeops_options()]),
+#'   invisibly, so that they can be restored with
+#'   `do.call(set_rkeops_options, old)`.
 #' @seealso [get_rkeops_options()]
 #' @export
 #' @examples
 #' old <- set_rkeops_options(precision = "float64", ncore = 2)
 #' str(get_rkeops_options())
+#' # rkeops 2's form: one list of named values, and its option names
+#' set_rkeops_options(list(precision = "float32", device_id = 0))
+#' get_rkeops_options("precision")
 #' # an invalid value is an error that names the option
 #' tryCatch(set_rkeops_options(precision = "double"),
 #'          error = function(e) conditionMessage(e))
-#' # restore the previous options
+#' # no argument: every option back to its default
+#' set_rkeops_options()
+#' str(get_rkeops_options())
+#' # restore the options of the start of this example
 #' do.call(set_rkeops_options, old)
 set_rkeops_options <- function(...) {
   new <- list(...)
   old <- .rkeops_env$options
+  # rkeops 2's form: set_rkeops_options(list(...)) or set_rkeops_options(input = list(...)).
+  if (length(new) == 1L && (is.null(names(new)) || names(new) %in% c("", "input")) &&
+      (is.list(new[[1L]]) || is.null(new[[1L]]))) {
+    if (is.null(new[[1L]])) {
+      new <- list()
+    } else {
+      new <- new[[1L]]
+      if (length(new) == 0L) return(invisible(old))
+    }
+  }
   if (length(new) == 0L) {
+    .rkeops_env$options <- .rkeops_default_options()
+    .rkeops_env$debug <- FALSE
+    .rkeops_restore_cache_dir()
     return(invisible(old))
   }
   nms <- names(new)
   if (is.null(nms) || any(is.na(nms) | nms == "")) {
     stop("all the arguments of set_rkeops_options() must be named, e.g. ",
-         "set_rkeops_options(precision = \"float64\").", call. = FALSE)
+         "set_rkeops_options(precision = \"float64\"), or be one list of named values, e.g. ",
+         "set_rkeops_options(list(precision = \"float64\")).", call. = FALSE)
   }
+  # Check every value before changing anything.
   opts <- old
+  debug <- .rkeops_env$debug
+  cache_dir <- NULL
   for (nm in nms) {
-    # opts[nm] <- list(NULL) keeps an element set to NULL (opts[[nm]] <- NULL
-    # would remove it).
-    opts[nm] <- list(.rkeops_check_option(nm, new[[nm]]))
+    name <- .rkeops_option_name(nm)
+    value <- .rkeops_check_option(name, new[[nm]])
+    if (name == "debug") {
+      debug <- value
+    } else if (name == "cache_dir") {
+      cache_dir <- list(value)
+    } else if (name != "formula_only") {
+      # opts[nm] <- list(NULL) keeps an element set to NULL (opts[[nm]] <- NULL
+      # would remove it).
+      opts[name] <- list(value)
+    }
   }
   .rkeops_env$options <- opts
+  .rkeops_env$debug <- debug
+  if (!is.null(cache_dir)) .rkeops_set_cache_dir(cache_dir[[1L]])
+  if (debug) {
+    .rkeops_warn_once("debug", "rkeops option 'debug' has no effect here: formulas are not ",
+                      "compiled by a C++ compiler (the CPU engine evaluates them directly, the GPU ",
+                      "compiles them with NVRTC). This warning is given once per session.")
+  }
   invisible(old)
 }
+
+#' Turn the informative messages of rkeops on or off
+#'
+#' `rkeops_disable_verbosity()` sets the option `verbosity` to `FALSE`: the
+#' informative messages of rkeops (the note on the reduction axis that
+#' [keops_kernel()] gives once per session, the messages of
+#' [rkeops_use_gpu()]) are no longer shown. `rkeops_enable_verbosity()` sets
+#' it back to `TRUE`, the default. Errors and warnings are always given.
+#'
+#' @return The previous options (a named list), invisibly.
+#' @seealso [set_rkeops_options()]
+#' @export
+#' @examples
+#' old <- rkeops_disable_verbosity()
+#' get_rkeops_options("verbosity")
+#' rkeops_enable_verbosity()
+#' get_rkeops_options("verbosity")
+#' do.call(set_rkeops_options, old)
+rkeops_enable_verbosity <- function() {
+  set_rkeops_options(verbosity = TRUE)
+}
+
+#' @rdname rkeops_enable_verbosity
+#' @export
+rkeops_disable_verbosity <- function() {
+  set_rkeops_options(verbosity = FALSE)
+}
+
+# Whether informative messages are shown (option `verbosity`).
+.rkeops_verbose <- function() isTRUE(.rkeops_env$options$verbosity)
 
 #' Compute on the CPU
 #'
@@ -168,7 +353,8 @@ set_rkeops_options <- function(...) {
 #' threads used by the reductions.
 #'
 #' @param ncore `NULL` (all the cores, the default) or a positive whole
-#'   number, the number of CPU threads.
+#'   number, the number of CPU threads; 0 also means all the cores, as in
+#'   rkeops 2.
 #'
 #' @return The previous options (a named list), invisibly.
 #' @seealso [rkeops_use_gpu()], [set_rkeops_options()]
@@ -190,12 +376,13 @@ rkeops_use_cpu <- function(ncore = NULL) {
 #' `"GPU"`: an NVIDIA driver (`libcuda.so.1`), the CUDA runtime compiler
 #' NVRTC (`libnvrtc.so.13` or `.so.12`) and the device must be present.
 #' Otherwise it sets the backend `"CPU"` (replacing `"auto"` too) and says
-#' why in a message. In both cases a message says where computations run.
+#' why in a message. In both cases a message says where computations run
+#' (unless the option `verbosity` is `FALSE`).
 #' Each formula is compiled for the GPU on its first use and kept in
 #' [rkeops_cache_dir()].
 #'
 #' @param device A non-negative whole number, the index of the GPU (0 for the
-#'   first one).
+#'   first one); -1, rkeops 2's default, also means the first GPU.
 #'
 #' @return `TRUE` if the GPU backend was selected, `FALSE` otherwise,
 #'   invisibly.
@@ -221,11 +408,13 @@ rkeops_use_gpu <- function(device = 0) {
   status <- gpu_status(get_rkeops_options("device"))
   if (status$available) {
     set_rkeops_options(backend = "GPU")
-    message("rkeops: computations run on ", status$message)
+    if (.rkeops_verbose()) message("rkeops: computations run on ", status$message)
   } else {
     set_rkeops_options(backend = "CPU")
-    message("rkeops: the GPU cannot be used (", status$message,
-            "); computations stay on the CPU.")
+    if (.rkeops_verbose()) {
+      message("rkeops: the GPU cannot be used (", status$message,
+              "); computations stay on the CPU.")
+    }
   }
   invisible(status$available)
 }
