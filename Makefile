@@ -132,13 +132,23 @@ bench-ranges: install
 	BACKEND='$(BACKEND)' N=$(RANGES_N) KNN_N=$(KNN_N) REPS=$(ITER_REPS) R_LIBS=$(LIB_DIR) Rscript bench/ranges.R
 
 # CRAN's incoming checks and the clock check need the internet: off, so that the
-# check runs offline and says the same everywhere. --as-cran needs qpdf.
+# check runs offline and says the same everywhere. --as-cran needs qpdf, and checkbashisms
+# (Debian package devscripts) for ./configure.
+# HOME is an empty temporary directory during the build and the check (R's libraries and rustup's
+# toolchains are still found): whatever appears in it was written outside tempdir(), which CRAN
+# forbids, and fails make check.
 check: deps
 	@command -v qpdf >/dev/null 2>&1 || { echo "make check: R CMD check --as-cran needs qpdf (apt-get install qpdf)" >&2; exit 1; }
+	@command -v checkbashisms >/dev/null 2>&1 || { echo "make check: R CMD check needs checkbashisms for ./configure (apt-get install devscripts)" >&2; exit 1; }
 	rm -f rkeops_*.tar.gz
-	R CMD build .
+	@home=$$(mktemp -d); status=0; \
+	export R_LIBS="$$(Rscript -e 'cat(.libPaths(), sep = ":")')" RUSTUP_HOME="$${RUSTUP_HOME:-$$HOME/.rustup}" HOME="$$home"; \
+	R CMD build . && \
 	_R_CHECK_CRAN_INCOMING_REMOTE_=false _R_CHECK_SYSTEM_CLOCK_=false \
-		R CMD check --as-cran --no-manual rkeops_*.tar.gz
+		R CMD check --as-cran --no-manual rkeops_*.tar.gz || status=$$?; \
+	written=$$(find "$$home" -mindepth 1); rm -rf "$$home"; \
+	if [ -n "$$written" ]; then echo "make check: written to HOME during the check:" >&2; echo "$$written" >&2; exit 1; fi; \
+	exit $$status
 
 vendor:
 	Rscript tools/vendor.R
