@@ -264,12 +264,12 @@ nystrom_preconditioner <- function(K, alpha, rank, eps, t_product) {
       t1 <- proc.time()[["elapsed"]]
       CC <- crossprod(Cn)
       t2 <- proc.time()[["elapsed"]]
-      by_engine <- kernel_rows_times(K, S, Cn)
+      by_engine <- kernel_rows_times(K, S, Cn, chunk = 64L)
       use_engine <- proc.time()[["elapsed"]] - t2 < t2 - t1
       if (use_engine) CC <- (by_engine + t(by_engine)) / 2
     } else {
       if (use_engine) {
-        all <- kernel_rows_times(K, S, Cn)   # m x new: the cross block, then the new one
+        all <- kernel_rows_times(K, S, Cn, chunk = 64L)   # m x new: the cross block, then the new one
         cross <- all[seq_len(have), , drop = FALSE]
         new <- all[-seq_len(have), , drop = FALSE]
         new <- (new + t(new)) / 2
@@ -365,14 +365,27 @@ lazy_on_host <- function(K) {
 }
 
 # K[S, ] %*% Cn for a square LazyTensor K: its i-variables restricted to the rows S, reduced over
-# j with the weight Cn (N x new), a length(S) x new matrix.
-kernel_rows_times <- function(K, S, Cn) {
+# j with the weight Cn (N x new), a length(S) x new matrix. With `chunk`, Cn goes by blocks of that
+# many columns (the last one padded with zeros): one formula whatever the number of columns, so
+# that a GPU compiles it once, and as fast as all columns at once on the CPU.
+kernel_rows_times <- function(K, S, Cn, chunk = NULL) {
   vars <- K$vars
   for (k in which(K$cats == "Vi")) vars[[k]] <- if (is.matrix(vars[[k]])) vars[[k]][S, , drop = FALSE] else vars[[k]][S]
   nb <- length(vars)
   f <- sprintf("Sum_Reduction((%s) * V%d, 0)", gsub("@([0-9]+)@", "V\\1", K$formula), nb)
-  op <- lazy_operator(f, c(K$args, sprintf("V%d = Vj(%d)", nb, NCOL(Cn))))
-  op(c(vars, list(Cn)))
+  if (is.null(chunk)) {
+    op <- lazy_operator(f, c(K$args, sprintf("V%d = Vj(%d)", nb, NCOL(Cn))))
+    return(op(c(vars, list(Cn))))
+  }
+  op <- lazy_operator(f, c(K$args, sprintf("V%d = Vj(%d)", nb, chunk)))
+  out <- matrix(0, length(S), ncol(Cn))
+  for (first in seq.int(1L, ncol(Cn), by = chunk)) {
+    cols <- first:min(ncol(Cn), first + chunk - 1L)
+    w <- Cn[, cols, drop = FALSE]
+    if (length(cols) < chunk) w <- cbind(w, matrix(0, nrow(w), chunk - length(cols)))
+    out[, cols] <- op(c(vars, list(w)))[, seq_along(cols)]
+  }
+  out
 }
 
 # The columns S of a square LazyTensor K, an N x length(S) matrix, with N * length(S) kernel
