@@ -22,17 +22,19 @@
 #' width that is not small, a nugget \eqn{\alpha}{alpha} that is not tiny), a rank
 #' above that number leaves a nearly perfectly conditioned system: a few
 #' iterations instead of hundreds. Building it costs about `N * rank^2`
-#' floating point operations in R's BLAS, then `4 N rank` per iteration.
+#' floating point operations (in float64, by the engine or by R's BLAS,
+#' whichever is faster), then `4 N rank` per iteration.
 #'
 #' With `rank = NULL` (the default) the rank is chosen automatically: it
 #' starts at 64 landmarks and grows by half at a time while the approximation
-#' still has more than `rank / 2` eigenvalues above \eqn{\alpha}{alpha} (the spectrum
-#' above the nugget is not captured yet) and while the time spent building it
-#' stays below that of 7 products by `K` (one is timed on an eighth of the rows of
-#' `K`, so the rank adapts to the machine: a fast GPU product gets a smaller rank), and
-#' below a tenth of the iterations that plain conjugate gradients would need
-#' (estimated from the largest eigenvalue: a well-conditioned system gets a
-#' cheap preconditioner).
+#' has more than `rank / 2` eigenvalues above \eqn{\alpha}{alpha} (the spectrum
+#' above the nugget is not captured yet), within a time budget: to pass the
+#' number of eigenvalues above \eqn{\alpha}{alpha}, which makes the iterations
+#' collapse, a tenth of the time that plain conjugate gradients would take
+#' (their iterations estimated from the largest eigenvalue, each timed with a
+#' product by `K` on an eighth of its rows: the rank adapts to the problem and
+#' to the machine); past it, the time of 4 iterations. The rank is at most 2000
+#' (and `2^27 / N`, which bounds the memory of the columns to 1 GB).
 #' The landmarks are drawn with R's random number generator: call
 #' [set.seed()] first for reproducible iteration counts (the solution does
 #' not depend on them beyond `eps`). `precond = "none"` gives plain conjugate
@@ -120,7 +122,7 @@ solve.LazyTensor <- function(a, b, alpha = 0, eps = 1e-6, maxiter = 10 * NROW(b)
 
   prec <- NULL
   if (precond == "nystrom" && maxiter > 0L && any(b != 0)) {
-    prec <- nystrom_preconditioner(a, alpha, rank, eps, t_product = product_time(a, b, op, ranges))
+    prec <- nystrom_preconditioner(a, alpha, rank, eps, t_iteration = iteration_time(a, b, op, ranges))
   }
   start <- list(x = matrix(0, nrow(b), ncol(b)), r = b, iterations = 0L)
   res <- conjugate_gradients(op, prec$apply, b, start, eps, maxiter, "solve()")
@@ -135,10 +137,11 @@ solve.LazyTensor <- function(a, b, alpha = 0, eps = 1e-6, maxiter = 10 * NROW(b)
   x
 }
 
-# The seconds of one product by K (the unit of the preconditioner's time budget), timed on a random
-# eighth of its rows (at least 2500): the engine's time is proportional to the rows. Block-sparse
-# products (ranges) and data kept on the GPU are timed whole.
-product_time <- function(K, b, op, ranges) {
+# The seconds of one iteration of plain conjugate gradients (the unit of the preconditioner's time
+# budget): a product by K, timed on a random eighth of its rows (at least 2500: the engine's time
+# is proportional to the rows; block-sparse products and data kept on the GPU are timed whole),
+# and the vector operations in R, which weigh when the product is fast (on a GPU).
+iteration_time <- function(K, b, op, ranges) {
   N <- nrow(b)
   n <- min(N, max(2500L, ceiling(N / 8)))
   on_gpu <- any(vapply(K$vars, inherits, TRUE, "keops_device_matrix"))
@@ -149,12 +152,18 @@ product_time <- function(K, b, op, ranges) {
   } else {
     kernel_rows_times(K, sample.int(N, n), b)
   }
-  max(proc.time()[["elapsed"]] - t0, 1e-3) * N / n
+  t1 <- proc.time()[["elapsed"]]
+  for (k in 1:2) colSums(b * scale_columns(b + 0.5 * b, 1))
+  t2 <- proc.time()[["elapsed"]]
+  max(t1 - t0, 1e-4) * N / n + (t2 - t1)
 }
 
-# The preconditioner may spend the time of this many products by K, and at most a tenth of the
-# iterations that plain conjugate gradients would need.
-nystrom_budget <- 7
+# The share of the estimated time of plain conjugate gradients that the preconditioner may take,
+# and its largest automatic rank (its N x rank columns are kept, and it costs rank^3 operations).
+nystrom_share <- 0.1
+# Once the rank is past the eigenvalues above alpha, its growth may cost this many iterations.
+nystrom_past <- 4
+nystrom_max_rank <- 2000L
 
 solve_precond_arg <- function(precond) {
   if (identical(precond, c("nystrom", "none"))) return("nystrom")
@@ -233,14 +242,14 @@ scale_columns <- function(m, s) if (length(s) == 1L) m * s else m * rep(s, each 
 
 # The preconditioner (gamma I + C W^-1 C')^-1 of the system (alpha I + K), from `rank` landmarks
 # drawn uniformly (or a rank grown within a time budget when rank is NULL, see ?solve.LazyTensor:
-# t_product is the time of one product by K). Returns list(apply = function(r), rank), or NULL when
+# t_iteration is the time of one iteration without the preconditioner). Returns list(apply = function(r), rank), or NULL when
 # K vanishes on the landmarks.
-nystrom_preconditioner <- function(K, alpha, rank, eps, t_product) {
+nystrom_preconditioner <- function(K, alpha, rank, eps, t_iteration) {
   N <- dim(K)[1L]
   auto <- is.null(rank)
-  m_max <- if (auto) N else rank
+  m_max <- if (auto) min(N, nystrom_max_rank, max(64L, floor(2^30 / (8 * N)))) else rank
   m <- min(64L, m_max)   # a first block, then growth steps (auto) or the rest at once
-  if (auto) force(t_product)   # timed in the precision of the products, before the switch below
+  if (auto) force(t_iteration)   # timed in the precision of the products, before the switch below
   landmarks <- sample.int(N, m_max)
   # The columns and C'C in float64, whatever the precision of the products: C'C must be C'C of
   # the very columns the preconditioner applies (else it may not be positive definite), and the
@@ -254,25 +263,28 @@ nystrom_preconditioner <- function(K, alpha, rank, eps, t_product) {
   blocks <- list()   # the columns C = K[, S], kept by blocks until the rank is known
   have <- 0L
   CC <- NULL
-  use_engine <- NA
+  use_engine <- TRUE
   repeat {
-    # The new columns, and C'C grown by blocks: N m^2 operations in all. Either R's BLAS or the
-    # engine (K[S, ] %*% Cn, on every core) computes them: the faster on the first block.
+    # The new columns, and C'C grown by blocks: N m^2 operations in all. Below 128 landmarks by
+    # R's BLAS, then by the engine (K[S, ] %*% Cn, on every core; it needs as many landmarks to
+    # fill them: then 2 to 2.5 times faster than the reference BLAS here), unless it turns out
+    # slower than the BLAS's speed on the first block predicts.
     S <- landmarks[seq_len(m)]
     Cn <- kernel_columns(K, S[seq.int(have + 1L, m)])
+    n_new <- ncol(Cn)
     if (have == 0L) {
       t1 <- proc.time()[["elapsed"]]
       CC <- crossprod(Cn)
-      t2 <- proc.time()[["elapsed"]]
-      by_engine <- kernel_rows_times(K, S, Cn, chunk = 64L)
-      use_engine <- proc.time()[["elapsed"]] - t2 < t2 - t1
-      if (use_engine) CC <- (by_engine + t(by_engine)) / 2
+      blas_rate <- N * n_new * (n_new + 1) / 2 / max(proc.time()[["elapsed"]] - t1, 1e-3)
     } else {
-      if (use_engine) {
+      blas_time <- N * n_new * (have + (n_new + 1) / 2) / blas_rate
+      t1 <- proc.time()[["elapsed"]]
+      if (use_engine && m >= 128L) {
         all <- kernel_rows_times(K, S, Cn, chunk = 64L)   # m x new: the cross block, then the new one
         cross <- all[seq_len(have), , drop = FALSE]
         new <- all[-seq_len(have), , drop = FALSE]
         new <- (new + t(new)) / 2
+        use_engine <- proc.time()[["elapsed"]] - t1 < 1.2 * blas_time
       } else {
         cross <- do.call(rbind, lapply(blocks, crossprod, Cn))
         new <- crossprod(Cn)
@@ -289,15 +301,19 @@ nystrom_preconditioner <- function(K, alpha, rank, eps, t_product) {
     W <- do.call(cbind, lapply(blocks, function(B) B[S, , drop = FALSE]))
     fac <- nystrom_factor(W, CC, alpha, u)
     if (!auto || is.null(fac) || m >= m_max) break
-    # Enough landmarks when at most half of the approximation's eigenvalues are above alpha.
-    if (sum(fac$lambda > alpha) <= m / 2) break
+    # The rank passes the number k of eigenvalues above alpha: then the iterations collapse (from
+    # hundreds to tens), further landmarks bring a few less. Enough when k <= m / 2.
+    k <- sum(fac$lambda > alpha)
+    if (k <= m / 2) break
     if (length(blocks) == 1L) {
-      # Plain conjugate gradients need about sqrt(condition number) / 2 * log(2 / eps) iterations:
-      # a well-conditioned system is not worth a costly preconditioner.
+      # Plain conjugate gradients need about sqrt(condition number) / 2 * log(2 / eps) iterations
+      # (an upper bound): to pass k, the preconditioner may cost a tenth of their time (50 ms at
+      # least: less is lost in the noise of the timings, and is nothing to wait for).
       plain <- sqrt(1 + max(fac$lambda) / alpha) / 2 * log(2 / eps)
-      # (50 ms at least: less is lost in the noise of the timings, and is nothing to wait for).
-      budget <- max(0.05, t_product * min(nystrom_budget, max(1, plain / 10)))
+      to_pass <- max(0.05, t_iteration * plain * nystrom_share)
     }
+    # Past k, the time of a few iterations more.
+    budget <- if (k <= m / 1.2) min(to_pass, max(0.05, t_iteration * nystrom_past)) else to_pass
     elapsed <- proc.time()[["elapsed"]] - t0
     m_new <- min(m_max, ceiling(1.5 * m))
     # The work grows like m^2 (C'C): stay within the budget.
