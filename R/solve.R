@@ -66,10 +66,14 @@
 #' @return The `N x E` matrix \eqn{x}. With `info = TRUE` it has the
 #'   attributes `iterations` (the number of products by `K`), `residual` (the
 #'   largest relative residual \eqn{|b - (\alpha I + K) x| / |b|}{|b - (alpha I + K) x| / |b|} over the columns, as
-#'   the iterations computed it), `rank` (the rank of the preconditioner, 0
+#'   the iterations updated it: in float32 each product carries rounding
+#'   errors of relative size about \eqn{10^{-7} |K|}, so that the residual of
+#'   the exact system stops near \eqn{10^{-5}}{1e-5} even when this one goes
+#'   lower), `rank` (the rank of the preconditioner, 0
 #'   without one) and `solve` (the system, with its preconditioner: what the
 #'   gradient of the solution with respect to `b`, `alpha` or a variable of
-#'   `K` reuses).
+#'   `K` reuses; it holds the `N x rank` columns of the preconditioner:
+#'   `attr(x, "solve") <- NULL` frees them).
 #' @seealso `%*%`
 #' @export
 #' @examples
