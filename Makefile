@@ -18,6 +18,9 @@
 #                 REPS=3, BENCH_OUT=file.md)
 #   make bench-ranges  block-sparse reductions (ranges) and keops_knn() against brute force
 #                 and RANN/FNN (bench/ranges.R; BACKEND=CPU|GPU, RANGES_N=1e6, KNN_N=RANGES_N, REPS=3)
+#   make bench-solve  solve() on a LazyTensor with and without the Nystrom preconditioner, and
+#                 dense base::solve() (bench/solve.R; SIZES=1e4,5e4, EPS=1e-4, RANKS=sweep, REPS=3,
+#                 BUDGET=120 s per case, BENCH_OUT=file.md)
 #   make doc      regenerate NAMESPACE and man/ with roxygen2
 #   make vendor   bundle the crates of src/rust/Cargo.lock into src/rust/vendor.tar.xz (commit it)
 #                 and list their authors and licences in inst/AUTHORS; run it after any change of
@@ -54,7 +57,7 @@ SIZES ?=
 ITER_BUDGET ?= $(if $(filter command line,$(origin BUDGET)),$(BUDGET),60)
 ITER_REPS ?= $(if $(filter command line,$(origin REPS)),$(REPS),3)
 
-.PHONY: all deps install demo test fuzz check doc clean distclean bench-cpu bench-iterative bench-ranges vendor
+.PHONY: all deps install demo test fuzz check doc clean distclean bench-cpu bench-iterative bench-ranges bench-solve vendor
 
 all: install
 
@@ -130,6 +133,14 @@ RANGES_N ?= 1e6
 KNN_N ?= $(RANGES_N)
 bench-ranges: install
 	BACKEND='$(BACKEND)' N=$(RANGES_N) KNN_N=$(KNN_N) REPS=$(ITER_REPS) R_LIBS=$(LIB_DIR) Rscript bench/ranges.R
+
+# make bench-solve: empty settings are the script's defaults.
+EPS ?=
+RANKS ?=
+bench-solve: install
+	SIZES='$(SIZES)' EPS='$(EPS)' RANKS='$(RANKS)' REPS=$(ITER_REPS) \
+		BUDGET=$(if $(filter command line,$(origin BUDGET)),$(BUDGET),120) BENCH_OUT='$(BENCH_OUT)' \
+		R_LIBS=$(LIB_DIR) Rscript bench/solve.R
 
 # CRAN's incoming checks and the clock check need the internet: off, so that the
 # check runs offline and says the same everywhere. --as-cran needs qpdf, and checkbashisms

@@ -14,9 +14,8 @@ clustering_stop <- function(fun, ...) {
   stop(fun, "(): ", ..., call. = FALSE)
 }
 
-# The result of the engine's clustering helper `routine`, or an error from `fun`.
-clustering_engine <- function(fun, routine, ...) {
-  res <- .Call(routine, ...)
+# `res`, the result of one of the engine's clustering helpers, or its error raised from `fun`.
+clustering_result <- function(fun, res) {
   if (is.list(res) && !is.null(res$error)) clustering_stop(fun, res$error)
   res
 }
@@ -112,7 +111,7 @@ new_keops_ranges <- function(ranges_i, slices_i, redranges_j, ranges_j, slices_j
 # The ranges object of the kept pairs (k, l) of blocks (integers, valid block
 # numbers; pairs with an empty block are left out).
 clustering_ranges_of_pairs <- function(ranges_i, ranges_j, k, l, fun) {
-  sides <- clustering_engine(fun, wrap__keops_ranges_of_pairs, ranges_i, ranges_j, k, l)
+  sides <- clustering_result(fun, .Call(wrap__keops_ranges_of_pairs, ranges_i, ranges_j, k, l))
   new_keops_ranges(ranges_i, sides$i$slices, sides$i$red, ranges_j, sides$j$slices, sides$j$red)
 }
 
@@ -232,7 +231,7 @@ grid_cluster <- function(x, size) {
     clustering_stop(fun, "'size' must have length 1 or ncol(x) = ", d, ", not ", length(size))
   }
   if (n == 0L) return(integer(0))
-  clustering_engine(fun, wrap__keops_grid_labels, x, rep_len(as.double(size), d))
+  clustering_result(fun, .Call(wrap__keops_grid_labels, x, rep_len(as.double(size), d)))
 }
 
 #' Sort points by cluster label
@@ -336,7 +335,7 @@ cluster_ranges_centroids <- function(x, labels, weights = NULL) {
     weights <- as.double(weights)
   }
   n_clusters <- if (n == 0L) 0L else max(labels)
-  s <- clustering_engine(fun, wrap__keops_cluster_summary, x, labels, n_clusters, weights)
+  s <- clustering_result(fun, .Call(wrap__keops_cluster_summary, x, labels, n_clusters, weights))
   last <- cumsum(s$counts)
   ranges <- cbind(last - s$counts + 1L, last)
   dimnames(ranges) <- NULL

@@ -38,9 +38,15 @@ rkeops_cache_dir <- function() {
 #' Empty the cache of compiled GPU kernels
 #'
 #' Removes the compiled kernels (the `.cubin` files, and `.tmp` files left by
-#' interrupted writes) from [rkeops_cache_dir()]; other files and the
-#' directory itself are kept. The kernels are compiled again when next used.
+#' interrupted writes) from [rkeops_cache_dir()]; files that are not the
+#' engine's are never deleted. The kernels are compiled again when next used.
+#' The arguments are rkeops 2's.
 #'
+#' @param verbose `TRUE` (default) to say in a message what was removed.
+#' @param all `TRUE` (default) removes the compiled kernels and the files left
+#'   by interrupted writes; `FALSE` only the latter.
+#' @param remove_cache_dir `TRUE` to remove the directory too when nothing
+#'   else is left in it (default `FALSE`).
 #' @return The number of files removed (0 when the directory does not exist),
 #'   invisibly.
 #' @seealso [rkeops_cache_dir()]
@@ -52,10 +58,37 @@ rkeops_cache_dir <- function() {
 #' x <- matrix(runif(30), 10, 3)
 #' a <- sum(exp(-sqdist(Vi(x), Vj(x))), index = "j")  # on a GPU, compiled and cached
 #' list.files(rkeops_cache_dir())
-#' n <- clean_rkeops()
-#' n   # the number of kernels removed: 0 without a GPU
+#' n <- clean_rkeops()   # the number of kernels removed: 0 without a GPU
 #' if (is.na(old)) Sys.unsetenv("RKEOPS_CACHE_DIR") else Sys.setenv(RKEOPS_CACHE_DIR = old)
-clean_rkeops <- function() {
-  res <- rust_result(.Call(wrap__clean_cache, rkeops_cache_dir()))
-  invisible(res$removed)
+clean_rkeops <- function(verbose = TRUE, all = TRUE, remove_cache_dir = FALSE) {
+  for (arg in c("verbose", "all", "remove_cache_dir")) {
+    value <- get(arg)
+    if (!isTRUE(value) && !isFALSE(value)) stop("clean_rkeops(): '", arg, "' must be TRUE or FALSE", call. = FALSE)
+  }
+  dir <- get_rkeops_cache_dir()
+  removed <- 0L
+  if (dir.exists(dir)) {
+    if (all) {
+      removed <- rust_result(.Call(wrap__clean_cache, dir))$removed
+    } else {
+      tmp <- list.files(dir, pattern = "\\.tmp$", full.names = TRUE)
+      removed <- sum(file.remove(tmp))
+    }
+  }
+  gone <- FALSE
+  if (remove_cache_dir && dir.exists(dir)) {
+    left <- list.files(dir, all.files = TRUE, no.. = TRUE)
+    if (length(left) == 0L) {
+      gone <- unlink(dir, recursive = TRUE) == 0L && !dir.exists(dir)
+    } else if (verbose) {
+      message("rkeops: ", dir, " is kept: it holds files that are not compiled kernels.")
+    }
+  }
+  if (verbose) {
+    message("rkeops: ", removed, " file", if (removed == 1L) "" else "s", " removed from ", dir,
+            if (!all) " (temporary files only; the compiled kernels are kept)",
+            if (gone) "; the directory is removed")
+  }
+  invisible(removed)
 }
+

@@ -104,7 +104,7 @@ grad_input_dim <- function(info) {
 grad_operator <- function(op, k, eta) {
   spec <- attr(op, "rkeops")
   info <- spec$info
-  parts <- reduction_arguments(spec$formula)
+  parts <- split_call(spec$formula)$args   # the reduction's arguments, as strings
   f <- parts[1L]
   v <- info$names[k]
   category <- info$categories[k]
@@ -239,24 +239,4 @@ grad_variable <- function(var, info) {
   }
   stop("'var' must be the name of a variable (", paste(info$names, collapse = ", "),
        ") or its position, from 1 to ", n, call. = FALSE)
-}
-
-# The top-level arguments of the reduction call `Name_Reduction(a, b, ...)`, as strings.
-reduction_arguments <- function(formula) {
-  chars <- strsplit(formula, "")[[1L]]
-  open <- match("(", chars)
-  depth <- 0L
-  start <- open + 1L
-  parts <- character()
-  for (p in seq.int(open, length(chars))) {
-    ch <- chars[p]
-    if (ch == "(") depth <- depth + 1L
-    if (ch == ")") depth <- depth - 1L
-    if ((ch == "," && depth == 1L) || (ch == ")" && depth == 0L)) {
-      parts <- c(parts, trimws(paste(chars[start:(p - 1L)], collapse = "")))
-      start <- p + 1L
-    }
-    if (depth == 0L) break
-  }
-  parts
 }

@@ -278,7 +278,7 @@ sumsoftmaxweight <- function(x, index, weight, ranges = NULL) {
   # the weight where the index goes and "i" or "j" where the weight goes.
   if (!missing(index) && !is.character(index) && is.character(weight) && length(weight) == 1L &&
       weight %in% c("i", "j")) {
-    lazy_warn_once("sumsoftmaxweight_order", paste(
+    .rkeops_warn_once("sumsoftmaxweight_order", paste(
       "sumsoftmaxweight(): 'index' and 'weight' were given in the former order (x, weight, index);",
       "the arguments are now (x, index, weight), as in rkeops 2: write",
       "sumsoftmaxweight(x, \"j\", w) or name them"))
@@ -429,16 +429,6 @@ reduction.LazyTensor <- function(x, opstr, index, opt_arg = NULL, ranges = NULL)
                        "ArgMax, Min_ArgMin, Max_ArgMax, KMin, ArgKMin, KMin_ArgKMin, LogSumExp,",
                        "LogSumExpWeight, SumSoftMaxWeight"), opstr), call. = FALSE)
   )
-}
-
-# Warnings about rkeops 2 habits that changed meaning, given once per session each.
-.lazy_warned <- new.env(parent = emptyenv())
-
-lazy_warn_once <- function(key, msg) {
-  if (is.null(.lazy_warned[[key]])) {
-    assign(key, TRUE, envir = .lazy_warned)
-    warning(msg, call. = FALSE)
-  }
 }
 
 # The operator v -> K %*% v for a LazyTensor K of dimension 1: Sum_Reduction(K * b, 0) with b
@@ -615,7 +605,7 @@ grad_position <- function(f, var) {
          "first variable, or give the variable itself", call. = FALSE)
   }
   if (is.numeric(var) && length(var) == 1L && !is.na(var) && var == round(var) && var >= 1 && var <= n) {
-    lazy_warn_once("grad_var_position", paste(
+    .rkeops_warn_once("grad_var_position", paste(
       "grad(): a numeric 'var' is a 1-based position among the variables of 'f'",
       "(rkeops 2 counted from 0); give the variable itself to be unambiguous"))
     return(as.integer(var))

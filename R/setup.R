@@ -142,42 +142,6 @@ stat_rkeops_cache_dir <- function(verbose = TRUE, startup = FALSE) {
   usage
 }
 
-# The work of clean_rkeops(verbose, all, remove_cache_dir) (rkeops 2's arguments): `all` removes
-# the compiled kernels and the files left by interrupted writes, `all = FALSE` only the latter;
-# `remove_cache_dir` also removes the directory when nothing else is left in it (files that are
-# not the engine's are never deleted). Returns the number of files removed.
-.rkeops_clean_cache <- function(verbose = TRUE, all = TRUE, remove_cache_dir = FALSE) {
-  for (arg in c("verbose", "all", "remove_cache_dir")) {
-    value <- get(arg)
-    if (!isTRUE(value) && !isFALSE(value)) stop("'", arg, "' must be TRUE or FALSE", call. = FALSE)
-  }
-  dir <- get_rkeops_cache_dir()
-  removed <- 0L
-  if (dir.exists(dir)) {
-    if (all) {
-      removed <- rust_result(.Call(wrap__clean_cache, dir))$removed
-    } else {
-      tmp <- list.files(dir, pattern = "\\.tmp$", full.names = TRUE)
-      removed <- sum(file.remove(tmp))
-    }
-  }
-  gone <- FALSE
-  if (remove_cache_dir && dir.exists(dir)) {
-    left <- list.files(dir, all.files = TRUE, no.. = TRUE)
-    if (length(left) == 0L) {
-      gone <- unlink(dir, recursive = TRUE) == 0L && !dir.exists(dir)
-    } else if (verbose) {
-      message("rkeops: ", dir, " is kept: it holds files that are not compiled kernels.")
-    }
-  }
-  if (verbose) {
-    message("rkeops: ", removed, " file", if (removed == 1L) "" else "s", " removed from ", dir,
-            if (!all) " (temporary files only; the compiled kernels are kept)",
-            if (gone) "; the directory is removed")
-  }
-  invisible(removed)
-}
-
 #' Check that rkeops computes correctly
 #'
 #' Runs a small reduction (a Gaussian kernel sum over 53 points for each of

@@ -25,11 +25,10 @@
 library(rkeops)
 library(stats)
 
-env_str <- function(name, default) {
-  v <- Sys.getenv(name, "")
-  if (nzchar(v)) v else default
-}
-env_num <- function(name, default) as.numeric(env_str(name, default))
+local({
+  f <- sub("^--file=", "", grep("^--file=", commandArgs(FALSE), value = TRUE))
+  source(file.path(if (length(f)) dirname(f) else "bench", "common.R"))
+})
 backend <- toupper(env_str("BACKEND", "CPU"))
 stopifnot(backend %in% c("CPU", "GPU"))
 sizes <- env_str("SIZES", if (backend == "GPU") "full" else "small")
@@ -49,21 +48,6 @@ if (backend == "GPU") {
 }
 rkeops_use_float32()
 
-report <- character()
-emit <- function(...) {
-  line <- paste0(...)
-  cat(line, "\n", sep = "")
-  report <<- c(report, line)
-}
-script <- sub("^--file=", "", grep("^--file=", commandArgs(FALSE), value = TRUE))
-git_version <- function() {
-  root <- if (length(script)) dirname(dirname(normalizePath(script))) else "."
-  git <- function(...) suppressWarnings(system2("git", c("-C", shQuote(root), ...), stdout = TRUE, stderr = FALSE))
-  commit <- git("rev-parse", "--short", "HEAD")
-  if (length(commit) == 0L) return("unknown")
-  changed <- git("status", "--porcelain", "--untracked-files=no")
-  paste0(commit, if (length(changed) > 0L) " with uncommitted changes")
-}
 has_pkg <- function(p) requireNamespace(p, quietly = TRUE)
 # The matrices an algorithm passes unchanged to every reduction are kept on the GPU (keops_device()),
 # so that they are converted and copied once per run, not once per reduction.

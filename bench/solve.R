@@ -20,10 +20,10 @@
 # is one. A failed check is marked FAIL and makes the script exit with status 1.
 library(rkeops)
 
-env_str <- function(name, default) {
-  v <- Sys.getenv(name, "")
-  if (nzchar(v)) v else default
-}
+local({
+  f <- sub("^--file=", "", grep("^--file=", commandArgs(FALSE), value = TRUE))
+  source(file.path(if (length(f)) dirname(f) else "bench", "common.R"))
+})
 env_nums <- function(name, default) as.numeric(strsplit(env_str(name, default), ",")[[1L]])
 sizes <- env_nums("SIZES", "1e4,5e4")
 eps_list <- env_nums("EPS", "1e-4")
@@ -40,25 +40,6 @@ alpha <- 0.09
 rkeops_use_cpu()
 rkeops_use_float32()
 
-report <- character()
-emit <- function(...) {
-  line <- paste0(...)
-  cat(line, "\n", sep = "")
-  report <<- c(report, line)
-}
-script <- sub("^--file=", "", grep("^--file=", commandArgs(FALSE), value = TRUE))
-git_version <- function() {
-  root <- if (length(script)) dirname(dirname(normalizePath(script))) else "."
-  git <- function(...) suppressWarnings(system2("git", c("-C", shQuote(root), ...), stdout = TRUE, stderr = FALSE))
-  commit <- git("rev-parse", "--short", "HEAD")
-  if (length(commit) == 0L) return("unknown")
-  changed <- git("status", "--porcelain", "--untracked-files=no")
-  paste0(commit, if (length(changed) > 0L) " with uncommitted changes")
-}
-load_avg <- function() {
-  l <- tryCatch(readLines("/proc/loadavg", n = 1L), error = function(e) "unknown")
-  paste(strsplit(l, " ")[[1L]][1:3], collapse = " ")
-}
 cpu_model <- function() {
   l <- tryCatch(grep("^model name", readLines("/proc/cpuinfo"), value = TRUE), error = function(e) character())
   if (length(l)) sub("^model name\\s*:\\s*", "", l[1L]) else "unknown CPU"

@@ -344,3 +344,28 @@ expect_keops_error <- function(expr, ...) {
   }
   invisible(msg)
 }
+
+# Central finite differences of the scalar function f at the numeric array v (shaped like v).
+finite_differences <- function(f, v, h = 1e-6) {
+  out <- v
+  for (k in seq_along(v)) {
+    vp <- v; vp[k] <- vp[k] + h
+    vm <- v; vm[k] <- vm[k] - h
+    out[k] <- (f(vp) - f(vm)) / (2 * h)
+  }
+  out
+}
+
+# A gradient against finite differences: same shape, relative error below 1e-6.
+expect_gradient <- function(got, want) {
+  want <- as.matrix(want)
+  expect_identical(dim(got), dim(want))
+  expect_lt(max(abs(got - want) / (1 + abs(want))), 1e-6)
+}
+
+# Forget which one-time notes and warnings were given, so that a test sees them again.
+forget_notices <- function() {
+  env <- rkeops:::.rkeops_env
+  env$axis_noticed <- NULL
+  env$warned <- NULL
+}

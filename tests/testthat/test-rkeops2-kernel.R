@@ -15,30 +15,6 @@ local_options <- function(env = parent.frame()) {
   invisible(old)
 }
 
-# Forget which one-time notes and warnings were given, so that a test sees them again.
-forget_notices <- function() {
-  env <- rkeops:::.rkeops_env
-  env$axis_noticed <- NULL
-  env$warned <- NULL
-}
-
-# Central finite differences of the scalar function f at the numeric array v.
-finite_differences <- function(f, v, h = 1e-6) {
-  out <- v
-  for (k in seq_along(v)) {
-    vp <- v; vp[k] <- vp[k] + h
-    vm <- v; vm[k] <- vm[k] - h
-    out[k] <- (f(vp) - f(vm)) / (2 * h)
-  }
-  out
-}
-
-expect_gradient <- function(got, want) {
-  want <- as.matrix(want)
-  expect_identical(dim(got), dim(want))
-  expect_lt(max(abs(got - want) / (1 + abs(want))), 1e-6)
-}
-
 # A private temporary directory (as the engine wants its cache).
 private_tempdir <- function(name) {
   dir <- file.path(tempdir(), paste0(name, "-", paste(sample(letters, 8), collapse = "")))
@@ -214,7 +190,7 @@ test_that("stat_rkeops_cache_dir() sums the sizes of the files of the cache", {
 
 test_that("cleaning the cache: all, temporary files only, and the directory itself", {
   local_options()
-  clean <- rkeops:::.rkeops_clean_cache
+  clean <- clean_rkeops
   dir <- private_tempdir("clean")
   set_rkeops_cache_dir(dir, verbose = FALSE)
   files <- c("k1.cubin", "k2.cubin", "w.123.0.tmp", "notes.txt")
@@ -233,10 +209,11 @@ test_that("cleaning the cache: all, temporary files only, and the directory itse
   expect_false(dir.exists(dir))
   expect_identical(clean(verbose = FALSE), 0L)   # a missing directory is not an error
   expect_keops_error(clean(all = NA), "all")
-  # the exported clean_rkeops() empties the same directory
+  # with no argument: the kernels, with a message
   dir.create(dir, mode = "0700")
   writeLines("k", file.path(dir, "k3.cubin"))
-  expect_identical(clean_rkeops(), 1L)
+  expect_message(n <- clean_rkeops(), "1 file removed")
+  expect_identical(n, 1L)
   expect_identical(list.files(dir), character(0))
 })
 

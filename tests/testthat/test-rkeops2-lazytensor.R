@@ -13,12 +13,6 @@ r2_data <- function(seed = 7) {
   list(x = x, y = y, u = rmat(N2, 1), b = rmat(M2, 2), w = runif(M2), Z = Z, D2 = D2)
 }
 
-# The once-per-session warnings of the package, forgotten so that a test can see them.
-reset_warnings_once <- function() {
-  e <- rkeops:::.lazy_warned
-  rm(list = ls(e), envir = e)
-}
-
 test_that("the *_reduction() functions are the reductions, over both indices", {
   local_precision("float64")
   d <- r2_data()
@@ -115,7 +109,7 @@ test_that("sumsoftmaxweight() takes (x, index, weight); the former order warns o
   expect_close(sumsoftmaxweight(-D, "i", Vi(d$x)), ref_reduce(-d$D2, 1, "softmax_weight", G = X), 1e-10)
   # a constant weight is its own softmax mean
   expect_close(sumsoftmaxweight(-D, "j", 2.5), matrix(2.5, N2, 1), 1e-12)
-  reset_warnings_once()
+  forget_notices()
   expect_warning(old <- sumsoftmaxweight(-D, Vj(d$y), "j"), "former order")
   expect_close(old, want_j, 1e-10)
   expect_no_warning(old2 <- sumsoftmaxweight(-D, Vj(d$y), "j"))   # once per session
@@ -315,7 +309,7 @@ test_that("grad() takes gradin as Vi()/Vj() and var as a variable, a name or a 1
   ref_y <- -2 * (matrix(colSums(c(eta) * d$x), M2, 3, byrow = TRUE) - sum(eta) * d$y)
   expect_close(grad(f, Vi(eta), "Sum", "V1", "j"), ref_y, 1e-10)
   expect_close(grad(f, Vi(eta), "Sum", yj, "j"), ref_y, 1e-10)   # the variable given, not V0
-  reset_warnings_once()
+  forget_notices()
   expect_warning(g <- grad(f, Vi(eta), "Sum", 2, "j"), "1-based")
   expect_close(g, ref_y, 1e-10)
   expect_no_warning(grad(f, Vi(eta), "Sum", 2, "j"))              # once per session

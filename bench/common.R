@@ -1,0 +1,38 @@
+# Helpers shared by the benchmark scripts: their settings, their report and the revision timed.
+# A script sources it with
+#   local({
+#     f <- sub("^--file=", "", grep("^--file=", commandArgs(FALSE), value = TRUE))
+#     source(file.path(if (length(f)) dirname(f) else "bench", "common.R"))
+#   })
+
+# A setting from the environment, or its default when unset or empty.
+env_str <- function(name, default) {
+  v <- Sys.getenv(name, "")
+  if (nzchar(v)) v else default
+}
+env_num <- function(name, default) as.numeric(env_str(name, default))
+
+# Each line is printed and kept, to be written to BENCH_OUT at the end.
+report <- character()
+emit <- function(...) {
+  line <- paste0(...)
+  cat(line, "\n", sep = "")
+  report <<- c(report, line)
+}
+
+# The git revision of the checkout holding the script, and whether it has uncommitted changes.
+git_version <- function() {
+  script <- sub("^--file=", "", grep("^--file=", commandArgs(FALSE), value = TRUE))
+  root <- if (length(script)) dirname(dirname(normalizePath(script))) else "."
+  git <- function(...) suppressWarnings(system2("git", c("-C", shQuote(root), ...), stdout = TRUE, stderr = FALSE))
+  commit <- git("rev-parse", "--short", "HEAD")
+  if (length(commit) == 0L) return("unknown")
+  changed <- git("status", "--porcelain", "--untracked-files=no")
+  paste0(commit, if (length(changed) > 0L) " with uncommitted changes")
+}
+
+# The load averages over 1, 5 and 15 minutes: how busy the shared machine was.
+load_avg <- function() {
+  l <- tryCatch(readLines("/proc/loadavg", n = 1L), error = function(e) "unknown")
+  paste(strsplit(l, " ")[[1L]][1:3], collapse = " ")
+}
