@@ -120,12 +120,14 @@ lazy_power <- function(e1, e2) {
 #' Elementwise mathematical functions of LazyTensor objects
 #'
 #' `abs`, `sqrt`, `exp`, `log`, `sin`, `cos`, `acos`, `asin`, `atan`, `sign`,
-#' `floor` and `round(x, digits = 0)` act on each component of a LazyTensor.
+#' `floor`, `log(x, base)` and `round(x, digits = 0)` act on each component of a
+#' LazyTensor.
 #' Other functions of the `Math` group (`tan`, `cumsum`, ...) are errors. For
 #' a [ComplexLazyTensor], `exp()` and `abs()` are defined.
 #' @param x A LazyTensor.
 #' @param ... `digits` for `round()`: a whole number of decimal places, or a
-#'   LazyTensor holding one, such as `Pm(2)`.
+#'   LazyTensor holding one, such as `Pm(2)`; `base` for `log()`: a positive
+#'   number.
 #' @return A LazyTensor of the dimension of `x`.
 #' @export
 #' @examples
@@ -154,6 +156,13 @@ Math.LazyTensor <- function(x, ...) {
   }
   if (!g %in% names(names)) {
     stop(sprintf("%s() is not defined for LazyTensors", g), call. = FALSE)
+  }
+  if (g == "log" && ...length()) {
+    base <- ..1
+    if (!is.numeric(base) || length(base) != 1L || !is.finite(base) || base <= 0 || base == 1) {
+      stop("log(): 'base' must be a positive number other than 1", call. = FALSE)
+    }
+    return(lazy_unary(x, "Log", g) / log(base))
   }
   lazy_unary(x, names[[g]], g)
 }

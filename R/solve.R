@@ -101,6 +101,10 @@ solve.LazyTensor <- function(a, b, alpha = 0, eps = 1e-6, maxiter = 10 * NROW(b)
   matvec <- lazy_matvec(a, "solve")
   dims <- dim(a)
   N <- dims[2L]
+  if (anyNA(dims)) {
+    stop("solve(): 'a' must be a square symbolic matrix with i and j variables, such as ",
+         "exp(-sqdist(Vi(x), Vj(x)))", call. = FALSE)
+  }
   if (dims[1L] != N) {
     stop(sprintf("solve(): 'a' must be a square symbolic matrix, not %d x %d", dims[1L], N), call. = FALSE)
   }

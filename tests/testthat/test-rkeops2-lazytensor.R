@@ -369,3 +369,19 @@ test_that("rkeops 2's LazyTensor operations and reductions are all exported", {
               "weightedsqdist", "weightedsqnorm", "xlogx")
   expect_identical(setdiff(theirs, getNamespaceExports("rkeops")), character(0))
 })
+
+test_that("log(x, base) of a real LazyTensor uses the base", {
+  local_precision("float64")
+  set.seed(19)
+  x <- matrix(runif(14, 0.5, 3), 7, 2)
+  y <- matrix(runif(22, 0.5, 3), 11, 2)
+  for (base in c(2, 10, exp(1), 0.3)) {
+    got <- sum(log(Vi(x) * Vj(y), base), index = "j")
+    want <- sapply(1:2, function(k) rowSums(log(outer(x[, k], y[, k]), base)))
+    expect_equal(got, want, tolerance = 1e-12, info = paste("base", base))
+  }
+  expect_equal(sum(log(Vi(x), base = 2), index = "j"), log2(x), tolerance = 1e-12)
+  expect_keops_error(log(Vi(x), 1), "'base' must be a positive number")
+  expect_keops_error(log(Vi(x), -2), "'base' must be a positive number")
+  expect_keops_error(log(Vi(x), Vi(x)), "'base' must be a positive number")
+})

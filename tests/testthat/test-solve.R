@@ -139,6 +139,8 @@ test_that("bad arguments of solve() are errors that name them", {
   expect_error(solve(d$K, b, maxiter = -1), "'maxiter'")
   expect_error(solve(d$K, b, info = NA), "'info' must be TRUE or FALSE")
   expect_error(solve(d$K, b[-1]), "'b' must be a numeric matrix \\(or vector\\) with 37 rows")
+  expect_error(solve(exp(-rkeops::sqdist(Vi(d$x), Vi(d$x))), b), "with i and j variables")
+  expect_error(solve(exp(-Pm(2)), b), "with i and j variables")
   expect_error(solve(d$K, letters[1:37]), "'b' must be a numeric")
   expect_error(solve(d$K, c(NA, b[-1])), "'b' must not hold NA")
   y <- matrix(runif(40), 20, 2)
