@@ -88,7 +88,10 @@ keops_grad <- function(op, var) {
   }
   eta <- "eta"
   while (eta %in% spec$info$names) eta <- paste0(eta, "_")
-  grad_operator(op, k, eta)
+  plain <- grad_operator(op, k, eta)
+  with_batches(plain, function(input, ranges, inner_dim) {
+    batch_gradient(op, k, eta, plain, input, ranges, inner_dim)
+  })
 }
 
 # The dimension of the gradient input of a reduction described by `info`: that of its result

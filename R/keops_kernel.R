@@ -217,6 +217,7 @@ make_kernel <- function(formula, args, sum_scheme, shown = NULL) {
   # grows with the data (see bench/iterative.R and bench/lazytensor_overhead.R).
   op <- function(input = NULL, inner_dim = "col", ranges = NULL) {
     if (is.null(input)) return(describe_operator(shown, sum_scheme))
+    if (is_batch_input(input)) return(batch_forward(formula, sum_scheme, info, input, ranges, inner_dim))
     if (!identical(inner_dim, "col")) {
       layout <- input_layout(input, inner_dim, ranges)
       input <- layout$input
@@ -423,16 +424,22 @@ grad_kernel <- function(call, formula, args, sum_scheme) {
                      dims = append(info$dims, out_dim, pos))
   }
   shown <- list(formula = formula, args = args, info = all_info)
-  grad <- grad_operator(inner, match(v, info$names), e)
+  k <- match(v, info$names)
+  grad <- grad_operator(inner, k, e)
   gspec <- attr(grad, "rkeops")
-  if (!is.null(gspec)) {
+  order <- match(c(info$names, e), all_info$names)
+  plain <- if (!is.null(gspec)) {
     # A plain kernel (Sum in a variable): the same formula with the declarations in the order of
     # `args`, so that it can be differentiated again.
-    return(make_kernel(gspec$formula, declare(all_info$names, all_info$categories, all_info$dims),
-                       sum_scheme, shown = shown))
+    make_kernel(gspec$formula, declare(all_info$names, all_info$categories, all_info$dims),
+                sum_scheme, shown = shown)
+  } else {
+    wrap_operator(function(inputs, ranges) grad(inputs[order], ranges = ranges), shown, sum_scheme)
   }
-  order <- match(c(info$names, e), all_info$names)
-  wrap_operator(function(inputs, ranges) grad(inputs[order], ranges = ranges), shown, sum_scheme)
+  with_batches(plain, function(input, ranges, inner_dim) {
+    if (!is.null(names(input)) && all(nzchar(names(input)))) input <- input[all_info$names]
+    batch_gradient(inner, k, e, grad, unname(input)[order], ranges, inner_dim)
+  })
 }
 
 # What computed the last reduction, and the seconds spent in each of its phases (conversion,

@@ -47,7 +47,7 @@ lazy_reduce <- function(x, name, index, fun, middle = NULL, weight = NULL, range
 # The number of rows reduced over: those of the variables indexed by `index`, or 1 without any.
 lazy_reduced_rows <- function(x, index) {
   k <- match(if (index == "j") "Vj" else "Vi", x$cats)
-  if (is.na(k)) 1L else NROW(x$vars[[k]])
+  if (is.na(k)) 1L else lazy_var_rows(x$vars[[k]])
 }
 
 need_dim1 <- function(x, fun, label = "x") {
@@ -230,16 +230,20 @@ lazy_kmin <- function(x, K, index, name, fun, ranges) {
   K <- whole_number(K, "K", fun, 1)
   lazy_axis(index, fun)
   n <- lazy_reduced_rows(x, index)
+  # (members of a batch with different numbers of rows: the engine says which member is too short)
+  if (is.na(n)) n <- K
   res <- lazy_reduce(x, name, index, fun, middle = min(K, n), ranges = ranges)
   if (K <= n) return(res)
-  if (is.list(res)) {
+  if (name == "KMin_ArgKMin") {
     return(list(values = pad_columns(res$values, K, Inf), indices = pad_columns(res$indices, K, NA_integer_)))
   }
   pad_columns(res, K, if (name == "ArgKMin") NA_integer_ else Inf)
 }
 
-# An n x k matrix (or n x k x d array) widened to K columns filled with `fill`.
+# An n x k matrix (or n x k x d array) widened to K columns filled with `fill`; a list of them
+# (the members of a batch), each widened.
 pad_columns <- function(a, K, fill) {
+  if (is.list(a)) return(lapply(a, pad_columns, K = K, fill = fill))
   d <- dim(a)
   out <- array(fill, c(d[1L], K, d[-(1:2)]))
   if (length(d) == 2L) out[, seq_len(d[2L])] <- a else out[, seq_len(d[2L]), ] <- a

@@ -128,6 +128,7 @@ complex_flag <- function(is_complex, fun) {
 lazy_variable <- function(x, cat, label, is_complex = FALSE) {
   if (is.LazyTensor(x)) stop("'", label, "' is already a LazyTensor", call. = FALSE)
   if (is.data.frame(x)) x <- as.matrix(x)
+  if (!is.na(batch_size(x))) return(lazy_batch_variable(x, cat, label, is_complex))   # see batch.R
   if (is_complex && (is.numeric(x) || is.logical(x))) storage.mode(x) <- "complex"  # keeps dim
   if (is.complex(x)) return(complex_variable(x, cat, label))   # see lazytensor-complex.R
   if (inherits(x, "keops_device_matrix")) {                     # kept on the GPU, see device.R
@@ -181,6 +182,7 @@ new_lazy <- function(formula, vars, cats, dimres, dims = NULL) {
 # The dimension of a variable: columns for Vi and Vj (a vector is one column), length for Pm.
 lazy_var_dim <- function(v, cat) {
   if (inherits(v, "keops_device_matrix")) return(if (cat == "Pm") prod(dim(v)) else dim(v)[2L])
+  if (!is.na(batch_size(v))) return(batch_var_dim(v, cat))
   if (cat == "Pm") length(v) else if (is.matrix(v)) ncol(v) else 1L
 }
 
@@ -350,7 +352,8 @@ print_lazy_variables <- function(x) {
   if (length(x$vars)) {
     sizes <- vapply(seq_along(x$vars), function(k) {
       v <- x$vars[[k]]
-      if (x$cats[k] == "Pm") sprintf("vector of length %d", length(v))
+      if (!is.na(batch_size(v))) sprintf("batch of %d members", batch_size(v))
+      else if (x$cats[k] == "Pm") sprintf("vector of length %d", length(v))
       else sprintf("%d x %d matrix", NROW(v), NCOL(v))
     }, "")
     cat("variables:\n")
@@ -385,7 +388,8 @@ print.LazyTensor <- function(x, ...) {
 #' @return An integer vector `c(N, M, d)`: the number of rows of its
 #'   i-variables (`NA` when it has none), of its j-variables (`NA` when it has
 #'   none) and the dimension of its values. `nrow()` and `ncol()` give `N` and
-#'   `M`.
+#'   `M`. For a batch (see [keops_kernel()]), `N` and `M` are those of each
+#'   member (`NA` when the members differ).
 #' @export
 #' @examples
 #' x <- matrix(runif(30), 10, 3); y <- matrix(runif(60), 20, 3)
@@ -395,7 +399,7 @@ print.LazyTensor <- function(x, ...) {
 dim.LazyTensor <- function(x) {
   rows <- function(category) {
     k <- match(category, x$cats)
-    if (is.na(k)) NA_integer_ else NROW(x$vars[[k]])
+    if (is.na(k)) NA_integer_ else lazy_var_rows(x$vars[[k]])
   }
   c(rows("Vi"), rows("Vj"), as.integer(x$dimres))
 }

@@ -1,0 +1,331 @@
+# Batches: many independent problems of one formula in one call.
+#
+# A batched input is a 3-d array (`n x d x B`: member b is x[, , b]) or a list of B matrices
+# (members may then have different numbers of rows); for a parameter, a list of B vectors or a
+# `1 x d x B` array. Any other input, and a batch of one member, is shared by every member
+# (broadcast, as in KeOps). The members are laid end to end and reduced with block-diagonal ranges
+# (member b's rows only against member b's rows of the other index), so the whole batch is one
+# engine call and one kernel launch, on the CPU and on the GPU. A shared variable is repeated for
+# each member; a batched parameter becomes a variable of the output's index (one copy of p_b per
+# row of member b), which is the same formula with another declaration.
+
+# Whether `input` (the list given to an operator) holds a batched input.
+is_batch_input <- function(input) {
+  if (!is.list(input) || is.object(input)) return(FALSE)
+  for (x in input) if (!is.na(batch_size(x))) return(TRUE)
+  FALSE
+}
+
+# The number of members of a batched input, NA for an input shared by every member.
+batch_size <- function(x) {
+  if (is.list(x) && !is.object(x)) return(length(x))
+  if (length(dim(x)) == 3L) return(dim(x)[3L])
+  NA_integer_
+}
+
+# The members of a batched input as a list of numeric matrices (rows x dim), or of vectors for a
+# parameter; `label` names the input in errors.
+batch_members <- function(x, category, dim, label) {
+  members <- if (is.list(x)) x else {
+    d <- dim(x)
+    lapply(seq_len(d[3L]), function(b) if (category == "Pm") as.vector(x[, , b]) else matrix(x[, , b], d[1L], d[2L]))
+  }
+  if (length(members) == 0L) stop(label, " is an empty batch (a list or array of no member)", call. = FALSE)
+  lapply(seq_along(members), function(b) {
+    m <- members[[b]]
+    if (is.data.frame(m)) m <- as.matrix(m)
+    if (!(is.numeric(m) || is.logical(m)) || is.object(m) || length(dim(m)) > 2L) {
+      stop(label, ", member ", b, ": expected a numeric ", if (category == "Pm") "vector" else "matrix",
+           call. = FALSE)
+    }
+    if (category == "Pm") {
+      if (length(m) != dim) {
+        stop(label, ", member ", b, ": a parameter Pm(", dim, ") needs ", dim, " values, not ",
+             length(m), call. = FALSE)
+      }
+      return(as.double(m))
+    }
+    if (!is.matrix(m)) m <- matrix(m, ncol = 1L)   # a vector: one value per point
+    if (ncol(m) != dim || nrow(m) == 0L) {
+      stop(label, ", member ", b, ": expected a matrix with ", dim, " column", if (dim > 1L) "s",
+           " and at least one row, not ", nrow(m), " x ", ncol(m), call. = FALSE)
+    }
+    storage.mode(m) <- "double"
+    m
+  })
+}
+
+# The inputs of one engine call for the batch `input` of an operator described by `info` (names,
+# categories, dims; the output of its reduction indexed by i for axis 0, by j for axis 1):
+# list(inputs, categories (batched parameters moved to the output's index), ranges (block-diagonal),
+# B, rows = list(Vi = member sizes, Vj = member sizes), batched (per input), as_list (whether the
+# results are lists of members rather than arrays)).
+batch_layout <- function(input, info, axis) {
+  n <- length(info$names)
+  cats <- info$categories
+  labels <- sprintf("input %d ('%s')", seq_len(n), info$names)
+  if (length(input) != n) {
+    stop("expected ", n, " inputs (", paste(info$names, collapse = ", "), "), got ", length(input),
+         call. = FALSE)
+  }
+  if (!is.null(names(input)) && all(nzchar(names(input)))) {
+    if (!setequal(names(input), info$names)) {
+      stop("input names must name each variable once (", paste(info$names, collapse = ", "), ")",
+           call. = FALSE)
+    }
+    input <- input[info$names]
+  }
+  for (k in seq_len(n)) {
+    if (inherits(input[[k]], "keops_device_matrix")) {
+      stop(labels[k], " is kept on the GPU (keops_device()): a batched call takes its inputs from ",
+           "R memory", call. = FALSE)
+    }
+  }
+  sizes <- vapply(input, batch_size, 1L)
+  if (any(sizes == 0L, na.rm = TRUE)) {
+    stop(labels[which(sizes == 0L)[1L]], " is an empty batch (a list or array of no member)", call. = FALSE)
+  }
+  B <- max(c(1L, sizes), na.rm = TRUE)
+  wrong <- which(!is.na(sizes) & sizes != 1L & sizes != B)
+  if (length(wrong)) {
+    k <- wrong[1L]
+    stop("the batched inputs must have the same number of members (or one, shared by all): ",
+         labels[k], " has ", sizes[k], ", ", labels[match(B, sizes)], " has ", B, call. = FALSE)
+  }
+  batched <- !is.na(sizes) & sizes == B & B > 1L
+  as_list <- any(vapply(input, function(x) is.list(x) && !is.object(x), NA))
+  members <- lapply(seq_len(n), function(k) {
+    if (is.na(sizes[k])) return(NULL)
+    batch_members(input[[k]], cats[k], info$dims[k], labels[k])
+  })
+  # A batch of one member is shared: its only member is the input.
+  for (k in which(!is.na(sizes) & !batched)) input[[k]] <- members[[k]][[1L]]
+  # The rows of each member on each side: from its batched variables, else from a shared one.
+  side_rows <- function(side) {
+    ks <- which(cats == side)
+    if (length(ks) == 0L) {
+      stop("a batched reduction needs at least one ", side, " variable (the members are blocks ",
+           "of i and j rows)", call. = FALSE)
+    }
+    rows <- NULL
+    for (k in ks[batched[ks]]) {
+      r <- vapply(members[[k]], nrow, 1L)
+      if (is.null(rows)) {
+        rows <- r
+        first <- k
+      } else if (!identical(r, rows)) {
+        b <- which(r != rows)[1L]
+        stop("member ", b, " has ", rows[b], " rows in ", labels[first], " but ", r[b], " in ",
+             labels[k], call. = FALSE)
+      }
+    }
+    for (k in ks[!batched[ks]]) {
+      r <- NROW(input[[k]])
+      if (is.null(rows)) rows <- rep(r, B)
+      if (any(rows != r)) {
+        stop(labels[k], " is shared by every member, so it needs as many rows as each member (",
+             rows[rows != r][1L], "), not ", r, call. = FALSE)
+      }
+    }
+    rows
+  }
+  rows <- list(Vi = side_rows("Vi"), Vj = side_rows("Vj"))
+  out_side <- if (axis == 0L) "Vi" else "Vj"
+  inputs <- vector("list", n)
+  new_cats <- cats
+  for (k in seq_len(n)) {
+    x <- input[[k]]
+    if (cats[k] == "Pm") {
+      if (!batched[k]) {
+        inputs[k] <- list(x)
+        next
+      }
+      # p_b repeated on every row of member b, on the output's side.
+      new_cats[k] <- out_side
+      each <- rows[[out_side]]
+      inputs[[k]] <- do.call(rbind, lapply(seq_len(B), function(b) {
+        matrix(members[[k]][[b]], each[b], info$dims[k], byrow = TRUE)
+      }))
+      next
+    }
+    inputs[[k]] <- if (batched[k]) {
+      do.call(rbind, members[[k]])
+    } else {
+      if (is.data.frame(x)) x <- as.matrix(x)
+      x <- if (is.matrix(x)) x else matrix(x, ncol = 1L)
+      x[rep(seq_len(nrow(x)), B), , drop = FALSE]
+    }
+    storage.mode(inputs[[k]]) <- "double"
+  }
+  blocks <- function(r) {
+    ends <- cumsum(r)
+    matrix(c(ends - r + 1L, ends), ncol = 2L)
+  }
+  ri <- blocks(rows$Vi)
+  rj <- blocks(rows$Vj)
+  one_each <- seq_len(B)
+  # (one member: no ranges, the call of an unbatched input)
+  ranges <- if (B == 1L) NULL else new_keops_ranges(ri, one_each, rj, rj, one_each, ri)
+  list(inputs = inputs, categories = new_cats, ranges = ranges, B = B, rows = rows,
+       batched = batched, as_list = as_list)
+}
+
+# The declarations of the variables of `info` with the categories `categories`, in input order.
+batch_args <- function(info, categories) {
+  sprintf("%s = %s(%d)", info$names, categories, info$dims)
+}
+
+# The operators of the formulas whose batched parameters moved to another index, by declarations.
+.batch_ops <- new.env(parent = emptyenv())
+
+batch_operator <- function(formula, args, sum_scheme) {
+  key <- paste(c(formula, sum_scheme, args), collapse = "\r")
+  op <- .batch_ops[[key]]
+  if (is.null(op)) {
+    op <- make_kernel(formula, args, sum_scheme)
+    assign(key, op, envir = .batch_ops)
+  }
+  op
+}
+
+# `res` (an engine result with the members' rows end to end) cut into the members' matrices
+# (`rows` rows each).
+batch_split <- function(res, rows) {
+  ends <- cumsum(rows)
+  lapply(seq_along(rows), function(b) {
+    at <- seq.int(ends[b] - rows[b] + 1L, length.out = rows[b])
+    if (length(dim(res)) == 3L) res[at, , , drop = FALSE] else res[at, , drop = FALSE]
+  })
+}
+
+# A list of member matrices as the caller gave the batch: the list, or an `n x d x B` array when
+# every member has the same shape.
+batch_value <- function(members, as_list) {
+  if (as_list) return(members)
+  d <- dim(members[[1L]])
+  if (!all(vapply(members, function(m) identical(dim(m), d), NA))) return(members)
+  array(unlist(members, use.names = FALSE), c(d, length(members)))
+}
+
+# The result of the reduction of `formula` (described by `info`) over the batch `input`.
+batch_forward <- function(formula, sum_scheme, info, input, ranges, inner_dim) {
+  batch_unsupported(ranges, inner_dim)
+  layout <- batch_layout(input, info, info$axis)
+  op <- batch_operator(formula, batch_args(info, layout$categories), sum_scheme)
+  reduced <- layout$rows[[if (info$axis == 0L) "Vj" else "Vi"]]
+  if (info$reduction %in% c("KMin", "ArgKMin", "KMinArgKMin") && info$k > min(reduced)) {
+    b <- which.min(reduced)
+    stop("K = ", info$k, " is larger than the number of ", if (info$axis == 0L) "j" else "i",
+         "-rows reduced over in member ", b, " (", reduced[b], ")", call. = FALSE)
+  }
+  res <- op(layout$inputs, ranges = layout$ranges)
+  out_rows <- layout$rows[[if (info$axis == 0L) "Vi" else "Vj"]]
+  # Indices count from the start of each member's reduced rows.
+  offsets <- cumsum(reduced) - reduced
+  split_indices <- function(idx) {
+    parts <- batch_split(idx, out_rows)
+    lapply(seq_along(parts), function(b) parts[[b]] - as.integer(offsets[b]))
+  }
+  index_only <- info$reduction %in% c("ArgMin", "ArgMax", "ArgKMin")
+  if (is.list(res)) {
+    return(list(values = batch_value(batch_split(res$values, out_rows), layout$as_list),
+                indices = batch_value(split_indices(res$indices), layout$as_list)))
+  }
+  parts <- if (index_only) split_indices(res) else batch_split(res, out_rows)
+  batch_value(parts, layout$as_list)
+}
+
+# The gradient of `op` (its forward operator) in its variable number `k` over the batch `input`
+# (the inputs of `op`, then the gradient input `e`, batched like the result, or shared); `plain`
+# is the gradient operator for inputs that are not batches, used when no parameter moves.
+batch_gradient <- function(op, k, eta, plain, input, ranges, inner_dim) {
+  batch_unsupported(ranges, inner_dim)
+  spec <- attr(op, "rkeops")
+  info <- spec$info
+  out_category <- if (info$axis == 0L) "Vi" else "Vj"
+  n <- length(info$names)
+  # The gradient input of a KMin may be given like its values: n x K x d per member.
+  e <- input[[length(input)]]
+  if (length(input) == n + 1L && is.list(e) && !is.object(e)) {
+    input[[length(input)]] <- lapply(e, function(m) if (length(dim(m)) == 3L) matrix(m, nrow = dim(m)[1L]) else m)
+  }
+  info_g <- list(names = c(info$names, eta), categories = c(info$categories, out_category),
+                 dims = c(info$dims, grad_input_dim(info)))
+  layout <- batch_layout(input, info_g, info$axis)
+  forward_cats <- layout$categories[seq_len(n)]
+  grad_op <- if (identical(forward_cats, info$categories)) plain else
+    grad_operator(batch_operator(spec$formula, batch_args(info, forward_cats), spec$sum_scheme), k, eta)
+  res <- grad_op(layout$inputs, ranges = layout$ranges)
+  category <- forward_cats[k]
+  if (category == "Pm") return(res)                    # a shared parameter: summed over all pairs
+  rows <- layout$rows[[category]]
+  member <- rep(seq_len(layout$B), rows)
+  if (info$categories[k] == "Pm") {
+    # A batched parameter: its gradient sums over each member's rows.
+    sums <- unname(rowsum(res, member, reorder = FALSE))
+    parts <- lapply(seq_len(layout$B), function(b) sums[b, , drop = FALSE])
+    return(batch_value(parts, layout$as_list))
+  }
+  if (!layout$batched[k]) {
+    # A variable shared by every member: the sum of its gradients in each member.
+    return(unname(rowsum(res, sequence(rows), reorder = FALSE)))
+  }
+  batch_value(batch_split(res, rows), layout$as_list)
+}
+
+batch_unsupported <- function(ranges, inner_dim) {
+  # (the second argument may hold the ranges, as input_layout() explains)
+  if (is.list(inner_dim)) ranges <- inner_dim
+  if (is.null(inner_dim) || is.list(inner_dim)) inner_dim <- "col"
+  if (!is.null(ranges)) {
+    stop("'ranges' cannot be combined with batched inputs yet: the batch is itself a set of ",
+         "blocks; call each member with its ranges", call. = FALSE)
+  }
+  if (!identical(inner_dim, "col")) {
+    stop("inner_dim = \"row\" cannot be combined with batched inputs: give each member with one ",
+         "row per point", call. = FALSE)
+  }
+}
+
+# `plain` (an operator) extended to batches: batched inputs go to `batched(input, ranges,
+# inner_dim)`, anything else to `plain`, whose description (attribute "rkeops") is kept.
+with_batches <- function(plain, batched) {
+  op <- function(input = NULL, inner_dim = "col", ranges = NULL) {
+    if (!is.null(input) && is_batch_input(input)) return(batched(input, ranges, inner_dim))
+    plain(input, inner_dim, ranges)
+  }
+  attr(op, "rkeops") <- attr(plain, "rkeops")
+  op
+}
+
+# ---- batched LazyTensor variables -----------------------------------------------------------------
+
+# Vi(x), Vj(x) or Pm(x) of a batch `x` (see above): kept as given, checked when reduced.
+lazy_batch_variable <- function(x, cat, label, is_complex) {
+  if (is_complex || (is.list(x) && any(vapply(x, is.complex, NA))) || is.complex(x)) {
+    stop(sprintf("%s(): '%s' is a batch: batches of complex numbers are not supported", cat, label),
+         call. = FALSE)
+  }
+  dim <- batch_var_dim(x, cat)
+  if (is.na(dim) || dim < 1L) {
+    stop(sprintf("%s(): '%s' must be a batch of numeric %s (a list, or an array whose third index is the member)",
+                 cat, label, if (cat == "Pm") "vectors" else "matrices"), call. = FALSE)
+  }
+  new_lazy("@0@", list(x), cat, dim, dims = dim)
+}
+
+# The dimension of a batched variable: that of its first member.
+batch_var_dim <- function(x, cat) {
+  if (!is.list(x)) return(if (cat == "Pm") as.integer(prod(dim(x)[1:2])) else dim(x)[2L])
+  m <- x[[1L]]
+  if (!(is.numeric(m) || is.logical(m))) return(NA_integer_)
+  if (cat == "Pm") length(m) else NCOL(m)
+}
+
+# The rows of a variable, of each member for a batch (NA when they differ).
+lazy_var_rows <- function(v) {
+  if (is.na(batch_size(v))) return(NROW(v))
+  if (!is.list(v)) return(dim(v)[1L])
+  r <- unique(vapply(v, NROW, 1L))
+  if (length(r) == 1L) r else NA_integer_
+}
