@@ -23,16 +23,33 @@ batch_size <- function(x) {
   NA_integer_
 }
 
-# The members of a batched input as a list of numeric matrices (rows x dim), or of vectors for a
-# parameter; `label` names the input in errors.
-batch_members <- function(x, category, dim, label) {
-  members <- if (is.list(x)) x else {
+# A batched input stacked for the engine: list(data, rows), `data` the members' rows end to end
+# (for a parameter, one row per member) and `rows` the rows of each member; `label` names the input
+# in errors.
+batch_stack <- function(x, category, dim, label) {
+  if (!is.list(x)) {
     d <- dim(x)
-    lapply(seq_len(d[3L]), function(b) if (category == "Pm") as.vector(x[, , b]) else matrix(x[, , b], d[1L], d[2L]))
+    if (!(is.numeric(x) || is.logical(x)) || is.object(x)) {
+      stop(label, ": expected a numeric array (n x d x B) or a list of matrices", call. = FALSE)
+    }
+    if (category == "Pm") {
+      if (d[1L] * d[2L] != dim) {
+        stop(label, ": a batch of parameters Pm(", dim, ") needs a 1 x ", dim, " x B array, not ",
+             paste(d, collapse = " x "), call. = FALSE)
+      }
+      return(list(data = t(matrix(as.double(x), dim, d[3L])), rows = rep(1L, d[3L])))
+    }
+    if (d[2L] != dim || d[1L] == 0L) {
+      stop(label, ", member 1: expected a matrix with ", dim, " column", if (dim > 1L) "s",
+           " and at least one row, not ", d[1L], " x ", d[2L], call. = FALSE)
+    }
+    data <- if (dim == 1L) as.double(x) else aperm(x, c(1L, 3L, 2L))
+    data <- matrix(data, d[1L] * d[3L], dim)
+    if (!is.double(data)) storage.mode(data) <- "double"
+    return(list(data = data, rows = rep(d[1L], d[3L])))
   }
-  if (length(members) == 0L) stop(label, " is an empty batch (a list or array of no member)", call. = FALSE)
-  lapply(seq_along(members), function(b) {
-    m <- members[[b]]
+  members <- lapply(seq_along(x), function(b) {
+    m <- x[[b]]
     if (is.data.frame(m)) m <- as.matrix(m)
     if (!(is.numeric(m) || is.logical(m)) || is.object(m) || length(dim(m)) > 2L) {
       stop(label, ", member ", b, ": expected a numeric ", if (category == "Pm") "vector" else "matrix",
@@ -43,16 +60,18 @@ batch_members <- function(x, category, dim, label) {
         stop(label, ", member ", b, ": a parameter Pm(", dim, ") needs ", dim, " values, not ",
              length(m), call. = FALSE)
       }
-      return(as.double(m))
+      return(matrix(as.double(m), 1L, dim))
     }
     if (!is.matrix(m)) m <- matrix(m, ncol = 1L)   # a vector: one value per point
     if (ncol(m) != dim || nrow(m) == 0L) {
       stop(label, ", member ", b, ": expected a matrix with ", dim, " column", if (dim > 1L) "s",
            " and at least one row, not ", nrow(m), " x ", ncol(m), call. = FALSE)
     }
-    storage.mode(m) <- "double"
     m
   })
+  data <- do.call(rbind, members)
+  storage.mode(data) <- "double"
+  list(data = data, rows = vapply(members, nrow, 1L))
 }
 
 # The inputs of one engine call for the batch `input` of an operator described by `info` (names,
@@ -94,12 +113,12 @@ batch_layout <- function(input, info, axis) {
   }
   batched <- !is.na(sizes) & sizes == B & B > 1L
   as_list <- any(vapply(input, function(x) is.list(x) && !is.object(x), NA))
-  members <- lapply(seq_len(n), function(k) {
-    if (is.na(sizes[k])) return(NULL)
-    batch_members(input[[k]], cats[k], info$dims[k], labels[k])
-  })
-  # A batch of one member is shared: its only member is the input.
-  for (k in which(!is.na(sizes) & !batched)) input[[k]] <- members[[k]][[1L]]
+  stacks <- vector("list", n)
+  for (k in which(!is.na(sizes))) {
+    st <- batch_stack(input[[k]], cats[k], info$dims[k], labels[k])
+    # A batch of one member is shared: its only member is the input.
+    if (batched[k]) stacks[[k]] <- st else input[[k]] <- if (cats[k] == "Pm") as.vector(st$data) else st$data
+  }
   # The rows of each member on each side: from its batched variables, else from a shared one.
   side_rows <- function(side) {
     ks <- which(cats == side)
@@ -109,7 +128,7 @@ batch_layout <- function(input, info, axis) {
     }
     rows <- NULL
     for (k in ks[batched[ks]]) {
-      r <- vapply(members[[k]], nrow, 1L)
+      r <- stacks[[k]]$rows
       if (is.null(rows)) {
         rows <- r
         first <- k
@@ -135,27 +154,22 @@ batch_layout <- function(input, info, axis) {
   new_cats <- cats
   for (k in seq_len(n)) {
     x <- input[[k]]
-    if (cats[k] == "Pm") {
-      if (!batched[k]) {
-        inputs[k] <- list(x)
-        next
+    if (batched[k]) {
+      inputs[[k]] <- stacks[[k]]$data
+      if (cats[k] == "Pm") {
+        # p_b repeated on every row of member b, on the output's side.
+        new_cats[k] <- out_side
+        inputs[[k]] <- inputs[[k]][rep(seq_len(B), rows[[out_side]]), , drop = FALSE]
       }
-      # p_b repeated on every row of member b, on the output's side.
-      new_cats[k] <- out_side
-      each <- rows[[out_side]]
-      inputs[[k]] <- do.call(rbind, lapply(seq_len(B), function(b) {
-        matrix(members[[k]][[b]], each[b], info$dims[k], byrow = TRUE)
-      }))
-      next
-    }
-    inputs[[k]] <- if (batched[k]) {
-      do.call(rbind, members[[k]])
+    } else if (cats[k] == "Pm") {
+      inputs[k] <- list(x)
     } else {
       if (is.data.frame(x)) x <- as.matrix(x)
       x <- if (is.matrix(x)) x else matrix(x, ncol = 1L)
-      x[rep(seq_len(nrow(x)), B), , drop = FALSE]
+      x <- x[rep(seq_len(nrow(x)), B), , drop = FALSE]
+      if (!is.double(x)) storage.mode(x) <- "double"
+      inputs[[k]] <- x
     }
-    storage.mode(inputs[[k]]) <- "double"
   }
   blocks <- function(r) {
     ends <- cumsum(r)
@@ -198,13 +212,16 @@ batch_split <- function(res, rows) {
   })
 }
 
-# A list of member matrices as the caller gave the batch: the list, or an `n x d x B` array when
-# every member has the same shape.
-batch_value <- function(members, as_list) {
-  if (as_list) return(members)
-  d <- dim(members[[1L]])
-  if (!all(vapply(members, function(m) identical(dim(m), d), NA))) return(members)
-  array(unlist(members, use.names = FALSE), c(d, length(members)))
+# `res` (the members' rows end to end, `rows` each) as the caller gave the batch: a list of
+# members, or an `n x d x B` array (`n x K x d x B` for a K-selection of dimension d > 1) when
+# every input was an array (then the members have the same number of rows).
+batch_value <- function(res, rows, as_list) {
+  if (as_list) return(batch_split(res, rows))
+  d <- dim(res)
+  if (is.null(d)) d <- c(length(res), 1L)
+  B <- length(rows)
+  out <- array(res, c(rows[1L], B, d[-1L]))
+  aperm(out, c(1L, seq_along(d)[-1L] + 1L, 2L))
 }
 
 # The result of the reduction of `formula` (described by `info`) over the batch `input`.
@@ -221,18 +238,11 @@ batch_forward <- function(formula, sum_scheme, info, input, ranges, inner_dim) {
   res <- op(layout$inputs, ranges = layout$ranges)
   out_rows <- layout$rows[[if (info$axis == 0L) "Vi" else "Vj"]]
   # Indices count from the start of each member's reduced rows.
-  offsets <- cumsum(reduced) - reduced
-  split_indices <- function(idx) {
-    parts <- batch_split(idx, out_rows)
-    lapply(seq_along(parts), function(b) parts[[b]] - as.integer(offsets[b]))
-  }
-  index_only <- info$reduction %in% c("ArgMin", "ArgMax", "ArgKMin")
-  if (is.list(res)) {
-    return(list(values = batch_value(batch_split(res$values, out_rows), layout$as_list),
-                indices = batch_value(split_indices(res$indices), layout$as_list)))
-  }
-  parts <- if (index_only) split_indices(res) else batch_split(res, out_rows)
-  batch_value(parts, layout$as_list)
+  offsets <- rep(as.integer(cumsum(reduced) - reduced), out_rows)
+  value <- function(r) batch_value(r, out_rows, layout$as_list)
+  if (is.list(res)) return(list(values = value(res$values), indices = value(res$indices - offsets)))
+  if (info$reduction %in% c("ArgMin", "ArgMax", "ArgKMin")) res <- res - offsets
+  value(res)
 }
 
 # The gradient of `op` (its forward operator) in its variable number `k` over the batch `input`
@@ -262,15 +272,13 @@ batch_gradient <- function(op, k, eta, plain, input, ranges, inner_dim) {
   member <- rep(seq_len(layout$B), rows)
   if (info$categories[k] == "Pm") {
     # A batched parameter: its gradient sums over each member's rows.
-    sums <- unname(rowsum(res, member, reorder = FALSE))
-    parts <- lapply(seq_len(layout$B), function(b) sums[b, , drop = FALSE])
-    return(batch_value(parts, layout$as_list))
+    return(batch_value(unname(rowsum(res, member, reorder = FALSE)), rep(1L, layout$B), layout$as_list))
   }
   if (!layout$batched[k]) {
     # A variable shared by every member: the sum of its gradients in each member.
     return(unname(rowsum(res, sequence(rows), reorder = FALSE)))
   }
-  batch_value(batch_split(res, rows), layout$as_list)
+  batch_value(res, rows, layout$as_list)
 }
 
 batch_unsupported <- function(ranges, inner_dim) {

@@ -120,6 +120,27 @@
 #'   (maxima) with index 0, `-Inf` for log-sum-exp, `NaN` for soft-max
 #'   weights. (A `ranges` object given as the second argument is taken as
 #'   `ranges`, as before `inner_dim` was added.)
+#'
+#'   **Batches**: many independent problems of the same formula in one call.
+#'   Any input may be a batch of `B` members: an `n x d x B` array (member `b`
+#'   is `x[, , b]`; for a parameter `Pm(d)`, a `1 x d x B` array) or a list of
+#'   `B` matrices (of vectors for a parameter), whose members may have
+#'   different numbers of rows. Member `b` of the result is the reduction of
+#'   member `b` of every batched input: an `n x d x B` array (for `KMin` with
+#'   `d > 1`, `n x K x d x B`; for `Min_ArgMin`, ..., a list of two such
+#'   arrays), or a list of `B` matrices when any batched input is a list. An
+#'   input that is not a batch (a matrix, a vector, a number), or a batch of
+#'   one member, is shared by every member (broadcast, as in KeOps); batched
+#'   inputs must have the same `B`. Indices count from 1 within each member.
+#'   The batch is one engine call, one kernel launch on the GPU: the members
+#'   are laid end to end and reduced as the blocks of block-diagonal ranges
+#'   (a shared input is repeated for each member). The gradients of
+#'   [keops_grad()] take batches the same way (the gradient input `e`
+#'   batched like the result): the gradient in a batched variable has one
+#'   member per member, the gradient in a shared variable is the sum over the
+#'   members, and the gradient in a batched parameter is a `1 x d x B` array.
+#'   A batch needs an `i` and a `j` variable, and cannot be combined with
+#'   `ranges`, `inner_dim = "row"` or inputs kept on the GPU ([keops_device()]).
 #' @seealso [keops_grad()] for gradients, [LazyTensor] for the same
 #'   computations written with R operators.
 #' @export
@@ -174,6 +195,12 @@
 #' all.equal(mv(list(as.vector(A), x, y)),
 #'           (x * nrow(y) - rep(colSums(y), each = nrow(x))) %*% t(A),
 #'           tolerance = 1e-5)
+#'
+#' # a batch of 4 problems: x and b per problem (arrays), y shared by all
+#' xb <- array(runif(10 * 3 * 4), c(10, 3, 4))
+#' bb <- array(rnorm(200 * 4), c(200, 1, 4))
+#' ab <- gauss(list(xb, y, bb, 0.5))   # 10 x 1 x 4: one call for the 4
+#' all.equal(ab[, , 2], c(gauss(list(xb[, , 2], y, bb[, , 2], 0.5))))
 #'
 #' # KeOps' gradient syntax: d/dx_i of sum_i e_i sum_j |x_i - y_j|^2,
 #' # that is 2 e_i sum_j (x_i - y_j) (100 x 3)

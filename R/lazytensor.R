@@ -41,7 +41,10 @@
 #'   `length(x)`; a matrix is taken as `as.vector(x)`). A data frame is taken
 #'   as `as.matrix(x)`; complex data gives a [ComplexLazyTensor]. For
 #'   `LazyTensor()`, data as above (a matrix needs `index`), or a
-#'   `LazyTensor`, returned unchanged.
+#'   `LazyTensor`, returned unchanged. A batch of problems is an
+#'   `n x d x B` array or a list of `B` matrices (for `Pm()`, a `1 x d x B`
+#'   array or a list of vectors): reductions then return one result per
+#'   member (see "Batches" in [keops_kernel()]).
 #' @param index For `LazyTensor()`: `"i"` (the same as `Vi(x)`), `"j"`
 #'   (`Vj(x)`) or `NA` (the default: a parameter, `Pm(x)`, for a vector or a
 #'   number; a matrix without `index` is an error, as in rkeops 2).
