@@ -263,3 +263,35 @@ test_that("bad batches are errors that say what is wrong", {
   expect_keops_error(Vi(array(1i, c(2, 2, 2))), "batches of complex numbers")
   expect_keops_error(Pm(list("a")), "must be a batch of numeric vectors")
 })
+
+test_that("the gradient of every differentiable reduction of a batch equals each member's, both axes", {
+  local_precision("float64")
+  set.seed(181)
+  B <- 3; N <- 7; M <- 10
+  x <- arr(N, 2, B); y <- arr(M, 2, B); w <- arr(M, 1, B, 0.5, 2); u <- arr(N, 1, B, 0.5, 2)
+  reductions <- c("Sum_Reduction(Exp(-SqDist(x, y)) * %s, %d)",
+                  "Min_Reduction(SqDist(x, y) + %s, %d)",
+                  "Max_Reduction(SqDist(x, y) * %s, %d)",
+                  "Min_ArgMin_Reduction(SqDist(x, y) + %s, %d)",
+                  "Max_ArgMax_Reduction(SqDist(x, y) * %s, %d)",
+                  "KMin_Reduction(SqDist(x, y) + %s, 3, %d)",
+                  "KMin_ArgKMin_Reduction(SqDist(x, y) + %s, 3, %d)",
+                  "ArgMin_Reduction(SqDist(x, y) + %s, %d)",
+                  "LogSumExp_Reduction(-SqDist(x, y) * %s, %d)",
+                  "LogSumExpWeight_Reduction(-SqDist(x, y), %s, %d)",
+                  "SumSoftMaxWeight_Reduction(-SqDist(x, y), %s, %d)")
+  for (axis in 0:1) {
+    wname <- if (axis == 0L) "w" else "u"
+    n_out <- if (axis == 0L) N else M
+    for (red in reductions) {
+      formula <- sprintf(red, wname, axis)
+      op <- keops_kernel(formula, c("x = Vi(2)", "y = Vj(2)", "w = Vj(1)", "u = Vi(1)"))
+      info <- attr(op, "rkeops")$info
+      e <- arr(n_out, rkeops:::grad_input_dim(info), B)
+      for (var in c("x", "y", wname)) {
+        expect_members(keops_grad(op, var), list(x, y, w, u, e), B, tol = 1e-11,
+                       info = paste(formula, "in", var))
+      }
+    }
+  }
+})
