@@ -281,6 +281,7 @@ batch_gradient <- function(op, k, eta, plain, input, ranges, inner_dim) {
   batch_value(res, rows, layout$as_list)
 }
 
+# What batches do not combine with yet: errors that say so.
 batch_unsupported <- function(ranges, inner_dim) {
   # (the second argument may hold the ranges, as input_layout() explains)
   if (is.list(inner_dim)) ranges <- inner_dim
