@@ -21,6 +21,10 @@
 #   make bench-solve  solve() on a LazyTensor with and without the Nystrom preconditioner, and
 #                 dense base::solve() (bench/solve.R; SIZES=1e4,5e4, EPS=1e-4, RANKS=sweep, REPS=3,
 #                 BUDGET=120 s per case, BENCH_OUT=file.md)
+#   make bench-batch  batches (issue 17): batched Sinkhorn (seed 001), K-NN graphs and Gaussian-window
+#                 averages of batches of point clouds, each against the loop of per-member calls
+#                 (bench/batch.R; BACKEND=CPU|GPU, SIZES=full|small, B=256 problems, REPS=3,
+#                 LOOP_BUDGET=30 s per loop run, BENCH_OUT=file.md)
 #   make doc      regenerate NAMESPACE and man/ with roxygen2
 #   make vendor   bundle the crates of src/rust/Cargo.lock into src/rust/vendor.tar.xz (commit it)
 #                 and list their authors and licences in inst/AUTHORS; run it after any change of
@@ -57,7 +61,7 @@ SIZES ?=
 ITER_BUDGET ?= $(if $(filter command line,$(origin BUDGET)),$(BUDGET),60)
 ITER_REPS ?= $(if $(filter command line,$(origin REPS)),$(REPS),3)
 
-.PHONY: all deps install demo test fuzz check doc clean distclean bench-cpu bench-iterative bench-ranges bench-solve vendor
+.PHONY: all deps install demo test fuzz check doc clean distclean bench-cpu bench-iterative bench-ranges bench-solve bench-batch vendor
 
 all: install
 
@@ -141,6 +145,13 @@ bench-solve: install
 	SIZES='$(SIZES)' EPS='$(EPS)' RANKS='$(RANKS)' REPS=$(ITER_REPS) \
 		BUDGET=$(if $(filter command line,$(origin BUDGET)),$(BUDGET),120) BENCH_OUT='$(BENCH_OUT)' \
 		R_LIBS=$(LIB_DIR) Rscript bench/solve.R
+
+# make bench-batch: empty settings are the script's defaults.
+B ?=
+LOOP_BUDGET ?=
+bench-batch: install
+	BACKEND='$(BACKEND)' SIZES='$(SIZES)' B='$(B)' REPS=$(ITER_REPS) LOOP_BUDGET='$(LOOP_BUDGET)' \
+		BENCH_OUT='$(BENCH_OUT)' R_LIBS=$(LIB_DIR) Rscript bench/batch.R
 
 # CRAN's incoming checks and the clock check need the internet: off, so that the
 # check runs offline and says the same everywhere. --as-cran needs qpdf, and checkbashisms
