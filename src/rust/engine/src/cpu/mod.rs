@@ -15,7 +15,7 @@ mod short_range;
 
 pub mod reducers;
 
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::{Acquire, Relaxed, Release}};
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
@@ -203,16 +203,24 @@ fn split_front<'v, X>(buf: &mut &'v mut [X], len: usize) -> &'v mut [X] {
 fn run_polling(threads: usize, work: impl Fn() + Sync, interrupted: fn() -> bool, stop: &AtomicBool) {
     const POLL: std::time::Duration = std::time::Duration::from_millis(10);
     let caller = std::thread::current();
+    // Counted before the wake-up (also when `work` panics): a thread that has unparked the caller
+    // is not yet "finished" for its JoinHandle, and waiting on that would sleep a whole POLL.
+    struct Finished<'a>(&'a AtomicUsize, &'a std::thread::Thread);
+    impl Drop for Finished<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Release);
+            self.1.unpark();
+        }
+    }
+    let done = AtomicUsize::new(0);
     std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    work();
-                    caller.unpark();
-                })
-            })
-            .collect();
-        while !workers.iter().all(|w| w.is_finished()) {
+        for _ in 0..threads {
+            s.spawn(|| {
+                let _finished = Finished(&done, &caller);
+                work();
+            });
+        }
+        while done.load(Acquire) < threads {
             std::thread::park_timeout(POLL);
             if !stop.load(Relaxed) && interrupted() {
                 stop.store(true, Relaxed);
