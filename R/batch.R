@@ -9,6 +9,10 @@
 # each member; a batched parameter becomes a variable of the output's index (one copy of p_b per
 # row of member b), which is the same formula with another declaration.
 
+# The operators of the formulas whose batched parameters moved to another index, by declarations,
+# and the last ranges made (batch_ranges()).
+.batch_ops <- new.env(parent = emptyenv())
+
 # Whether `input` (the list given to an operator) holds a batched input.
 is_batch_input <- function(input) {
   if (!is.list(input) || is.object(input)) return(FALSE)
@@ -43,8 +47,9 @@ batch_stack <- function(x, category, dim, label) {
       stop(label, ", member 1: expected a matrix with ", dim, " column", if (dim > 1L) "s",
            " and at least one row, not ", d[1L], " x ", d[2L], call. = FALSE)
     }
-    data <- if (dim == 1L) as.double(x) else aperm(x, c(1L, 3L, 2L))
-    data <- matrix(data, d[1L] * d[3L], dim)
+    # (one copy: each allocation of a large vector costs page faults)
+    data <- if (dim == 1L) x else aperm(x, c(1L, 3L, 2L))
+    dim(data) <- c(d[1L] * d[3L], dim)
     if (!is.double(data)) storage.mode(data) <- "double"
     return(list(data = data, rows = rep(d[1L], d[3L])))
   }
@@ -159,29 +164,54 @@ batch_layout <- function(input, info, axis) {
       if (cats[k] == "Pm") {
         # p_b repeated on every row of member b, on the output's side.
         new_cats[k] <- out_side
-        inputs[[k]] <- inputs[[k]][rep(seq_len(B), rows[[out_side]]), , drop = FALSE]
+        inputs[[k]] <- repeat_rows(inputs[[k]], rows[[out_side]])
       }
     } else if (cats[k] == "Pm") {
       inputs[k] <- list(x)
     } else {
       if (is.data.frame(x)) x <- as.matrix(x)
       x <- if (is.matrix(x)) x else matrix(x, ncol = 1L)
-      x <- x[rep(seq_len(nrow(x)), B), , drop = FALSE]
       if (!is.double(x)) storage.mode(x) <- "double"
-      inputs[[k]] <- x
+      inputs[[k]] <- repeat_rows(x, rep.int(1L, nrow(x)), B)
     }
   }
+  # (one member: no ranges, the call of an unbatched input)
+  ranges <- if (B == 1L) NULL else batch_ranges(rows)
+  list(inputs = inputs, categories = new_cats, ranges = ranges, B = B, rows = rows,
+       batched = batched, as_list = as_list)
+}
+
+# The rows of the matrix `x` (doubles), row r repeated `times[r]` times, the whole `each` times:
+# indexing the data as a vector, which R does several times faster than x[rows, , drop = FALSE].
+repeat_rows <- function(x, times, each = 1L) {
+  n <- NROW(x)
+  d <- length(x) %/% n
+  # (each allocation of a large vector costs page faults: as few as possible)
+  if (d == 1L && all(times == 1L)) {
+    out <- rep.int(as.vector(x), each)
+  } else {
+    rows <- rep.int(rep.int(seq_len(n), times), each)
+    out <- x[if (d == 1L) rows else rows + rep(n * (seq_len(d) - 1L), each = length(rows))]
+  }
+  dim(out) <- c(length(out) %/% d, d)
+  out
+}
+
+# The block-diagonal ranges of members with `rows$Vi` and `rows$Vj` rows, in the engine's form;
+# the last ones are kept, as an iterative algorithm calls with the same sizes again and again.
+batch_ranges <- function(rows) {
+  last <- .batch_ops$last_ranges
+  if (!is.null(last) && identical(last$rows, rows)) return(last$ranges)
   blocks <- function(r) {
     ends <- cumsum(r)
     matrix(c(ends - r + 1L, ends), ncol = 2L)
   }
   ri <- blocks(rows$Vi)
   rj <- blocks(rows$Vj)
-  one_each <- seq_len(B)
-  # (one member: no ranges, the call of an unbatched input)
-  ranges <- if (B == 1L) NULL else new_keops_ranges(ri, one_each, rj, rj, one_each, ri)
-  list(inputs = inputs, categories = new_cats, ranges = ranges, B = B, rows = rows,
-       batched = batched, as_list = as_list)
+  one_each <- seq_along(rows$Vi)
+  ranges <- ranges_for_engine(new_keops_ranges(ri, one_each, rj, rj, one_each, ri))
+  .batch_ops$last_ranges <- list(rows = rows, ranges = ranges)
+  ranges
 }
 
 # The declarations of the variables of `info` with the categories `categories`, in input order.
@@ -189,8 +219,6 @@ batch_args <- function(info, categories) {
   sprintf("%s = %s(%d)", info$names, categories, info$dims)
 }
 
-# The operators of the formulas whose batched parameters moved to another index, by declarations.
-.batch_ops <- new.env(parent = emptyenv())
 
 batch_operator <- function(formula, args, sum_scheme) {
   key <- paste(c(formula, sum_scheme, args), collapse = "\r")
@@ -220,6 +248,11 @@ batch_value <- function(res, rows, as_list) {
   d <- dim(res)
   if (is.null(d)) d <- c(length(res), 1L)
   B <- length(rows)
+  # (one column: the rows of each member already lie together)
+  if (prod(d[-1L]) == 1) {
+    dim(res) <- c(rows[1L], d[-1L], B)
+    return(res)
+  }
   out <- array(res, c(rows[1L], B, d[-1L]))
   aperm(out, c(1L, seq_along(d)[-1L] + 1L, 2L))
 }

@@ -7,7 +7,7 @@
 ranges_parts <- c("ranges_i", "slices_i", "redranges_j", "ranges_j", "slices_j", "redranges_i")
 
 ranges_for_engine <- function(ranges) {
-  if (is.null(ranges)) return(NULL)
+  if (is.null(ranges) || inherits(ranges, "keops_engine_ranges")) return(ranges)
   if (!is.list(ranges) || !all(ranges_parts %in% names(ranges))) {
     stop("'ranges' must be made by from_matrix() (or be a list with elements ",
          paste(ranges_parts, collapse = ", "), ")", call. = FALSE)
@@ -37,5 +37,6 @@ ranges_for_engine <- function(ranges) {
     c(x[seq_len(n)] - 1L, x[n + seq_len(n)])
   })
   names(parts) <- ranges_parts
-  parts
+  # (batches keep this form between calls: see batch_ranges())
+  structure(parts, class = "keops_engine_ranges")
 }
