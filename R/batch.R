@@ -253,8 +253,8 @@ batch_value <- function(res, rows, as_list) {
     dim(res) <- c(rows[1L], d[-1L], B)
     return(res)
   }
-  out <- array(res, c(rows[1L], B, d[-1L]))
-  aperm(out, c(1L, seq_along(d)[-1L] + 1L, 2L))
+  dim(res) <- c(rows[1L], B, d[-1L])
+  aperm(res, c(1L, seq_along(d)[-1L] + 1L, 2L))
 }
 
 # The result of the reduction of `formula` (described by `info`) over the batch `input`.
