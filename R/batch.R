@@ -260,6 +260,12 @@ batch_value <- function(res, rows, as_list) {
 # The result of the reduction of `formula` (described by `info`) over the batch `input`.
 batch_forward <- function(formula, sum_scheme, info, input, ranges, inner_dim) {
   batch_unsupported(ranges, inner_dim)
+  one <- batch_of_one(input, info)
+  if (!is.null(one)) {
+    res <- batch_operator(formula, batch_args(info, info$categories), sum_scheme)(one$input)
+    wrap <- function(r) if (one$as_list) list(r) else array(r, c(dim(r), 1L))
+    return(if (is.list(res)) lapply(res, wrap) else wrap(res))
+  }
   layout <- batch_layout(input, info, info$axis)
   op <- batch_operator(formula, batch_args(info, layout$categories), sum_scheme)
   reduced <- layout$rows[[if (info$axis == 0L) "Vj" else "Vi"]]
@@ -294,6 +300,9 @@ batch_gradient <- function(op, k, eta, plain, input, ranges, inner_dim) {
   }
   info_g <- list(names = c(info$names, eta), categories = c(info$categories, out_category),
                  dims = c(info$dims, grad_input_dim(info)))
+  # (a batch of one member is shared: the gradient of the only member, not an array)
+  one <- batch_of_one(input, info_g)
+  if (!is.null(one)) return(plain(one$input))
   layout <- batch_layout(input, info_g, info$axis)
   forward_cats <- layout$categories[seq_len(n)]
   grad_op <- if (identical(forward_cats, info$categories)) plain else
@@ -312,6 +321,31 @@ batch_gradient <- function(op, k, eta, plain, input, ranges, inner_dim) {
     return(unname(rowsum(res, sequence(rows), reorder = FALSE)))
   }
   batch_value(res, rows, layout$as_list)
+}
+
+# When no input has more than one member: list(input = the inputs as the call of one problem,
+# as_list = whether a list was given), else NULL. The common case of code written for batches run
+# on one problem costs a call of the plain operator, without ranges or stacking.
+batch_of_one <- function(input, info) {
+  sizes <- vapply(input, batch_size, 1L)
+  if (any(sizes != 1L, na.rm = TRUE) || length(input) != length(info$names)) return(NULL)
+  if (!is.null(names(input)) && all(nzchar(names(input)))) {
+    if (!setequal(names(input), info$names)) return(NULL)   # (batch_layout() says what is wrong)
+    input <- input[info$names]
+  }
+  as_list <- FALSE
+  for (k in which(!is.na(sizes))) {
+    x <- input[[k]]
+    if (is.list(x)) {
+      as_list <- TRUE
+      x <- x[[1L]]
+      if (is.data.frame(x)) x <- as.matrix(x)
+    } else {
+      dim(x) <- if (info$categories[k] == "Pm") NULL else dim(x)[1:2]
+    }
+    input[k] <- list(x)
+  }
+  list(input = input, as_list = as_list)
 }
 
 # What batches do not combine with yet: errors that say so.

@@ -295,3 +295,20 @@ test_that("the gradient of every differentiable reduction of a batch equals each
     }
   }
 })
+
+test_that("a batch of one member, named inputs and lists: the plain call, the batch's shape", {
+  local_precision("float64")
+  set.seed(182)
+  op <- keops_kernel("Min_ArgMin_Reduction(SqDist(x, y) * p, 0)", c("x = Vi(2)", "y = Vj(2)", "p = Pm(1)"))
+  x <- arr(6, 2, 1); y <- arr(9, 2, 1)
+  plain <- op(list(x[, , 1], y[, , 1], 2))
+  got <- op(list(p = array(2, c(1, 1, 1)), y = y, x = x))
+  expect_identical(got$values, array(plain$values, c(6L, 1L, 1L)))
+  expect_identical(got$indices, array(plain$indices, c(6L, 1L, 1L)))
+  got <- op(list(list(x[, , 1]), y, 2))
+  expect_identical(got, list(values = list(plain$values), indices = list(plain$indices)))
+  # the gradient in a batch of one member: the plain gradient (a shared input)
+  e <- arr(6, 1, 1)
+  g <- keops_grad(keops_kernel("Sum_Reduction(SqDist(x, y) * p, 0)", c("x = Vi(2)", "y = Vj(2)", "p = Pm(1)")), "x")
+  expect_identical(g(list(x, y, 2, e)), g(list(x[, , 1], y[, , 1], 2, e[, , 1])))
+})
