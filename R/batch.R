@@ -242,19 +242,23 @@ batch_split <- function(res, rows) {
 
 # `res` (the members' rows end to end, `rows` each) as the caller gave the batch: a list of
 # members, or an `n x d x B` array (`n x K x d x B` for a K-selection of dimension d > 1) when
-# every input was an array (then the members have the same number of rows).
-batch_value <- function(res, rows, as_list) {
-  if (as_list) return(batch_split(res, rows))
+# every input was an array (then the members have the same number of rows); `offsets` (one per
+# member) subtracted from indices.
+batch_value <- function(res, rows, as_list, offsets = NULL) {
+  if (as_list) {
+    parts <- batch_split(res, rows)
+    if (!is.null(offsets)) parts <- lapply(seq_along(parts), function(b) parts[[b]] - offsets[b])
+    return(parts)
+  }
   d <- dim(res)
   if (is.null(d)) d <- c(length(res), 1L)
   B <- length(rows)
-  # (one column: the rows of each member already lie together)
-  if (prod(d[-1L]) == 1) {
-    dim(res) <- c(rows[1L], d[-1L], B)
-    return(res)
+  if (prod(d[-1L]) != 1 || !is.null(offsets)) {
+    # (one pass in the engine: R would copy the whole result three times)
+    res <- rust_result(.Call(wrap__keops_unstack, res, rows[1L], B, if (is.null(offsets)) integer(0) else offsets))
   }
-  dim(res) <- c(rows[1L], B, d[-1L])
-  aperm(res, c(1L, seq_along(d)[-1L] + 1L, 2L))
+  dim(res) <- c(rows[1L], d[-1L], B)
+  res
 }
 
 # The result of the reduction of `formula` (described by `info`) over the batch `input`.
@@ -277,11 +281,13 @@ batch_forward <- function(formula, sum_scheme, info, input, ranges, inner_dim) {
   res <- op(layout$inputs, ranges = layout$ranges)
   out_rows <- layout$rows[[if (info$axis == 0L) "Vi" else "Vj"]]
   # Indices count from the start of each member's reduced rows.
-  offsets <- rep(as.integer(cumsum(reduced) - reduced), out_rows)
-  value <- function(r) batch_value(r, out_rows, layout$as_list)
-  if (is.list(res)) return(list(values = value(res$values), indices = value(res$indices - offsets)))
-  if (info$reduction %in% c("ArgMin", "ArgMax", "ArgKMin")) res <- res - offsets
-  value(res)
+  offsets <- as.integer(cumsum(reduced) - reduced)
+  if (is.list(res)) {
+    return(list(values = batch_value(res$values, out_rows, layout$as_list),
+                indices = batch_value(res$indices, out_rows, layout$as_list, offsets)))
+  }
+  index_only <- info$reduction %in% c("ArgMin", "ArgMax", "ArgKMin")
+  batch_value(res, out_rows, layout$as_list, if (index_only) offsets)
 }
 
 # The gradient of `op` (its forward operator) in its variable number `k` over the batch `input`

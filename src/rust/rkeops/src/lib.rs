@@ -2,6 +2,7 @@
 //! failures as a `list(error = message)` that the R side turns into an R error. No panic and no
 //! R longjmp crosses the engine.
 
+mod batch;
 mod clustering;
 mod knn;
 
@@ -344,6 +345,7 @@ fn clean_cache(dir: &str) -> Robj {
 
 extendr_module! {
     mod rkeops;
+    use batch;
     use clustering;
     use knn;
     fn keops_parse;
