@@ -299,10 +299,14 @@ batch_gradient <- function(op, k, eta, plain, input, ranges, inner_dim) {
   info <- spec$info
   out_category <- if (info$axis == 0L) "Vi" else "Vj"
   n <- length(info$names)
-  # The gradient input of a KMin may be given like its values: n x K x d per member.
+  # The gradient input of a KMin may be given like its values: n x K x d per member (in a list),
+  # or one n x K x d array shared by every member.
   e <- input[[length(input)]]
   if (length(input) == n + 1L && is.list(e) && !is.object(e)) {
     input[[length(input)]] <- lapply(e, function(m) if (length(dim(m)) == 3L) matrix(m, nrow = dim(m)[1L]) else m)
+  } else if (length(input) == n + 1L && length(dim(e)) == 3L && info$reduction %in% c("KMin", "KMinArgKMin") &&
+             dim(e)[2L] == info$k && info$k * dim(e)[3L] == grad_input_dim(info) && dim(e)[3L] > 1L) {
+    input[[length(input)]] <- matrix(e, nrow = dim(e)[1L])
   }
   info_g <- list(names = c(info$names, eta), categories = c(info$categories, out_category),
                  dims = c(info$dims, grad_input_dim(info)))
@@ -369,11 +373,22 @@ batch_unsupported <- function(ranges, inner_dim) {
   }
 }
 
-# `plain` (an operator) extended to batches: batched inputs go to `batched(input, ranges,
-# inner_dim)`, anything else to `plain`, whose description (attribute "rkeops") is kept.
-with_batches <- function(plain, batched) {
+# `plain` (a gradient operator) extended to batches: batched inputs go to `batched(input, ranges,
+# inner_dim)`, anything else to `plain`, whose description (attribute "rkeops") is kept. The
+# gradient input (at position `at`) of a KMin of dimension d > 1 may be given like the values,
+# `n x K x d`: that 3-d array is one problem (a batch of them is `n x (K d) x B`).
+with_batches <- function(plain, batched, info, at) {
+  K <- if (info$reduction %in% c("KMin", "KMinArgKMin")) info$k else NA_integer_
+  values_shaped <- function(e) {
+    d <- dim(e)
+    length(d) == 3L && !is.na(K) && d[2L] == K && K * d[3L] == grad_input_dim(info) && d[3L] > 1L
+  }
   op <- function(input = NULL, inner_dim = "col", ranges = NULL) {
-    if (!is.null(input) && is_batch_input(input)) return(batched(input, ranges, inner_dim))
+    if (!is.null(input) && is_batch_input(input)) {
+      e <- if (length(input) >= at) input[[at]]
+      others <- if (length(input) >= at) input[-at] else input
+      if (!values_shaped(e) || is_batch_input(others)) return(batched(input, ranges, inner_dim))
+    }
     plain(input, inner_dim, ranges)
   }
   attr(op, "rkeops") <- attr(plain, "rkeops")

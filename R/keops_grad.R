@@ -91,7 +91,7 @@ keops_grad <- function(op, var) {
   plain <- grad_operator(op, k, eta)
   with_batches(plain, function(input, ranges, inner_dim) {
     batch_gradient(op, k, eta, plain, input, ranges, inner_dim)
-  })
+  }, spec$info, length(spec$info$names) + 1L)
 }
 
 # The dimension of the gradient input of a reduction described by `info`: that of its result

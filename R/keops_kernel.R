@@ -466,7 +466,7 @@ grad_kernel <- function(call, formula, args, sum_scheme) {
   with_batches(plain, function(input, ranges, inner_dim) {
     if (!is.null(names(input)) && all(nzchar(names(input)))) input <- input[all_info$names]
     batch_gradient(inner, k, e, grad, unname(input)[order], ranges, inner_dim)
-  })
+  }, info, match(e, all_info$names))
 }
 
 # What computed the last reduction, and the seconds spent in each of its phases (conversion,

@@ -312,3 +312,23 @@ test_that("a batch of one member, named inputs and lists: the plain call, the ba
   g <- keops_grad(keops_kernel("Sum_Reduction(SqDist(x, y) * p, 0)", c("x = Vi(2)", "y = Vj(2)", "p = Pm(1)")), "x")
   expect_identical(g(list(x, y, 2, e)), g(list(x[, , 1], y[, , 1], 2, e[, , 1])))
 })
+
+test_that("a KMin gradient input shaped like the values (n x K x d) is one problem, or shared", {
+  local_precision("float64")
+  set.seed(183)
+  N <- 6; M <- 9; B <- 3
+  op <- keops_kernel("KMin_Reduction(x * w - y, 4, 0)", c("x = Vi(2)", "y = Vj(2)", "w = Pm(1)"))
+  x <- arr(N, 2, B); y <- arr(M, 2, B)
+  e <- array(rnorm(N * 4 * 2), c(N, 4, 2))          # like the values of one problem
+  g <- keops_grad(op, "x")
+  plain <- g(list(x[, , 1], y[, , 1], 0.5, e))
+  expect_identical(dim(plain), c(6L, 2L))
+  expect_identical(plain, g(list(x[, , 1], y[, , 1], 0.5, matrix(e, N))))
+  # with batched points, the same e for every member
+  got <- g(list(x, y, 0.5, e))
+  for (k in seq_len(B)) expect_equal(got[, , k], g(list(x[, , k], y[, , k], 0.5, e)), tolerance = 1e-12)
+  # a batch of gradient inputs: n x (K d) x B
+  eb <- arr(N, 8, B)
+  got <- g(list(x, y, 0.5, eb))
+  for (k in seq_len(B)) expect_equal(got[, , k], g(list(x[, , k], y[, , k], 0.5, eb[, , k])), tolerance = 1e-12)
+})

@@ -83,9 +83,10 @@ test_that("non-numeric, NULL and 3-d array inputs", {
   bad <- inp; bad[1] <- list(NULL)
   expect_identical(length(bad), 3L)
   expect_keops_error(op(bad))
-  bad <- inp; bad[[2]] <- array(stats::runif(7 * 3 * 2), c(7, 3, 2))
-  expect_keops_error(op(bad))
-  bad <- inp; bad[[1]] <- array(inp[[1]], c(11, 3, 1))
+  # (a 3-d array is a batch, see test-batch.R: one with the wrong number of columns is an error)
+  bad <- inp; bad[[2]] <- array(stats::runif(7 * 4 * 2), c(7, 4, 2))
+  expect_keops_error(op(bad), "member 1", "3 columns")
+  bad <- inp; bad[[1]] <- array(inp[[1]], c(11, 3, 1, 1))
   expect_keops_error(op(bad))
   # parameter given as a character string
   op_p <- keops_kernel("Sum_Reduction(Exp(-s * SqDist(pts, ctr)) * wts, 0)",

@@ -310,5 +310,6 @@ test_that("operations without a complex meaning, and wrong arguments, give error
   expect_error((za | Vj(cmat(M, 3))), "same dimension")
   expect_error((za * zb) %*% cmat(M, 1), "dimension 1")
   expect_error((Vi(d$s) * Vj(d$w)) %*% cmat(M + 1, 1), "rows")
-  expect_error(Vi(array(1i, c(2, 2, 2))), "matrix or vector")
+  expect_error(Vi(array(1i, c(2, 2, 2, 2))), "matrix or vector")
+  expect_error(Vi(array(1i, c(2, 2, 2))), "batches of complex numbers are not supported")
 })
