@@ -304,8 +304,7 @@ batch_gradient <- function(op, k, eta, plain, input, ranges, inner_dim) {
   e <- input[[length(input)]]
   if (length(input) == n + 1L && is.list(e) && !is.object(e)) {
     input[[length(input)]] <- lapply(e, function(m) if (length(dim(m)) == 3L) matrix(m, nrow = dim(m)[1L]) else m)
-  } else if (length(input) == n + 1L && length(dim(e)) == 3L && info$reduction %in% c("KMin", "KMinArgKMin") &&
-             dim(e)[2L] == info$k && info$k * dim(e)[3L] == grad_input_dim(info) && dim(e)[3L] > 1L) {
+  } else if (length(input) == n + 1L && values_shaped(e, info)) {
     input[[length(input)]] <- matrix(e, nrow = dim(e)[1L])
   }
   info_g <- list(names = c(info$names, eta), categories = c(info$categories, out_category),
@@ -358,6 +357,14 @@ batch_of_one <- function(input, info) {
   list(input = input, as_list = as_list)
 }
 
+# Whether `e` is the gradient input of the reduction `info` (a KMin of dimension d > 1) given
+# like its values, one `n x K x d` array, rather than a batch (`n x (K d) x B`).
+values_shaped <- function(e, info) {
+  d <- dim(e)
+  length(d) == 3L && info$reduction %in% c("KMin", "KMinArgKMin") && d[2L] == info$k &&
+    d[3L] > 1L && info$k * d[3L] == grad_input_dim(info)
+}
+
 # What batches do not combine with yet: errors that say so.
 batch_unsupported <- function(ranges, inner_dim) {
   # (the second argument may hold the ranges, as input_layout() explains)
@@ -378,16 +385,11 @@ batch_unsupported <- function(ranges, inner_dim) {
 # gradient input (at position `at`) of a KMin of dimension d > 1 may be given like the values,
 # `n x K x d`: that 3-d array is one problem (a batch of them is `n x (K d) x B`).
 with_batches <- function(plain, batched, info, at) {
-  K <- if (info$reduction %in% c("KMin", "KMinArgKMin")) info$k else NA_integer_
-  values_shaped <- function(e) {
-    d <- dim(e)
-    length(d) == 3L && !is.na(K) && d[2L] == K && K * d[3L] == grad_input_dim(info) && d[3L] > 1L
-  }
   op <- function(input = NULL, inner_dim = "col", ranges = NULL) {
     if (!is.null(input) && is_batch_input(input)) {
       e <- if (length(input) >= at) input[[at]]
       others <- if (length(input) >= at) input[-at] else input
-      if (!values_shaped(e) || is_batch_input(others)) return(batched(input, ranges, inner_dim))
+      if (!values_shaped(e, info) || is_batch_input(others)) return(batched(input, ranges, inner_dim))
     }
     plain(input, inner_dim, ranges)
   }
