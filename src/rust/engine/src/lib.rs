@@ -11,6 +11,7 @@ pub mod cuda;
 pub mod error;
 pub mod knn;
 pub mod formula;
+pub mod iterate;
 pub mod math;
 pub mod memory;
 pub mod operator;

@@ -117,6 +117,29 @@ impl Operator {
         resident: &[Option<&DeviceMatrix>],
         options: &RunOptions,
     ) -> Result<Output> {
+        self.run_to(inputs, resident, options, None)
+    }
+
+    /// `run_with` on a GPU, the values written into `target` (a matrix of the result's shape on
+    /// the device of the call, in its precision, float32 or float64) instead of coming back: the
+    /// returned `Output` holds the timings only.
+    pub fn run_into(
+        &self,
+        inputs: &[Input],
+        resident: &[Option<&DeviceMatrix>],
+        options: &RunOptions,
+        target: &DeviceMatrix,
+    ) -> Result<Output> {
+        self.run_to(inputs, resident, options, Some(target))
+    }
+
+    fn run_to(
+        &self,
+        inputs: &[Input],
+        resident: &[Option<&DeviceMatrix>],
+        options: &RunOptions,
+        target: Option<&DeviceMatrix>,
+    ) -> Result<Output> {
         let resident_at = |p: usize| resident.get(p).copied().flatten();
         let (n_i, n_j) = self.check_inputs(inputs, &resident_at)?;
         if let Some(ranges) = &options.ranges {
@@ -142,6 +165,17 @@ impl Operator {
                     "is kept on {}, but this computation runs on GPU {}: keep it on that device, or pass the matrix itself",
                     m.where_(),
                     device.ordinal
+                )));
+            }
+        }
+        if let Some(m) = target {
+            let on_device = gpu.as_ref().is_some_and(|d| d.ordinal == m.ordinal());
+            if m.precision != options.precision || !on_device {
+                return Err(Error::Invalid(format!(
+                    "the result cannot be kept on {}: this computation is in {}, on {}",
+                    m.where_(),
+                    precision_name(options.precision),
+                    gpu.as_ref().map_or("the CPU".to_string(), |d| format!("GPU {}", d.ordinal))
                 )));
             }
         }
@@ -186,13 +220,13 @@ impl Operator {
                 let (f, c, r, t) = (&self.formula, &compiled, ranges, &mut timings);
                 let columns = match options.precision {
                     Precision::F16 => {
-                        cuda::launch::evaluate::<u16, f32>(&device, c, f, inputs, resident, sizes, options, r, t)
+                        cuda::launch::evaluate::<u16, f32>(&device, c, f, inputs, resident, sizes, options, r, target, t)
                     }
                     Precision::F32 => {
-                        cuda::launch::evaluate::<f32, f32>(&device, c, f, inputs, resident, sizes, options, r, t)
+                        cuda::launch::evaluate::<f32, f32>(&device, c, f, inputs, resident, sizes, options, r, target, t)
                     }
                     Precision::F64 => {
-                        cuda::launch::evaluate::<f64, f64>(&device, c, f, inputs, resident, sizes, options, r, t)
+                        cuda::launch::evaluate::<f64, f64>(&device, c, f, inputs, resident, sizes, options, r, target, t)
                     }
                 }?;
                 (columns.values, columns.indices, format!("GPU {} ({})", device.ordinal, device.name))
@@ -223,7 +257,7 @@ impl Operator {
     }
 
     /// Checks the number and shapes of the inputs; returns the sizes of the i and j ranges.
-    fn check_inputs<'m>(
+    pub(crate) fn check_inputs<'m>(
         &self,
         inputs: &[Input],
         resident: &dyn Fn(usize) -> Option<&'m DeviceMatrix>,

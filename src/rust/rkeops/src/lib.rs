@@ -4,6 +4,7 @@
 
 mod batch;
 mod clustering;
+mod iterate;
 mod knn;
 
 use std::collections::HashMap;
@@ -133,56 +134,17 @@ fn keops_run(
                 if let Some(m) = resident {
                     return Ok(Input { data: &[], nrow: m.nrow, ncol: m.ncol });
                 }
-                let data =
-                    x.as_real_slice().ok_or_else(|| format!("input '{name}' must be a numeric vector or matrix"))?;
-                let dim = x.get_attrib("dim").and_then(|d| d.as_integer_vector());
-                let (nrow, ncol) = match dim.as_deref() {
-                    Some(&[nrow, ncol]) => (nrow.max(0) as usize, ncol.max(0) as usize),
-                    Some(_) => return Err(format!("input '{name}' must be a vector or a matrix, not an array")),
-                    None => (data.len(), 1),
-                };
-                Ok(Input { data, nrow, ncol })
+                numeric_input(x, name)
             })
             .collect::<std::result::Result<Vec<_>, String>>()?;
-        let options = RunOptions {
-            precision: match precision {
-                "float16" => Precision::F16,
-                "float32" => Precision::F32,
-                "float64" => Precision::F64,
-                _ => return Err(format!("precision must be \"float16\", \"float32\" or \"float64\", not \"{precision}\"")),
-            },
-            sum_scheme: SumScheme::from_name(sum_scheme).ok_or_else(|| {
-                format!("sum_scheme must be one of \"auto\", \"direct_sum\", \"block_sum\", \"kahan_scheme\", not \"{sum_scheme}\"")
-            })?,
-            threads: threads.max(0) as usize,
-            backend: match backend {
-                "CPU" => Backend::Cpu,
-                "GPU" => Backend::Gpu(device.max(0) as usize),
-                "auto" => Backend::Auto,
-                _ => return Err(format!("backend must be \"auto\", \"CPU\" or \"GPU\", not \"{backend}\"")),
-            },
-            device: device.max(0) as usize,
-            cache_dir: (!cache_dir.is_empty()).then(|| cache_dir.into()),
-            gpu_memory: None,
-            interrupt: Some(interrupt_pending),
-            ranges: block_sparse(&ranges)?,
-        };
+        let mut options = run_options(precision, threads, sum_scheme, backend, device, cache_dir)?;
+        options.ranges = block_sparse(&ranges)?;
         let out = match op.run_with(&inputs, &resident_refs, &options) {
             // The R side turns this into an interrupt condition.
-            Err(engine::Error::Interrupted) => {
-                return List::from_names_and_values(
-                    ["error", "interrupted"],
-                    [Robj::from(engine::Error::Interrupted.to_string()), Robj::from(true)],
-                )
-                .map(Robj::from)
-                .map_err(|e| e.to_string())
-            }
+            Err(engine::Error::Interrupted) => return interrupted(),
             other => other.map_err(|e| e.to_string())?,
         };
-        let timing_names: Vec<&str> = out.timings.iter().map(|(n, _)| *n).collect();
-        let timing_values: Vec<f64> = out.timings.iter().map(|(_, t)| *t).collect();
-        let mut timings = Robj::from(timing_values);
-        timings.set_attrib("names", timing_names).map_err(|e| e.to_string())?;
+        let timings = timings(&out.timings)?;
         // The array's dimensions are set here, on the vectors nothing else refers to yet: set in R,
         // `dim<-` would copy the results.
         let shape: Vec<i32> = out.shape(op.formula.reduction.kind.is_k_selection()).iter().map(|&n| n as i32).collect();
@@ -199,6 +161,78 @@ fn keops_run(
         .map(Robj::from)
         .map_err(|e| e.to_string())
     })
+}
+
+/// A numeric vector (`n x 1`) or matrix of R as an engine input; `name` is the variable's, for errors.
+fn numeric_input<'a>(x: &'a Robj, name: &str) -> std::result::Result<Input<'a>, String> {
+    let data = x.as_real_slice().ok_or_else(|| format!("input '{name}' must be a numeric vector or matrix"))?;
+    let dim = x.get_attrib("dim").and_then(|d| d.as_integer_vector());
+    let (nrow, ncol) = match dim.as_deref() {
+        Some(&[nrow, ncol]) => (nrow.max(0) as usize, ncol.max(0) as usize),
+        Some(_) => return Err(format!("input '{name}' must be a vector or a matrix, not an array")),
+        None => (data.len(), 1),
+    };
+    Ok(Input { data, nrow, ncol })
+}
+
+/// What the R side reports as an interrupt condition.
+fn interrupted() -> std::result::Result<Robj, String> {
+    List::from_names_and_values(
+        ["error", "interrupted"],
+        [Robj::from(engine::Error::Interrupted.to_string()), Robj::from(true)],
+    )
+    .map(Robj::from)
+    .map_err(|e| e.to_string())
+}
+
+/// The seconds of each phase as a named double vector.
+fn timings(phases: &[(&'static str, f64)]) -> std::result::Result<Robj, String> {
+    let names: Vec<&str> = phases.iter().map(|(n, _)| *n).collect();
+    let mut values = Robj::from(phases.iter().map(|(_, t)| *t).collect::<Vec<f64>>());
+    values.set_attrib("names", names).map_err(|e| e.to_string())?;
+    Ok(values)
+}
+
+fn sum_scheme(name: &str) -> std::result::Result<SumScheme, String> {
+    SumScheme::from_name(name).ok_or_else(|| {
+        format!("sum_scheme must be one of \"auto\", \"direct_sum\", \"block_sum\", \"kahan_scheme\", not \"{name}\"")
+    })
+}
+
+/// The options of a run from R's settings (no ranges).
+fn run_options(
+    precision_name: &str,
+    threads: i32,
+    sum_scheme_name: &str,
+    backend: &str,
+    device: i32,
+    cache_dir: &str,
+) -> std::result::Result<RunOptions, String> {
+    Ok(RunOptions {
+        precision: precision(precision_name)?,
+        sum_scheme: sum_scheme(sum_scheme_name)?,
+        threads: threads.max(0) as usize,
+        backend: match backend {
+            "CPU" => Backend::Cpu,
+            "GPU" => Backend::Gpu(device.max(0) as usize),
+            "auto" => Backend::Auto,
+            _ => return Err(format!("backend must be \"auto\", \"CPU\" or \"GPU\", not \"{backend}\"")),
+        },
+        device: device.max(0) as usize,
+        cache_dir: (!cache_dir.is_empty()).then(|| cache_dir.into()),
+        gpu_memory: None,
+        interrupt: Some(interrupt_pending),
+        ranges: None,
+    })
+}
+
+fn precision(name: &str) -> std::result::Result<Precision, String> {
+    match name {
+        "float16" => Ok(Precision::F16),
+        "float32" => Ok(Precision::F32),
+        "float64" => Ok(Precision::F64),
+        _ => Err(format!("precision must be \"float16\", \"float32\" or \"float64\", not \"{name}\"")),
+    }
 }
 
 /// The ranges of a block-sparse reduction from the six integer vectors of R's `ranges_for_engine()`
@@ -262,12 +296,7 @@ fn keops_device_put(x: Robj, precision: &str, device: i32) -> Robj {
             Some(_) => return Err("'x' must be a vector or a matrix, not an array".into()),
             None => (data.len(), 1),
         };
-        let precision = match precision {
-            "float16" => Precision::F16,
-            "float32" => Precision::F32,
-            "float64" => Precision::F64,
-            _ => return Err(format!("precision must be \"float16\", \"float32\" or \"float64\", not \"{precision}\"")),
-        };
+        let precision = crate::precision(precision)?;
         let gpu = engine::cuda::device::device(device.max(0) as usize).map_err(|e| e.to_string())?;
         let m = DeviceMatrix::new(gpu, data, nrow, ncol, precision).map_err(|e| e.to_string())?;
         let slot: DeviceSlot = Some(Arc::new(m));
@@ -347,6 +376,7 @@ extendr_module! {
     mod rkeops;
     use batch;
     use clustering;
+    use iterate;
     use knn;
     fn keops_parse;
     fn keops_run;

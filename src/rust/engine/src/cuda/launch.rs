@@ -99,7 +99,9 @@ impl RangedWork {
 
 /// Runs the reduction with inputs stored as `S` on the device and arithmetic and results in `T`
 /// (f32 for float16 storage, otherwise the same type); over the blocks of `ranges` only, when
-/// given (`compiled` is then the ranged kernel).
+/// given (`compiled` is then the ranged kernel). With a `target`, the values are written there
+/// (`n_out x width`, stored as `T`) and nothing comes back to the host: an iteration in the engine
+/// feeds them to the next reduction (`crate::iterate`).
 #[allow(clippy::too_many_arguments)]
 pub fn evaluate<S: Stored, T: Real>(
     device: &Device,
@@ -110,6 +112,7 @@ pub fn evaluate<S: Stored, T: Real>(
     (n_i, n_j): (usize, usize),
     options: &RunOptions,
     ranges: Option<&BlockRanges>,
+    target: Option<&DeviceMatrix>,
     timings: &mut Vec<(&'static str, f64)>,
 ) -> Result<Columns> {
     let resident: Vec<Option<&DeviceMatrix>> = (0..inputs.len()).map(|p| resident.get(p).copied().flatten()).collect();
@@ -121,8 +124,19 @@ pub fn evaluate<S: Stored, T: Real>(
     }
     let width = kernel.width;
     let results = n_out.saturating_mul(width);
+    if let Some(m) = target {
+        let stored = std::mem::size_of::<S>() == std::mem::size_of::<T>();
+        if !stored || (m.nrow, m.ncol) != (n_out, width) || red.kind.returns_indices() {
+            return Err(Error::Invalid(format!(
+                "a result kept on the device must be the values of an {n_out} x {width} reduction in float32 or float64, not {m:?}"
+            )));
+        }
+    }
+    let host_results = |wanted: bool| wanted && target.is_none();
     let mut columns = Columns {
-        values: red.kind.returns_values().then(|| memory::zeros(results, "the results")).transpose()?,
+        values: host_results(red.kind.returns_values())
+            .then(|| memory::zeros(results, "the results"))
+            .transpose()?,
         indices: red.kind.returns_indices().then(|| memory::zeros(results, "the result's indices")).transpose()?,
     };
     let mut workspace = device.workspace.lock().map_err(|_| Error::Gpu("the GPU's workspace is unusable".into()))?;
@@ -136,7 +150,8 @@ pub fn evaluate<S: Stored, T: Real>(
     let blocks = Blocks::new(device, kernel, &sizes, n_out, n_red, options.gpu_memory)?;
     // The kernels index a resident matrix, and a block-sparse reduction its inputs, whole: their
     // rows cannot be split into blocks.
-    if (blocks.rows_out, blocks.rows_red) != (n_out, n_red) && (resident.iter().any(Option::is_some) || ranges.is_some()) {
+    let whole = resident.iter().any(Option::is_some) || ranges.is_some() || target.is_some();
+    if (blocks.rows_out, blocks.rows_red) != (n_out, n_red) && whole {
         let what = match ranges {
             Some(_) => "a block-sparse reduction (ranges) in one piece; compute it on the CPU",
             None => "this reduction with inputs kept on it in one piece; pass the matrices themselves (they are then processed in blocks)",
@@ -159,7 +174,7 @@ pub fn evaluate<S: Stored, T: Real>(
                 last: b + 1 == red_blocks,
                 rows_red: blocks.rows_red,
             };
-            let data = Data { inputs, resident: &resident, ranged: ranged.as_ref() };
+            let data = Data { inputs, resident: &resident, ranged: ranged.as_ref(), target };
             run_step::<S, T>(device, compiled, formula, &data, &step, workspace, &mut columns, &mut times)?;
         }
     }
@@ -278,12 +293,13 @@ impl Blocks {
     }
 }
 
-/// The inputs of a call: from the host, or kept on the device (`resident[p]`), and the work of a
-/// block-sparse reduction.
+/// The inputs of a call: from the host, or kept on the device (`resident[p]`), the work of a
+/// block-sparse reduction, and where the values go when they stay on the device.
 struct Data<'a> {
     inputs: &'a [Input<'a>],
     resident: &'a [Option<&'a DeviceMatrix>],
     ranged: Option<&'a RangedWork>,
+    target: Option<&'a DeviceMatrix>,
 }
 
 /// One launch: these output rows against these reduced rows (`first` and `last` of the reduced
@@ -438,7 +454,8 @@ fn run_step<S: Stored, T: Real>(
         let ints = [rows_out as i32, rows_red as i32, chunk as i32, step.red.start as i32, finalize_here as i32];
         let mut pointers: Vec<u64> =
             regions.inputs.iter().zip(data.resident).map(|(&o, r)| r.map_or(at(o), |m| m.pointer())).collect();
-        pointers.extend([at(regions.constants), at(regions.states), at(regions.values), at(regions.indices)]);
+        let values = data.target.map_or(at(regions.values), DeviceMatrix::pointer);
+        pointers.extend([at(regions.constants), at(regions.states), values, at(regions.indices)]);
         let blocks = match data.ranged {
             Some(ranged) => {
                 pointers.extend([at(regions.work), at(regions.red)]);
@@ -458,7 +475,7 @@ fn run_step<S: Stored, T: Real>(
             .map_err(|e| gpu_error("launching the kernel", e))?;
         if !finalize_here {
             let ints = [rows_out as i32, chunks as i32, step.first as i32, step.last as i32];
-            let pointers = [at(regions.states), at(regions.running), at(regions.values), at(regions.indices)];
+            let pointers = [at(regions.states), at(regions.running), values, at(regions.indices)];
             let config = LaunchConfig {
                 grid_dim: (rows_out.div_ceil(MERGE_THREADS) as u32, 1, 1),
                 block_dim: (MERGE_THREADS as u32, 1, 1),
@@ -470,7 +487,7 @@ fn run_step<S: Stored, T: Real>(
         }
         unsafe {
             result::event::record(events[2], stream).map_err(|e| gpu_error("timing", e))?;
-            if step.last && !regions.download.is_empty() {
+            if step.last && !regions.download.is_empty() && data.target.is_none() {
                 result::memcpy_dtoh_async(&mut host[regions.download.clone()], at(regions.download.start), stream)
                     .map_err(|e| gpu_error("copying the results", e))?;
             }

@@ -1,0 +1,160 @@
+#' Run a loop of reductions in one call
+#'
+#' Fixed-point algorithms such as log-domain Sinkhorn alternate reductions, each result an input
+#' of the next. Written as an R loop, every reduction is a call whose fixed costs (R, conversions,
+#' copies to and from the GPU, a wait for the GPU) are, on small problems, most of the time.
+#' `keops_iterate()` runs the whole loop in the engine: on a GPU every input is copied once and the
+#' iterated values stay on the device from one reduction to the next; on the CPU each step is the
+#' same computation as a call of the operator.
+#'
+#' Each iteration runs the operators of `ops` in order. The result of `ops$name` replaces the value
+#' of the variable `name`, which must be an `i` or `j` variable (`Vi`, `Vj`) of at least one of the
+#' operators (the operator itself included) with as many rows as the result. So the update has to
+#' be the reduction itself: write the formulas with the raw reduction results as variables (see the
+#' example, where `f` and `g` are the log-sum-exps, the potentials being `lmu - f` and `lnu - g`).
+#' Operators that return indices (`ArgMin`, K-nearest neighbours) cannot be iterated.
+#'
+#' Any input may be a batch (an `n x d x B` array or a list of matrices, as for [keops_kernel()]):
+#' the loop then runs every member at once, each reduction one call for the whole batch, and the
+#' iterated values are batches (an initial value that is not a batch is the start of every member).
+#' Inputs kept on the GPU ([keops_device()]) and `ranges` are not taken here. In float16, the loop
+#' runs in the engine too, but each result comes back to the host (float16 results are computed in
+#' float32). The engine's timings are in `rkeops:::last_run()`, summed over the loop.
+#'
+#' @param ops A named list of operators made by [keops_kernel()]: the result of `ops$name`
+#'   replaces the variable `name`.
+#' @param input A named list with a value for each variable of the operators (a variable of the same
+#'   name in several operators takes the same value), the iterated ones included: their values
+#'   before the first iteration.
+#' @param iterations The number of times the operators run, in order (0: the initial values come back).
+#' @return A named list of the iterated variables' final values: matrices, or for a batch arrays
+#'   (`n x d x B`) or lists like the inputs.
+#' @seealso [keops_kernel()], and `vignette("batched-ot", package = "rkeops")`.
+#' @export
+#' @examples
+#' # Log-domain Sinkhorn between two histograms on a line (lambda = 0.05): with
+#' # f = LSE_j(log nu_j - g_j - C_ij / lambda) and g = LSE_i(log mu_i - f_i - C_ij / lambda),
+#' # the potentials are lambda (log mu - f) and lambda (log nu - g).
+#' x <- matrix(seq(0, 1, length.out = 60)); y <- matrix(seq(0, 1, length.out = 50))
+#' lmu <- matrix(log(dnorm(x, 0.3, 0.1) / sum(dnorm(x, 0.3, 0.1))))
+#' lnu <- matrix(log(dnorm(y, 0.6, 0.2) / sum(dnorm(y, 0.6, 0.2))))
+#' f_op <- keops_kernel("LogSumExp_Reduction(lnu - g - SqDist(x, y) * s, 0)",
+#'                      c("x = Vi(1)", "y = Vj(1)", "lnu = Vj(1)", "g = Vj(1)", "s = Pm(1)"))
+#' g_op <- keops_kernel("LogSumExp_Reduction(lmu - f - SqDist(x, y) * s, 1)",
+#'                      c("x = Vi(1)", "y = Vj(1)", "lmu = Vi(1)", "f = Vi(1)", "s = Pm(1)"))
+#' res <- keops_iterate(list(g = g_op, f = f_op),
+#'                      list(x = x, y = y, lmu = lmu, lnu = lnu, s = 1 / 0.05,
+#'                           f = matrix(0, 60), g = matrix(0, 50)),
+#'                      iterations = 100)
+#' str(res)
+keops_iterate <- function(ops, input, iterations) {
+  if (!is.list(ops) || is.object(ops) || length(ops) == 0L || is.null(names(ops)) ||
+      !all(nzchar(names(ops))) || anyDuplicated(names(ops))) {
+    stop("'ops' must be a named list of operators made by keops_kernel(), each name the variable ",
+         "its result replaces", call. = FALSE)
+  }
+  specs <- lapply(names(ops), function(name) {
+    spec <- attr(ops[[name]], "rkeops")
+    if (!is.function(ops[[name]]) || is.null(spec$info$reduction) || is.null(spec$formula)) {
+      stop("ops$", name, " must be an operator made by keops_kernel()", call. = FALSE)
+    }
+    spec
+  })
+  if (!is.numeric(iterations) || length(iterations) != 1L || is.na(iterations) || iterations < 0 ||
+      iterations != round(iterations) || iterations > .Machine$integer.max) {
+    stop("'iterations' must be a whole number >= 0, not ", .rkeops_show(iterations), call. = FALSE)
+  }
+  if (!is.list(input) || is.object(input) || (length(input) > 0L && (is.null(names(input)) ||
+      !all(nzchar(names(input))) || anyDuplicated(names(input))))) {
+    stop("'input' must be a list that names the value of each variable of the operators",
+         call. = FALSE)
+  }
+  iterated <- names(ops)
+  for (s in seq_along(specs)) {
+    missing <- setdiff(specs[[s]]$info$names, names(input))
+    if (length(missing)) {
+      stop("input: no value for '", missing[1L], "', a variable of ops$", iterated[s], call. = FALSE)
+    }
+  }
+  for (name in iterated) {
+    if (is.null(input[[name]])) {
+      stop("input: no initial value for '", name, "' (the variable that ops$", name, " replaces)",
+           call. = FALSE)
+    }
+    read_as <- unlist(lapply(specs, function(sp) sp$info$categories[sp$info$names == name]))
+    if (length(read_as) == 0L) {
+      stop("ops$", name, ": '", name, "' is not a variable of any of the operators, so its value ",
+           "would not change the loop: compute it once after keops_iterate()", call. = FALSE)
+    }
+    if (any(read_as == "Pm")) {
+      stop("'", name, "' is a parameter (Pm) of an operator: the result of ops$", name,
+           " has one value per row, so it must be a Vi or Vj variable", call. = FALSE)
+    }
+  }
+  for (name in names(input)) {
+    if (inherits(input[[name]], "keops_device_matrix")) {
+      stop("input '", name, "' is kept on the GPU (keops_device()): keops_iterate() copies its ",
+           "inputs to the device once itself; pass the matrix", call. = FALSE)
+    }
+  }
+  sizes <- vapply(input, batch_size, 1L)
+  B <- max(c(1L, sizes), na.rm = TRUE)
+  batched <- any(!is.na(sizes))
+  if (batched) {
+    # Every member starts from an iterated value that is not a batch.
+    for (name in iterated) {
+      if (is.na(sizes[[name]])) input[[name]] <- batch_of_copies(input[[name]], B)
+    }
+  }
+  steps <- vector("list", length(ops))
+  states <- vector("list", length(iterated))
+  names(states) <- iterated
+  shapes <- list()     # for a batch, how each iterated value comes back: list(rows, as_list)
+  for (s in seq_along(specs)) {
+    spec <- specs[[s]]
+    info <- spec$info
+    op_input <- input[info$names]
+    if (batched) {
+      layout <- batch_layout(op_input, info, info$axis)
+      args <- batch_args(info, layout$categories)
+      values <- layout$inputs
+      ranges <- layout$ranges
+    } else {
+      args <- spec$args
+      values <- prepare_inputs(unname(op_input), info)
+      ranges <- NULL
+    }
+    sources <- match(info$names, iterated, nomatch = 0L)
+    for (k in which(sources > 0L)) {
+      name <- info$names[k]
+      if (is.null(states[[name]])) {
+        states[[name]] <- values[[k]]
+        if (batched) shapes[[name]] <- list(rows = layout$rows[[info$categories[k]]], as_list = layout$as_list)
+      }
+      values[k] <- list(NULL)
+    }
+    steps[[s]] <- list(formula = spec$formula, args = args, inputs = values,
+                       sources = as.integer(sources), output = s, sum_scheme = spec$sum_scheme,
+                       ranges = ranges_for_engine(ranges))
+  }
+  states <- lapply(states, function(x) if (is.matrix(x)) x else matrix(x, ncol = 1L))
+  opts <- .rkeops_env$options
+  threads <- if (is.null(opts$ncore)) 0L else opts$ncore
+  cache_dir <- if (opts$backend == "CPU") "" else kernel_cache_dir()
+  res <- rust_result(.Call(wrap__keops_iterate_run, steps, states, as.integer(iterations),
+                           opts$precision, threads, opts$backend, opts$device, cache_dir))
+  .rkeops_env$last_run <- list(backend = res$backend, timings = res$timings)
+  if (!is.null(.rkeops_env$phase_log)) log_phases(res$timings)
+  out <- res$states
+  if (batched) {
+    for (name in iterated) out[[name]] <- batch_value(out[[name]], shapes[[name]]$rows, shapes[[name]]$as_list)
+  }
+  out
+}
+
+# `x` (a matrix or vector) as a batch of `B` identical members: an `n x d x B` array.
+batch_of_copies <- function(x, B) {
+  if (is.data.frame(x)) x <- as.matrix(x)
+  if (!is.matrix(x)) x <- matrix(x, ncol = 1L)
+  array(rep.int(as.double(x), B), c(dim(x), B))
+}
