@@ -261,15 +261,10 @@ batch_value <- function(res, rows, as_list, offsets = NULL) {
   res
 }
 
-# The result of the reduction of `formula` (described by `info`) over the batch `input`.
+# The result of the reduction of `formula` (described by `info`) over the batch `input` of more than
+# one member (a batch of one is the plain call: see make_kernel()).
 batch_forward <- function(formula, sum_scheme, info, input, ranges, inner_dim) {
   batch_unsupported(ranges, inner_dim)
-  one <- batch_of_one(input, info)
-  if (!is.null(one)) {
-    res <- batch_operator(formula, batch_args(info, info$categories), sum_scheme)(one$input)
-    wrap <- function(r) if (one$as_list) list(r) else array(r, c(dim(r), 1L))
-    return(if (is.list(res)) lapply(res, wrap) else wrap(res))
-  }
   layout <- batch_layout(input, info, info$axis)
   op <- batch_operator(formula, batch_args(info, layout$categories), sum_scheme)
   reduced <- layout$rows[[if (info$axis == 0L) "Vj" else "Vi"]]
@@ -355,6 +350,18 @@ batch_of_one <- function(input, info) {
     input[k] <- list(x)
   }
   list(input = input, as_list = as_list)
+}
+
+# The result `res` of the call of one problem (batch_of_one()) as that of a batch of one member:
+# a list of one matrix, or an array whose last dimension is 1 (both for the values and indices of
+# the selections that return the two).
+batch_of_one_value <- function(res, as_list) {
+  wrap <- function(r) {
+    if (as_list) return(list(r))
+    dim(r) <- c(dim(r), 1L)   # (in place: the result is referenced nowhere else)
+    r
+  }
+  if (is.list(res)) lapply(res, wrap) else wrap(res)
 }
 
 # Whether `e` is the gradient input of the reduction `info` (a KMin of dimension d > 1) given

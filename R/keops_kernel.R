@@ -244,7 +244,14 @@ make_kernel <- function(formula, args, sum_scheme, shown = NULL) {
   # grows with the data (see bench/iterative.R and bench/lazytensor_overhead.R).
   op <- function(input = NULL, inner_dim = "col", ranges = NULL) {
     if (is.null(input)) return(describe_operator(shown, sum_scheme))
-    if (is_batch_input(input)) return(batch_forward(formula, sum_scheme, info, input, ranges, inner_dim))
+    one <- NULL
+    if (is_batch_input(input)) {
+      # (a batch of one member continues here: the plain call, its result shaped as a batch)
+      one <- batch_of_one(input, info)
+      if (is.null(one)) return(batch_forward(formula, sum_scheme, info, input, ranges, inner_dim))
+      batch_unsupported(ranges, inner_dim)
+      input <- one$input
+    }
     if (!identical(inner_dim, "col")) {
       layout <- input_layout(input, inner_dim, ranges)
       input <- layout$input
@@ -262,7 +269,7 @@ make_kernel <- function(formula, args, sum_scheme, shown = NULL) {
     if (!is.null(res$error)) rust_result(res)
     .rkeops_env$last_run <- list(backend = res$backend, timings = res$timings)
     if (!is.null(.rkeops_env$phase_log)) log_phases(res$timings)
-    result_value(res)
+    if (is.null(one)) result_value(res) else batch_of_one_value(result_value(res), one$as_list)
   }
   # What keops_grad() needs to build the gradient's formula.
   attr(op, "rkeops") <- list(formula = formula, args = args, sum_scheme = sum_scheme, info = info)
