@@ -142,6 +142,24 @@ sinkhorn <- function(lmu, lnu, iters) {
   list(loss = colSums(matrix(per_i, n)), grad = lam * lu)
 }
 
+# The same iterations run by the engine in one call (keops_iterate()), with the raw log-sum-exps
+# as the iterated values: f = LSE_j(lnu_j - g_j - C_ij / lambda), log u = lmu - f, and
+# g = LSE_i(lmu_i - f_i - C_ij / lambda), log v = lnu - g. Starting from f = lmu + log(n) is
+# starting from log u = -log(n), as sinkhorn() does.
+f_op <- keops_kernel("LogSumExp_Reduction(lnu - g - SqDist(x, y) * s, 0)",
+                     c("x = Vi(1)", "y = Vj(1)", "lnu = Vj(1)", "g = Vj(1)", "s = Pm(1)"))
+g_op <- keops_kernel("LogSumExp_Reduction(lmu - f - SqDist(x, y) * s, 1)",
+                     c("x = Vi(1)", "y = Vj(1)", "lmu = Vi(1)", "f = Vi(1)", "s = Pm(1)"))
+sinkhorn_iterate <- function(lmu, lnu, iters) {
+  res <- keops_iterate(list(g = g_op, f = f_op),
+                       list(x = xs, y = xs, lmu = lmu, lnu = lnu, s = 1 / lam,
+                            f = lmu + log(n), g = matrix(0, n)), iters)
+  lu <- lmu - res$f
+  lv <- lnu - res$g
+  per_i <- plan_cost(list(xs, xs, lu, lv, 1 / lam))
+  list(loss = colSums(matrix(per_i, n)), grad = lam * lu)
+}
+
 # The same iterations in dense R, float64: the reference.
 sinkhorn_dense <- function(mu, nu, iters) {
   C <- outer(grid, grid, "-")^2 / 1e4
@@ -268,36 +286,48 @@ lnu <- log(pb$nu)
 members <- lapply(seq_len(B), function(b) list(mu = matrix(lmu[, 1, b]), nu = matrix(lnu[, 1, b])))
 one_problem <- function(b) sinkhorn(members[[b]]$mu, members[[b]]$nu, iters)
 
-m1 <- measure(function() one_problem(1L))
 ref <- sinkhorn_dense(pb$mu[, 1, 1], pb$nu[, 1, 1], iters)
-d_grad <- max(abs(m1$value$grad - ref$grad))
-d_loss <- abs(m1$value$loss - ref$loss) / abs(ref$loss)
-record(sprintf("Sinkhorn seed 001, 1 problem n=%d, %d it., loss + gradient", n, iters), m1,
-       check = list(ok = d_grad <= 1e-3 * max(abs(ref$grad)) && d_loss <= 1e-3,
-                    text = sprintf("vs dense R float64: gradient max abs diff %.1e (max |grad| %.2g), loss %.6g rel. diff %.1e",
-                                   d_grad, max(abs(ref$grad)), ref$loss, d_loss)),
-       goal = goal("GPU <= 10 ms", "GPU", max_time = 0.010, applies = full))
+check_one <- function(v) {
+  d_grad <- max(abs(v$grad - ref$grad))
+  d_loss <- abs(v$loss - ref$loss) / abs(ref$loss)
+  list(ok = d_grad <= 1e-3 * max(abs(ref$grad)) && d_loss <= 1e-3,
+       text = sprintf("vs dense R float64: gradient max abs diff %.1e (max |grad| %.2g), loss %.6g rel. diff %.1e",
+                      d_grad, max(abs(ref$grad)), ref$loss, d_loss))
+}
+one_problem_iterate <- function(b) sinkhorn_iterate(members[[b]]$mu, members[[b]]$nu, iters)
+mp <- measure_pair(function() one_problem(1L), function() one_problem_iterate(1L))
+record(sprintf("Sinkhorn seed 001, 1 problem n=%d, %d it., loss + gradient: R loop of %d calls", n, iters, 2 * iters + 1),
+       mp$a, check = check_one(mp$a$value))
+record(sprintf("Sinkhorn seed 001, 1 problem n=%d, %d it., loss + gradient: keops_iterate() + 1 call", n, iters),
+       mp$b, check = check_one(mp$b$value), goal = goal("GPU <= 10 ms", "GPU", max_time = 0.010, applies = full))
 
 # ---- 2. B Sinkhorn problems: one batch against the loop ------------------------------------------
+
+# Every member of a batched run against the runs of the looped members.
+check_members <- function(mb, ml) {
+  looped <- seq_len(ml$k)
+  d_grad <- max_diff(lapply(looped, function(b) mb$value$grad[, , b]), lapply(ml$value, `[[`, "grad"))
+  d_loss <- max(abs(mb$value$loss[looped] - vapply(ml$value, `[[`, 0, "loss")) / abs(mb$value$loss[looped]))
+  scale <- max(abs(mb$value$grad[, , looped]))
+  list(ok = d_grad <= 1e-4 * scale && d_loss <= 1e-4,
+       text = sprintf("batch vs per-problem runs (%d problems): gradient max abs diff %.1e (max |grad| %.2g), loss max rel. diff %.1e",
+                      ml$k, d_grad, scale, d_loss))
+}
 
 m <- measure_vs_loop(function() sinkhorn(lmu, lnu, iters), one_problem, B)
 mb <- m$batch
 ml <- m$loop
-looped <- seq_len(ml$k)
-d_grad <- max_diff(lapply(looped, function(b) mb$value$grad[, , b]), lapply(ml$value, `[[`, "grad"))
-d_loss <- max(abs(mb$value$loss[looped] - vapply(ml$value, `[[`, 0, "loss")) / abs(mb$value$loss[looped]))
-scale <- max(abs(mb$value$grad[, , looped]))
-# The phases of one more batched run (kept out of the timed runs): the R side against the engine.
-prof <- NULL
-if (exists("phase_totals", envir = asNamespace("rkeops"), inherits = FALSE)) {
+# The phases of one more run of f() (kept out of the timed runs): the R side against the engine.
+profile_note <- function(f) {
+  if (!exists("phase_totals", envir = asNamespace("rkeops"), inherits = FALSE)) return("")
   t0 <- clock()
-  p <- rkeops:::phase_totals(sinkhorn(lmu, lnu, iters))
+  p <- rkeops:::phase_totals(f())
   total <- clock() - t0
   engine <- sum(p$phases)
-  prof <- sprintf("profile of one more batched run: %s total, %d engine calls; per call %.3f ms in the engine (%s), %.3f ms on the R side",
-                  fmt_s(total), p$calls, 1e3 * engine / p$calls,
-                  paste(sprintf("%s %.3f", names(p$phases), 1e3 * p$phases / p$calls), collapse = ", "),
-                  1e3 * (total - engine) / p$calls)
+  sprintf("profile of one more batched run: %s total, %d engine calls; per call %.3f ms in the engine (%s), %.3f ms on the R side",
+          fmt_s(total), p$calls, 1e3 * engine / p$calls,
+          paste(sprintf("%s %.3f", names(p$phases), 1e3 * p$phases / p$calls), collapse = ", "),
+          1e3 * (total - engine) / p$calls)
 }
 sink_goal <- if (backend == "GPU") {
   goal("GPU <= 60 ms and >= 25 x the loop", "GPU", max_time = 0.060, min_ratio = 25, applies = full && B == 256)
@@ -305,10 +335,17 @@ sink_goal <- if (backend == "GPU") {
   goal("CPU >= 5 x the loop", "CPU", min_ratio = 5, applies = full && B == 256)
 }
 record(sprintf("Sinkhorn, B=%d problems n=%d, %d it., one call per half iteration", B, n, iters), mb, ml,
-       check = list(ok = d_grad <= 1e-4 * scale && d_loss <= 1e-4,
-                    text = sprintf("batch vs per-problem calls (%d problems): gradient max abs diff %.1e (max |grad| %.2g), loss max rel. diff %.1e",
-                                   ml$k, d_grad, scale, d_loss)),
-       goal = sink_goal, note = if (is.null(prof)) "" else prof)
+       check = check_members(mb, ml), note = profile_note(function() sinkhorn(lmu, lnu, iters)))
+
+# The batch in one keops_iterate() call (and one call for the loss), against the same loop of
+# calls per problem as above (today's way), and against the loop of keops_iterate() per problem.
+m <- measure_vs_loop(function() sinkhorn_iterate(lmu, lnu, iters), one_problem, B)
+record(sprintf("Sinkhorn, B=%d problems n=%d, %d it., keops_iterate() on the batch vs the loop of calls per problem", B, n, iters),
+       m$batch, m$loop, check = check_members(m$batch, m$loop), goal = sink_goal,
+       note = profile_note(function() sinkhorn_iterate(lmu, lnu, iters)))
+m <- measure_vs_loop(function() sinkhorn_iterate(lmu, lnu, iters), one_problem_iterate, B)
+record(sprintf("Sinkhorn, B=%d problems n=%d, %d it., keops_iterate() on the batch vs keops_iterate() per problem", B, n, iters),
+       m$batch, m$loop, check = check_members(m$batch, m$loop))
 
 # ---- 3. K-NN graphs and Gaussian-window averages of batches of clouds -----------------------------
 
