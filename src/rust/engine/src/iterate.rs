@@ -135,6 +135,8 @@ fn on_host(steps: &[Step], step_options: &[RunOptions], states: &[Input], iterat
 
 /// Every input uploaded once, the states kept on the device; each step writes its result into a
 /// second buffer of its state, then the two are swapped (a kernel may read the state it replaces).
+/// The steps are queued on the device's stream without waiting for one another: one wait at the
+/// end (a step's kernels take microseconds, as long as a wait).
 fn on_device(
     steps: &[Step],
     step_options: &[RunOptions],
@@ -166,9 +168,38 @@ fn on_device(
         .collect::<Result<_>>()?;
     let mut timings = Timings::default();
     timings.add(&[("upload once", clock.elapsed().as_secs_f64())]);
+    let clock = Instant::now();
+    let looped = run_steps(steps, step_options, states, iterations, options, &kept_inputs, &mut current, &mut next);
+    // Nothing queued may still use the buffers when they are read or freed.
+    let waited = device.synchronize();
+    looped?;
+    waited?;
+    timings.add(&[("loop on the GPU", clock.elapsed().as_secs_f64())]);
+    let clock = Instant::now();
+    let values = current.iter().map(DeviceMatrix::to_host).collect::<Result<_>>()?;
+    timings.add(&[("download once", clock.elapsed().as_secs_f64())]);
+    Ok(Iterated {
+        states: values,
+        backend: format!("GPU {} ({})", device.ordinal, device.name),
+        timings: timings.0,
+    })
+}
+
+/// The loop of `on_device`, its steps queued.
+#[allow(clippy::too_many_arguments)]
+fn run_steps(
+    steps: &[Step],
+    step_options: &[RunOptions],
+    states: &[Input],
+    iterations: usize,
+    options: &RunOptions,
+    kept_inputs: &[Vec<Option<DeviceMatrix>>],
+    current: &mut [DeviceMatrix],
+    next: &mut [Option<DeviceMatrix>],
+) -> Result<()> {
     let mut asked = Instant::now();
     for _ in 0..iterations {
-        for ((step, step_options), kept) in steps.iter().zip(step_options).zip(&kept_inputs) {
+        for ((step, step_options), kept) in steps.iter().zip(step_options).zip(kept_inputs) {
             let shapes: Vec<Input> = step
                 .inputs
                 .iter()
@@ -187,8 +218,7 @@ fn on_device(
                 })
                 .collect();
             let target = next[step.output].as_ref().expect("allocated for every output");
-            let out = step.operator.run_into(&shapes, &resident, step_options, target)?;
-            timings.add(&out.timings);
+            step.operator.run_into(&shapes, &resident, step_options, target)?;
             let replaced = next[step.output].take().expect("allocated for every output");
             next[step.output] = Some(std::mem::replace(&mut current[step.output], replaced));
             if let Some(interrupted) = options.interrupt.filter(|_| asked.elapsed() >= INTERRUPT_EVERY) {
@@ -199,14 +229,7 @@ fn on_device(
             }
         }
     }
-    let clock = Instant::now();
-    let values = current.iter().map(DeviceMatrix::to_host).collect::<Result<_>>()?;
-    timings.add(&[("download once", clock.elapsed().as_secs_f64())]);
-    Ok(Iterated {
-        states: values,
-        backend: format!("GPU {} ({})", device.ordinal, device.name),
-        timings: timings.0,
-    })
+    Ok(())
 }
 
 /// Seconds per phase, summed over the steps, in the order the phases first appear.

@@ -121,8 +121,9 @@ impl Operator {
     }
 
     /// `run_with` on a GPU, the values written into `target` (a matrix of the result's shape on
-    /// the device of the call, in its precision, float32 or float64) instead of coming back: the
-    /// returned `Output` holds the timings only.
+    /// the device of the call, in its precision, float32 or float64) instead of coming back. The
+    /// work is only queued on the device's stream: wait with `Device::synchronize` before reading
+    /// `target` or freeing any input (`crate::iterate` does). The `Output` holds no results.
     pub fn run_into(
         &self,
         inputs: &[Input],

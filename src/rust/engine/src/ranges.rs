@@ -123,7 +123,7 @@ impl BlockRanges {
                 self.blocks.len()
             ));
         }
-        check_sorted(&self.blocks, 0, n_out, &format!("`{blocks}`"))?;
+        check_sorted(&self.blocks, 0, n_out, &|| format!("`{blocks}`"))?;
         let mut start = 0;
         for (b, &end) in self.slices.iter().enumerate() {
             if end < start || end > self.reduced.len() {
@@ -133,7 +133,8 @@ impl BlockRanges {
                     b + 1
                 ));
             }
-            let name = format!("`{reduced}` (a range of block {} of `{blocks}`)", b + 1);
+            // (the name is written only for an error: a batch checks thousands of blocks per call)
+            let name = || format!("`{reduced}` (a range of block {} of `{blocks}`)", b + 1);
             check_sorted(&self.reduced[start..end], start, n_red, &name)?;
             start = end;
         }
@@ -173,7 +174,7 @@ impl BlockRanges {
 
 /// Ranges within `0..n`, sorted and not overlapping (empty ones anywhere); `ranges` are the rows
 /// `offset..` of the matrix `name`.
-fn check_sorted(ranges: &[Range<usize>], offset: usize, n: usize, name: &str) -> Result<()> {
+fn check_sorted(ranges: &[Range<usize>], offset: usize, n: usize, name: &dyn Fn() -> String) -> Result<()> {
     let mut end = 0;
     for (r, range) in ranges.iter().enumerate() {
         let what = if range.start > range.end {
@@ -187,8 +188,9 @@ fn check_sorted(ranges: &[Range<usize>], offset: usize, n: usize, name: &str) ->
             continue;
         };
         return Err(Error::Invalid(format!(
-            "ranges: row {} of {name} ({}, {} in R's 1-based inclusive terms) {what}; there are {n} indices",
+            "ranges: row {} of {} ({}, {} in R's 1-based inclusive terms) {what}; there are {n} indices",
             offset + r + 1,
+            name(),
             range.start + 1,
             range.end
         )));

@@ -192,6 +192,15 @@ impl Device {
         self.functions.lock().map_or(0, |m| m.len())
     }
 
+    /// Waits for everything queued on the device's stream (the steps of a loop, `crate::iterate`).
+    pub fn synchronize(&self) -> Result<()> {
+        guarded("waiting for the GPU", || {
+            self.stream.synchronize().map_err(|e| {
+                Error::Gpu(format!("running the kernels on device {} ({}): {e:?}", self.ordinal, self.name))
+            })
+        })
+    }
+
     /// Gives back the memory kept between calls (the next call allocates it again).
     pub fn release_memory(&self) {
         if let Ok(mut w) = self.workspace.lock() {

@@ -409,6 +409,11 @@ fn run_step<S: Stored, T: Real>(
     let regions = Regions::new::<S, T>(formula, kernel, data, step, planned, one_pass);
     let on_device = format!("device {} ({})", device.ordinal, device.name);
     let gpu_error = |what: &str, e: result::DriverError| Error::Gpu(format!("{what} on {on_device}: {e:?}"));
+    if regions.end > workspace.held().0 || regions.download.end > workspace.held().1 {
+        // Growing a buffer frees the old one: no queued step may still use it.
+        // SAFETY: a plain wait on this device's stream.
+        unsafe { result::stream::synchronize(device.stream.cu_stream()) }.map_err(|e| gpu_error("waiting for the GPU", e))?;
+    }
     let base = workspace
         .device(regions.end)
         .map_err(|e| gpu_error(&format!("allocating {:.1} MB", regions.end as f64 / 1e6), e))?;
@@ -439,17 +444,28 @@ fn run_step<S: Stored, T: Real>(
     times.convert += clock.elapsed().as_secs_f64();
 
     let stream = device.stream.cu_stream();
+    // A step whose result stays on the device is queued: the loop that runs it (`crate::iterate`)
+    // waits once, at its end, and its inputs are copied from ordinary memory, which the driver
+    // stages before returning, so the page-locked buffer is free for the next step at once.
+    let queued = data.target.is_some();
+    let staged: Vec<u8> = if queued { host[..regions.upload_end].to_vec() } else { Vec::new() };
     let ran = guarded("the GPU computation", || {
         let at = |offset: usize| base + offset as u64;
         // SAFETY (all the calls below): `base` holds `regions.end` bytes and `host` at least
         // `regions.download.end`; both stay untouched until the synchronisation at the end.
         unsafe {
-            result::event::record(events[0], stream).map_err(|e| gpu_error("timing", e))?;
-            if regions.upload_end > 0 {
-                result::memcpy_htod_async(base, &host[..regions.upload_end], stream)
-                    .map_err(|e| gpu_error("copying the inputs", e))?;
+            if queued {
+                if !staged.is_empty() {
+                    result::memcpy_htod_async(base, &staged, stream).map_err(|e| gpu_error("copying the inputs", e))?;
+                }
+            } else {
+                result::event::record(events[0], stream).map_err(|e| gpu_error("timing", e))?;
+                if regions.upload_end > 0 {
+                    result::memcpy_htod_async(base, &host[..regions.upload_end], stream)
+                        .map_err(|e| gpu_error("copying the inputs", e))?;
+                }
+                result::event::record(events[1], stream).map_err(|e| gpu_error("timing", e))?;
             }
-            result::event::record(events[1], stream).map_err(|e| gpu_error("timing", e))?;
         }
         let ints = [rows_out as i32, rows_red as i32, chunk as i32, step.red.start as i32, finalize_here as i32];
         let mut pointers: Vec<u64> =
@@ -484,6 +500,9 @@ fn run_step<S: Stored, T: Real>(
             // SAFETY: four ints, then the chunk states, running states and results as above.
             unsafe { launch(device, &compiled.merge, config, &ints, &pointers) }
                 .map_err(|e| gpu_error("launching the merge kernel", e))?;
+        }
+        if queued {
+            return Ok(());
         }
         unsafe {
             result::event::record(events[2], stream).map_err(|e| gpu_error("timing", e))?;
