@@ -14,10 +14,23 @@
 .batch_ops <- new.env(parent = emptyenv())
 
 # Whether `input` (the list given to an operator) holds a batched input.
-is_batch_input <- function(input) {
-  if (!is.list(input) || is.object(input)) return(FALSE)
-  for (x in input) if (!is.na(batch_size(x))) return(TRUE)
-  FALSE
+is_batch_input <- function(input) batch_kind(input) > 0L
+
+# 0 when `input` holds no batch; 1 when its batches are arrays of one member (n x d x 1) in an
+# unnamed list of doubles, which the engine takes as they are (the call of one problem); 2 for any
+# other batch.
+batch_kind <- function(input) {
+  if (!is.list(input) || is.object(input)) return(0L)
+  kind <- 0L
+  for (x in input) {
+    if (is.list(x) && !is.object(x)) return(2L)
+    d <- dim(x)
+    if (length(d) == 3L) {
+      if (d[3L] != 1L || !is.double(x) || is.object(x)) return(2L)
+      kind <- 1L
+    }
+  }
+  if (kind == 1L && !is.null(names(input))) 2L else kind
 }
 
 # The number of members of a batched input, NA for an input shared by every member.

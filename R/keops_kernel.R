@@ -245,12 +245,14 @@ make_kernel <- function(formula, args, sum_scheme, shown = NULL) {
   op <- function(input = NULL, inner_dim = "col", ranges = NULL) {
     if (is.null(input)) return(describe_operator(shown, sum_scheme))
     one <- NULL
-    if (is_batch_input(input)) {
-      # (a batch of one member continues here: the plain call, its result shaped as a batch)
-      one <- batch_of_one(input, info)
+    kind <- batch_kind(input)
+    if (kind > 0L) {
+      # A batch of one member continues here: the plain call, its result shaped as a batch. Arrays
+      # of one member (n x d x 1) go to the engine as they are.
+      one <- if (kind == 1L) list(as_list = FALSE) else batch_of_one(input, info)
       if (is.null(one)) return(batch_forward(formula, sum_scheme, info, input, ranges, inner_dim))
       batch_unsupported(ranges, inner_dim)
-      input <- one$input
+      if (kind == 2L) input <- one$input
     }
     if (!identical(inner_dim, "col")) {
       layout <- input_layout(input, inner_dim, ranges)
@@ -537,7 +539,9 @@ prepare_inputs <- function(input, info) {
   if (is.list(input) && !is.object(input) && length(input) == n && is.null(names(input))) {
     plain <- TRUE
     for (x in input) {
-      if (!is.double(x) || is.object(x) || length(dim(x)) == 1L || length(dim(x)) > 2L) {
+      # (n x d x 1: a batch of one member, that matrix)
+      nd <- length(dim(x))
+      if (!is.double(x) || is.object(x) || nd == 1L || nd > 3L || nd == 3L && dim(x)[3L] != 1L) {
         plain <- FALSE
         break
       }

@@ -168,7 +168,8 @@ fn numeric_input<'a>(x: &'a Robj, name: &str) -> std::result::Result<Input<'a>, 
     let data = x.as_real_slice().ok_or_else(|| format!("input '{name}' must be a numeric vector or matrix"))?;
     let dim = x.get_attrib("dim").and_then(|d| d.as_integer_vector());
     let (nrow, ncol) = match dim.as_deref() {
-        Some(&[nrow, ncol]) => (nrow.max(0) as usize, ncol.max(0) as usize),
+        // (an n x d x 1 array is a batch of one member: that matrix)
+        Some(&[nrow, ncol]) | Some(&[nrow, ncol, 1]) => (nrow.max(0) as usize, ncol.max(0) as usize),
         Some(_) => return Err(format!("input '{name}' must be a vector or a matrix, not an array")),
         None => (data.len(), 1),
     };
