@@ -141,8 +141,10 @@
 #'   members, and the gradient in a batched parameter is a `1 x d x B` array.
 #'   A batch needs an `i` and a `j` variable, and cannot be combined with
 #'   `ranges`, `inner_dim = "row"` or inputs kept on the GPU ([keops_device()]).
+#'   A loop whose reductions feed one another (log-domain Sinkhorn) runs in one
+#'   call with [keops_iterate()], batches included.
 #' @seealso [keops_grad()] for gradients, [LazyTensor] for the same
-#'   computations written with R operators.
+#'   computations written with R operators, [keops_iterate()] for loops.
 #' @export
 #' @examples
 #' set.seed(1)
