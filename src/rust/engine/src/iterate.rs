@@ -251,6 +251,10 @@ impl Timings {
 mod tests {
     use super::*;
 
+    fn col(data: &[f64]) -> Input<'_> {
+        Input { data, nrow: data.len(), ncol: 1 }
+    }
+
     /// Log-domain Sinkhorn between two histograms on a line, written with the raw LogSumExp
     /// outputs f and g as the iterated values, against the same iterations in plain f64.
     #[test]
@@ -271,7 +275,6 @@ mod tests {
             &["x = Vi(1)", "y = Vj(1)", "lmu = Vi(1)", "f = Vi(1)", "s = Pm(1)"].map(String::from),
         )
         .unwrap();
-        let col = |data: &[f64]| Input { data: &data[..], nrow: data.len(), ncol: 1 };
         let (f0, g0) = (vec![0.0; n], vec![0.0; m]);
         let sv = [s];
         let par = Input { data: &sv, nrow: 1, ncol: 1 };
@@ -316,7 +319,6 @@ mod tests {
         let knn = Operator::new("ArgKMin_Reduction(SqDist(x, y), 2, 0)", &["x = Vi(1)", "y = Vj(1)"].map(String::from))
             .unwrap();
         let (a, b) = (vec![1.0; 5], vec![2.0; 4]);
-        let col = |d: &[f64]| Input { data: &d[..], nrow: d.len(), ncol: 1 };
         let step = |operator, output| Step {
             operator,
             inputs: vec![Source::State(0), Source::Host(col(&b))],

@@ -586,6 +586,11 @@ fn view_mut<X>(bytes: &mut [u8], len: usize) -> &mut [X] {
 fn pack<S: Stored>(bytes: &mut [u8], data: &[f64], n: usize, rows: &Range<usize>, dim: usize) {
     let len = rows.len();
     let dst: &mut [S] = view_mut(bytes, len * dim);
+    if len == n {
+        // (all the rows: one conversion, as in `unpack`)
+        parallel::map(&data[..n * dim], dst, S::from_f64);
+        return;
+    }
     for (c, column) in dst.chunks_mut(len.max(1)).enumerate() {
         parallel::map(&data[c * n + rows.start..c * n + rows.end], column, S::from_f64);
     }
@@ -605,6 +610,12 @@ fn unpack<X: Copy + Sync, Y: Send>(
     start: usize,
     f: impl Fn(X) -> Y + Sync,
 ) {
+    if rows == n {
+        // All the rows: the same layout, one conversion (not one per column: a K-selection's
+        // results have K columns, and each conversion starts its threads).
+        parallel::map(got, &mut dst[..got.len()], &f);
+        return;
+    }
     for (c, column) in got.chunks(rows.max(1)).enumerate() {
         parallel::map(column, &mut dst[c * n + start..c * n + start + rows], &f);
     }
