@@ -6,7 +6,7 @@
 //! mirrors `reducers.rs` and changes with it.
 
 use super::lanes::{copy, Arg};
-use super::reducers::exp_tile_scales;
+use super::reducers::{exp_below_max, exp_tile_scales};
 use crate::real::Real;
 use crate::reduction::Accumulator;
 use crate::reduction::{ReductionKind, SumScheme};
@@ -238,7 +238,7 @@ impl<T: Real> Columns<T> {
                         T::ZERO
                     }
                 } else {
-                    (x - m).exp(fma)
+                    exp_below_max(x - m, fma)
                 };
             }
         }
