@@ -110,6 +110,65 @@ fn close(got: f64, want: f64, tol: f64) -> bool {
 /// the reduced rows it keeps; rows that keep nothing against the identity.
 #[test]
 fn every_reduction_equals_the_dense_one_on_the_kept_blocks() {
+    let (n_out, n_red) = (613, 1777);
+    let part = |axis: usize| random_ranges(n_out, n_red, 10 + axis as u64);
+    for axis in [0, 1] {
+        let kept = kept(&part(axis), n_out);
+        assert!(kept.iter().any(Vec::is_empty) && kept.iter().any(|k| k.len() > 1000), "the ranges test both cases");
+    }
+    every_reduction_against_the_dense_one(n_out, n_red, part);
+}
+
+/// Like a batch of small problems: blocks of 17 to 150 rows (a gap before some), each against 0 to
+/// 3 sorted ranges of 0 to 150 indices (some empty). The CPU reduces these a block of rows at a
+/// time (many rows per block, few reduced indices per row), ranges longer than its pieces of 64
+/// indices included.
+fn batch_like_ranges(n_out: usize, n_red: usize, seed: u64) -> BlockRanges {
+    let mut u = random(10_000, seed).into_iter();
+    let mut next = move || u.next().expect("enough random numbers");
+    let mut ranges = BlockRanges::default();
+    let mut row = 0;
+    while row < n_out {
+        let start = (row + if next() < 0.3 { (next() * 5.0) as usize } else { 0 }).min(n_out);
+        let end = (start + 17 + (next() * 134.0) as usize).min(n_out);
+        ranges.blocks.push(start..end);
+        let mut j = 0;
+        for _ in 0..(next() * 4.0) as usize {
+            let first = (j + (next() * 40.0) as usize).min(n_red);
+            let len = if next() < 0.2 { 0 } else { (next() * 151.0) as usize };
+            let last = (first + len).min(n_red);
+            ranges.reduced.push(first..last);
+            j = last;
+        }
+        ranges.slices.push(ranges.reduced.len());
+        row = end;
+    }
+    ranges
+}
+
+/// Batch-like ranges (reduced a block of rows at a time on the CPU): every reduction against the
+/// dense one on each block, the K-selections against a sort, on odd sizes, both axes.
+#[test]
+fn batch_like_ranges_equal_the_dense_reduction_on_each_block() {
+    let (n_out, n_red) = (1009, 1201);
+    let part = |axis: usize| batch_like_ranges(n_out, n_red, 30 + axis as u64);
+    for axis in [0, 1] {
+        let kept = kept(&part(axis), n_out);
+        let in_blocks: Vec<&Vec<usize>> = kept.iter().filter(|k| !k.is_empty()).collect();
+        let pairs: usize = in_blocks.iter().map(|k| k.len()).sum();
+        // What `cpu::short_range` asks of ranges to take them by blocks of rows (at most 256
+        // indices per row on average), and the cases worth testing.
+        assert!(pairs <= 256 * in_blocks.len(), "few reduced indices per row");
+        assert!(kept.iter().any(Vec::is_empty) && kept.iter().any(|k| k.len() > 64), "rows in no block, and long ranges");
+        assert!(kept.iter().any(|k| !k.is_empty() && k.len() < 5), "rows with fewer indices than K");
+    }
+    every_reduction_against_the_dense_one(n_out, n_red, part);
+    k_selections_against_a_sort(n_out, n_red, 5, part);
+}
+
+/// For both axes, each reduction over the ranges `part(axis)` against the dense reduction of each
+/// block of rows over the reduced rows it keeps, and the identity for rows that keep nothing.
+fn every_reduction_against_the_dense_one(n_out: usize, n_red: usize, part: impl Fn(usize) -> BlockRanges) {
     let reductions = [
         ("Sum_Reduction(Exp(-s * SqDist(x, y)) * b, AXIS)", None),
         ("Min_Reduction(SqDist(x, y) + a, AXIS)", Some(f64::INFINITY)),
@@ -122,12 +181,10 @@ fn every_reduction_equals_the_dense_one_on_the_kept_blocks() {
         ("LogSumExp_Reduction(a - SqDist(x, y), AXIS, 1 + b * b)", Some(f64::NEG_INFINITY)),
         ("SumSoftMaxWeight_Reduction(a - SqDist(x, y), b, AXIS)", Some(f64::NAN)),
     ];
-    let (n_out, n_red) = (613, 1777);
     for axis in [0, 1] {
         let problem = Problem::new(axis, n_out, n_red);
-        let part = random_ranges(n_out, n_red, 10 + axis as u64);
+        let part = part(axis);
         let kept = kept(&part, n_out);
-        assert!(kept.iter().any(Vec::is_empty) && kept.iter().any(|k| k.len() > 1000), "the ranges test both cases");
         let ranges = on_axis(axis, part.clone());
         for (text, identity) in reductions {
             let op = Operator::new(&text.replace("AXIS", &axis.to_string()), &problem.args).unwrap();
@@ -179,11 +236,21 @@ fn every_reduction_equals_the_dense_one_on_the_kept_blocks() {
 #[test]
 fn k_selections_against_a_sort_of_the_kept_indices() {
     let (n_out, n_red, k) = (301, 1203, 5);
+    let part = |axis: usize| random_ranges(n_out, n_red, 20 + axis as u64);
+    for axis in [0, 1] {
+        let kept = kept(&part(axis), n_out);
+        assert!(kept.iter().any(|r| !r.is_empty() && r.len() < k), "some rows keep fewer than K indices");
+    }
+    k_selections_against_a_sort(n_out, n_red, k, part);
+}
+
+/// For both axes, KMin_ArgKMin over the ranges `part(axis)` against a sort of each row's kept
+/// distances.
+fn k_selections_against_a_sort(n_out: usize, n_red: usize, k: usize, part: impl Fn(usize) -> BlockRanges) {
     for axis in [0, 1] {
         let problem = Problem::new(axis, n_out, n_red);
-        let part = random_ranges(n_out, n_red, 20 + axis as u64);
+        let part = part(axis);
         let kept = kept(&part, n_out);
-        assert!(kept.iter().any(|r| !r.is_empty() && r.len() < k), "some rows keep fewer than K indices");
         let text = format!("KMin_ArgKMin_Reduction(SqDist(x, y), {k}, {axis})");
         let op = Operator::new(&text, &problem.args).unwrap();
         for precision in [Precision::F64, Precision::F32] {

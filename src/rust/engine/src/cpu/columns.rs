@@ -6,7 +6,7 @@
 //! mirrors `reducers.rs` and changes with it.
 
 use super::lanes::{copy, Arg};
-use super::reducers::exp_tile_scales;
+use super::reducers::{exp_below_max, exp_tile_scales};
 use crate::real::Real;
 use crate::reduction::Accumulator;
 use crate::reduction::{ReductionKind, SumScheme};
@@ -16,7 +16,7 @@ use crate::reduction::{ReductionKind, SumScheme};
 pub struct Columns<T> {
     /// Rows a column holds (the block's most).
     rows: usize,
-    /// Reduced indices.
+    /// Reduced indices it holds at most (a piece of the reduced range is reduced at a time).
     len: usize,
     /// The values f: component c of term j of row r at `(c * len + j) * rows + r`.
     f: Vec<T>,
@@ -97,28 +97,29 @@ impl<T: Real> Columns<T> {
         }
     }
 
-    /// Adds the stored terms of the block's first `n` rows to their states (`state_len` values per
-    /// row, one after the other), as `Accumulator::accumulate` would over one tile.
+    /// Adds the first `len` stored terms of the block's first `n` rows, those of the reduced indices
+    /// `j0 .. j0 + len`, to their states (`state_len` values per row, one after the other), as
+    /// `Accumulator::accumulate` would over one tile.
     #[inline(always)]
-    pub fn reduce(&mut self, acc: &Accumulator, n: usize, states: &mut [f64], fma: bool) {
+    pub fn reduce(&mut self, acc: &Accumulator, n: usize, len: usize, j0: usize, states: &mut [f64], fma: bool) {
         use ReductionKind::*;
         match acc.kind {
-            Sum => self.sum(acc, n, states),
-            Min | ArgMin | MinArgMin => self.select(acc, n, states, 1, false),
-            Max | ArgMax | MaxArgMax => self.select(acc, n, states, 1, true),
-            KMin | ArgKMin | KMinArgKMin => self.select(acc, n, states, acc.k, false),
-            LogSumExp | LogSumExpWeight | SumSoftMaxWeight => self.exp(acc, n, states, fma),
+            Sum => self.sum(acc, n, len, states),
+            Min | ArgMin | MinArgMin => self.select(acc, n, len, j0, states, 1, false),
+            Max | ArgMax | MaxArgMax => self.select(acc, n, len, j0, states, 1, true),
+            KMin | ArgKMin | KMinArgKMin => self.select(acc, n, len, j0, states, acc.k, false),
+            LogSumExp | LogSumExpWeight | SumSoftMaxWeight => self.exp(acc, n, len, states, fma),
         }
     }
 
     /// `Accumulator::accumulate_sum`, per component, for every scheme.
     #[inline(always)]
-    fn sum(&mut self, acc: &Accumulator, n: usize, states: &mut [f64]) {
-        let (len, rows, width, dim) = (self.len, self.rows, acc.state_len(), acc.dim);
+    fn sum(&mut self, acc: &Accumulator, n: usize, len: usize, states: &mut [f64]) {
+        let (cap, rows, width, dim) = (self.len, self.rows, acc.state_len(), acc.dim);
         let (sums, comps) = self.work.split_at_mut(rows);
         let (sums, comps) = (&mut sums[..n], &mut comps[..n]);
         for c in 0..dim {
-            let terms = &mut self.f[c * len * rows..(c + 1) * len * rows];
+            let terms = &mut self.f[c * cap * rows..(c + 1) * cap * rows];
             let column = |j: usize| j * rows..j * rows + n;
             match acc.scheme {
                 SumScheme::Auto | SumScheme::BlockSum => {
@@ -167,19 +168,26 @@ impl<T: Real> Columns<T> {
     /// first place where it is better than the kept term (or the place is empty), the kept terms
     /// from there on moving down by one. That place is where "better or empty" first holds, and it
     /// holds from there on (the kept terms are sorted), so each place is updated from itself and the
-    /// place above it, with no branch, for all rows at once.
+    /// place above it, with no branch, for all rows at once. The selection starts from the state's.
     #[inline(always)]
-    fn select(&mut self, acc: &Accumulator, n: usize, states: &mut [f64], k: usize, max: bool) {
-        let (len, rows, width) = (self.len, self.rows, acc.state_len());
+    #[allow(clippy::too_many_arguments)]
+    fn select(&mut self, acc: &Accumulator, n: usize, len: usize, j0: usize, states: &mut [f64], k: usize, max: bool) {
+        let (cap, rows, width) = (self.len, self.rows, acc.state_len());
         let half = width / 2;
-        // The kept values and their indices (-1 where empty), place p at `p * rows`.
+        // The kept values and their indices (-1 where empty), place p at `p * rows`. Terms of this
+        // piece hold their index in it (below `cap`), terms kept from the state `cap` plus their
+        // place there: small integers, exact in float32 whatever the reduced index.
         let (v, ix) = self.work.split_at_mut(k * rows);
-        let empty = if max { T::NEG_INFINITY } else { T::INFINITY };
         for c in 0..acc.dim {
-            v.fill(empty);
-            ix.fill(-T::ONE);
+            for (r, state) in state_rows(states, width, n).enumerate() {
+                for p in 0..k {
+                    v[p * rows + r] = T::from_f64(state[c * k + p]);
+                    let kept = state[half + c * k + p] >= 0.0;
+                    ix[p * rows + r] = if kept { T::from_f64((cap + p) as f64) } else { -T::ONE };
+                }
+            }
             for j in 0..len {
-                let x = &self.f[(c * len + j) * rows..][..n];
+                let x = &self.f[(c * cap + j) * rows..][..n];
                 let jt = T::from_f64(j as f64);
                 // Indexed loops of selects over slices of one length: they vectorise.
                 for p in (1..k).rev() {
@@ -203,9 +211,16 @@ impl<T: Real> Columns<T> {
                 }
             }
             for (r, state) in state_rows(states, width, n).enumerate() {
-                for p in 0..k {
+                // From the last place up: a kept term only moves down, so its old place is read
+                // before it is written.
+                for p in (0..k).rev() {
+                    let i = ix[p * rows + r].to_f64();
                     state[c * k + p] = v[p * rows + r].to_f64();
-                    state[half + c * k + p] = ix[p * rows + r].to_f64();
+                    state[half + c * k + p] = match i {
+                        _ if i < 0.0 => -1.0,
+                        _ if i >= cap as f64 => state[half + c * k + (i as usize - cap)],
+                        _ => (j0 + i as usize) as f64,
+                    };
                 }
             }
         }
@@ -214,10 +229,10 @@ impl<T: Real> Columns<T> {
     /// `Accumulator::accumulate_exp`: the largest term of each row, the exponentials relative to it,
     /// their sum and their dot products with the weights, pairwise, entering the state as there.
     #[inline(always)]
-    fn exp(&mut self, acc: &Accumulator, n: usize, states: &mut [f64], fma: bool) {
-        let (len, rows, width) = (self.len, self.rows, acc.state_len());
+    fn exp(&mut self, acc: &Accumulator, n: usize, len: usize, states: &mut [f64], fma: bool) {
+        let (cap, rows, width) = (self.len, self.rows, acc.state_len());
         let (maxima, rest) = self.work.split_at_mut(rows);
-        let (e, dot) = rest.split_at_mut(len * rows);
+        let (e, dot) = rest.split_at_mut(cap * rows);
         let (maxima, nan) = (&mut maxima[..n], &mut self.nan[..n]);
         maxima.fill(T::NEG_INFINITY);
         nan.fill(false);
@@ -238,7 +253,7 @@ impl<T: Real> Columns<T> {
                         T::ZERO
                     }
                 } else {
-                    (x - m).exp(fma)
+                    exp_below_max(x - m, fma)
                 };
             }
         }
@@ -260,7 +275,7 @@ impl<T: Real> Columns<T> {
         let first = usize::from(acc.kind != ReductionKind::LogSumExpWeight);
         let m = len - len / 2;
         for c in 0..acc.gdim {
-            let w = &self.g[c * len * rows..(c + 1) * len * rows];
+            let w = &self.g[c * cap * rows..(c + 1) * cap * rows];
             let column = |j: usize| j * rows..j * rows + n;
             for t in 0..m {
                 for ((d, &x), &y) in dot[column(t)].iter_mut().zip(&e[column(t)]).zip(&w[column(t)]) {

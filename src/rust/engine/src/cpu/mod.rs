@@ -134,9 +134,8 @@ fn evaluate_with<T: Real>(
     let mut out = RowMajor::new(red.kind, n_out, width)?;
 
     let threads = threads.clamp(1, n_out.max(1));
-    // Block-sparse reductions go row at a time (the blocks of rows assume the whole reduced range).
-    let short = short_range::rows_per_block::<T>(formula, &plan, &acc, n_out, n_red, threads)
-        .filter(|_| short_ranges && ranges.is_none());
+    let short =
+        short_range::rows_per_block::<T>(formula, &plan, &acc, n_out, n_red, threads, ranges).filter(|_| short_ranges);
     let (fusions, tile, rows_per_block) = match short {
         // A tile is a block of rows.
         Some(rows) => {
@@ -265,7 +264,7 @@ impl<'r, 'v, T: Real, B: Iterator<Item = Block<'r, 'v>>> isa::Kernel for Worker<
             let next = self.blocks.lock().map(|mut it| it.next()).unwrap_or(None);
             let Some((work, vals, idx)) = next.filter(|_| !self.ctx.stop.load(Relaxed)) else { break };
             if self.ctx.transposed {
-                ws.reduce_block(self.ctx, work.rows.start, vals, idx, fma);
+                ws.reduce_block(self.ctx, &work, vals, idx, fma);
             } else {
                 ws.reduce_rows(self.ctx, &work, vals, idx, fma);
             }
