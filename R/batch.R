@@ -286,10 +286,16 @@ batch_forward <- function(formula, sum_scheme, info, input, ranges, inner_dim) {
     stop("K = ", info$k, " is larger than the number of ", if (info$axis == 0L) "j" else "i",
          "-rows reduced over in member ", b, " (", reduced[b], ")", call. = FALSE)
   }
-  res <- op(layout$inputs, ranges = layout$ranges)
   out_rows <- layout$rows[[if (info$axis == 0L) "Vi" else "Vj"]]
   # Indices count from the start of each member's reduced rows.
   offsets <- as.integer(cumsum(reduced) - reduced)
+  if (!layout$as_list) {
+    # Members of equal size: the engine writes the n x ... x B arrays (one pass over the results).
+    spec <- attr(op, "rkeops")
+    inputs <- prepare_inputs(layout$inputs, spec$info)
+    return(engine_run(spec$formula, spec$args, sum_scheme, inputs, layout$ranges, members = offsets))
+  }
+  res <- op(layout$inputs, ranges = layout$ranges)
   if (is.list(res)) {
     return(list(values = batch_value(res$values, out_rows, layout$as_list),
                 indices = batch_value(res$indices, out_rows, layout$as_list, offsets)))

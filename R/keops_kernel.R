@@ -261,23 +261,30 @@ make_kernel <- function(formula, args, sum_scheme, shown = NULL) {
       input <- layout$input
       ranges <- layout$ranges
     }
-    inputs <- prepare_inputs(input, info)
-    opts <- .rkeops_env$options
-    # 0 threads: the engine uses every core (parallel::detectCores() would cost a millisecond a call).
-    threads <- if (is.null(opts$ncore)) 0L else opts$ncore
-    # The CPU backend compiles nothing: no cache directory to look up.
-    cache_dir <- if (opts$backend == "CPU") "" else kernel_cache_dir()
-    res <- .Call(wrap__keops_run, formula, args, inputs, opts$precision,
-                 threads, sum_scheme, opts$backend, opts$device, cache_dir,
-                 ranges_for_engine(ranges))
-    if (!is.null(res$error)) rust_result(res)
-    .rkeops_env$last_run <- list(backend = res$backend, timings = res$timings)
-    if (!is.null(.rkeops_env$phase_log)) log_phases(res$timings)
-    if (is.null(one)) result_value(res) else batch_of_one_value(result_value(res), one$as_list)
+    res <- engine_run(formula, args, sum_scheme, prepare_inputs(input, info), ranges)
+    if (is.null(one)) res else batch_of_one_value(res, one$as_list)
   }
   # What keops_grad() needs to build the gradient's formula.
   attr(op, "rkeops") <- list(formula = formula, args = args, sum_scheme = sum_scheme, info = info)
   op
+}
+
+# The engine's result (see result_value()) for `inputs` (checked by prepare_inputs()). `members`:
+# the output rows are a batch of members of equal size laid end to end, whose results come back as
+# `n x ... x B` arrays, `members[b]` (member b's first reduced row) subtracted from its indices.
+engine_run <- function(formula, args, sum_scheme, inputs, ranges, members = NULL) {
+  opts <- .rkeops_env$options
+  # 0 threads: the engine uses every core (parallel::detectCores() would cost a millisecond a call).
+  threads <- if (is.null(opts$ncore)) 0L else opts$ncore
+  # The CPU backend compiles nothing: no cache directory to look up.
+  cache_dir <- if (opts$backend == "CPU") "" else kernel_cache_dir()
+  res <- .Call(wrap__keops_run, formula, args, inputs, opts$precision,
+               threads, sum_scheme, opts$backend, opts$device, cache_dir,
+               ranges_for_engine(ranges), members)
+  if (!is.null(res$error)) rust_result(res)
+  .rkeops_env$last_run <- list(backend = res$backend, timings = res$timings)
+  if (!is.null(.rkeops_env$phase_log)) log_phases(res$timings)
+  result_value(res)
 }
 
 # An operator that runs `run(inputs, ranges)` on the inputs put in the order of `shown$info`

@@ -13,11 +13,41 @@ pub fn cores() -> usize {
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
+/// The number of threads for `len` elements: one per PARALLEL_FROM elements at most (starting one
+/// can cost ~50 us, seen on a GPU host), 16 at most.
+fn threads_for(len: usize) -> usize {
+    cores().min(16).min(len / PARALLEL_FROM)
+}
+
+/// `f(b, block)` for the blocks of `block_len` elements of `dst` (the last may be shorter), b =
+/// 0, 1, ..., on every core when there are many elements.
+pub fn for_each_block<Y: Send>(dst: &mut [Y], block_len: usize, f: impl Fn(usize, &mut [Y]) + Sync) {
+    let block_len = block_len.max(1);
+    let blocks = dst.len().div_ceil(block_len);
+    let threads = threads_for(dst.len()).min(blocks);
+    if threads <= 1 {
+        for (b, block) in dst.chunks_mut(block_len).enumerate() {
+            f(b, block);
+        }
+        return;
+    }
+    let per_thread = blocks.div_ceil(threads);
+    let f = &f;
+    std::thread::scope(|scope| {
+        for (t, part) in dst.chunks_mut(per_thread * block_len).enumerate() {
+            scope.spawn(move || {
+                for (b, block) in part.chunks_mut(block_len).enumerate() {
+                    f(t * per_thread + b, block);
+                }
+            });
+        }
+    });
+}
+
 /// `dst[k] = f(src[k])`, on every core when there are many elements.
 pub fn map<X: Copy + Sync, Y: Send>(src: &[X], dst: &mut [Y], f: impl Fn(X) -> Y + Sync) {
     assert_eq!(src.len(), dst.len(), "parallel::map needs slices of one length");
-    // At least PARALLEL_FROM elements a thread: starting one can cost ~50 us (seen on a GPU host).
-    let threads = cores().min(16).min(src.len() / PARALLEL_FROM);
+    let threads = threads_for(src.len());
     if threads <= 1 {
         for (d, &s) in dst.iter_mut().zip(src) {
             *d = f(s);

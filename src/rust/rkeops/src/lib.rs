@@ -6,6 +6,7 @@ mod batch;
 mod clustering;
 mod iterate;
 mod knn;
+mod results;
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -96,7 +97,9 @@ fn keops_parse(formula: &str, args: Robj) -> Robj {
 
 /// Evaluates a formula on a list of numeric inputs (double vectors or matrices; the R side has
 /// checked their types). Returns `list(values, indices, backend, timings)`, the results as R arrays
-/// (`Output::shape`), or `list(error)`.
+/// (`Output::shape`), or `list(error)`. `members` (integers, or NULL): the output rows are a batch of
+/// that many members of equal size, whose results are returned as `n x ... x B` arrays, `members[m]`
+/// subtracted from member `m`'s indices (see `results::r_array`).
 #[extendr]
 #[allow(clippy::too_many_arguments)]
 fn keops_run(
@@ -110,8 +113,10 @@ fn keops_run(
     device: i32,
     cache_dir: &str,
     ranges: Robj,
+    members: Robj,
 ) -> Robj {
     guarded(|| {
+        let members = if members.is_null() { None } else { Some(members.as_integer_slice().ok_or("'members' must be integers")?) };
         let args = strings(&args, "args")?;
         let op = operator(formula, &args).map_err(|e| e.to_string())?;
         let list = inputs.as_list().ok_or("the inputs must be a list")?;
@@ -145,15 +150,9 @@ fn keops_run(
             other => other.map_err(|e| e.to_string())?,
         };
         let timings = timings(&out.timings)?;
-        // The array's dimensions are set here, on the vectors nothing else refers to yet: set in R,
-        // `dim<-` would copy the results.
-        let shape: Vec<i32> = out.shape(op.formula.reduction.kind.is_k_selection()).iter().map(|&n| n as i32).collect();
-        let with_dim = |mut x: Robj| -> std::result::Result<Robj, String> {
-            x.set_attrib("dim", shape.clone()).map_err(|e| e.to_string())?;
-            Ok(x)
-        };
-        let values = out.values.map_or(Ok(Robj::from(())), |v| with_dim(Robj::from(v)))?;
-        let indices = out.indices.map_or(Ok(Robj::from(())), |v| with_dim(Robj::from(v)))?;
+        let shape = out.shape(op.formula.reduction.kind.is_k_selection());
+        let values = out.values.map_or(Ok(Robj::from(())), |v| results::r_array(&v, &shape, members, |x, _| x))?;
+        let indices = out.indices.map_or(Ok(Robj::from(())), |v| results::r_array(&v, &shape, members, results::index_minus))?;
         List::from_names_and_values(
             ["values", "indices", "backend", "timings"],
             [values, indices, Robj::from(out.backend), timings],
