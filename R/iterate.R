@@ -3,9 +3,11 @@
 #' Fixed-point algorithms such as log-domain Sinkhorn alternate reductions, each result an input
 #' of the next. Written as an R loop, every reduction is a call whose fixed costs (R, conversions,
 #' copies to and from the GPU, a wait for the GPU) are, on small problems, most of the time.
-#' `keops_iterate()` runs the whole loop in the engine: on a GPU every input is copied once and the
-#' iterated values stay on the device from one reduction to the next; on the CPU each step is the
-#' same computation as a call of the operator.
+#' `keops_iterate()` runs the whole loop in the engine: on a GPU every input is copied once, the
+#' iterated values stay on the device from one reduction to the next, the steps are queued without
+#' waiting, and from the third iteration on each step issues the kernel launches recorded for it
+#' (checks, numbers and block-sparse work are prepared once); on the CPU each step is the same
+#' computation as a call of the operator.
 #'
 #' Each iteration runs the operators of `ops` in order. The result of `ops$name` replaces the value
 #' of the variable `name`, which must be an `i` or `j` variable (`Vi`, `Vj`) of at least one of the

@@ -8,6 +8,7 @@
 use std::time::{Duration, Instant};
 
 use crate::cuda;
+use crate::cuda::recorded::Recorded;
 use crate::cuda::resident::DeviceMatrix;
 use crate::error::{Error, Result};
 use crate::operator::{Backend, Input, Operator, Precision, RunOptions};
@@ -169,7 +170,12 @@ fn on_device(
     let mut timings = Timings::default();
     timings.add(&[("upload once", clock.elapsed().as_secs_f64())]);
     let clock = Instant::now();
-    let looped = run_steps(steps, step_options, states, iterations, options, &kept_inputs, &mut current, &mut next);
+    // Each step's launches of the first two iterations, recorded: the buffers of the iterated
+    // values are swapped at every step that replaces one, so that every later iteration issues the
+    // launches of the one two before it, on the same buffers. Freed only after the wait below.
+    let mut recorded: Vec<[Option<Recorded>; 2]> = steps.iter().map(|_| [None, None]).collect();
+    let (kept, values) = (&kept_inputs[..], (&mut current[..], &mut next[..]));
+    let looped = run_steps(steps, step_options, states, iterations, options, kept, values, &mut recorded, &device);
     // Nothing queued may still use the buffers when they are read or freed.
     let waited = device.synchronize();
     looped?;
@@ -194,31 +200,41 @@ fn run_steps(
     iterations: usize,
     options: &RunOptions,
     kept_inputs: &[Vec<Option<DeviceMatrix>>],
-    current: &mut [DeviceMatrix],
-    next: &mut [Option<DeviceMatrix>],
+    (current, next): (&mut [DeviceMatrix], &mut [Option<DeviceMatrix>]),
+    recorded: &mut [[Option<Recorded>; 2]],
+    device: &cuda::device::Device,
 ) -> Result<()> {
     let mut asked = Instant::now();
-    for _ in 0..iterations {
-        for ((step, step_options), kept) in steps.iter().zip(step_options).zip(kept_inputs) {
-            let shapes: Vec<Input> = step
-                .inputs
-                .iter()
-                .map(|source| match *source {
-                    Source::Host(x) => Input { data: &[], ..x },
-                    Source::State(k) => Input { data: &[], ..states[k] },
-                })
-                .collect();
-            let resident: Vec<Option<&DeviceMatrix>> = step
-                .inputs
-                .iter()
-                .zip(kept)
-                .map(|(source, kept)| match *source {
-                    Source::Host(_) => kept.as_ref(),
-                    Source::State(k) => Some(&current[k]),
-                })
-                .collect();
-            let target = next[step.output].as_ref().expect("allocated for every output");
-            step.operator.run_into(&shapes, &resident, step_options, target)?;
+    // RKEOPS_GPU_REPLAY=0 runs every step as a call, as before the records (for benchmarks).
+    let replay = std::env::var("RKEOPS_GPU_REPLAY").map_or(true, |v| v != "0");
+    for iteration in 0..iterations {
+        let steps = steps.iter().zip(step_options).zip(kept_inputs).zip(recorded.iter_mut());
+        for (((step, step_options), kept), recorded) in steps {
+            let record = &mut recorded[iteration % 2];
+            if let Some(launches) = record.as_ref() {
+                launches.replay(device)?;
+            } else {
+                let shapes: Vec<Input> = step
+                    .inputs
+                    .iter()
+                    .map(|source| match *source {
+                        Source::Host(x) => Input { data: &[], ..x },
+                        Source::State(k) => Input { data: &[], ..states[k] },
+                    })
+                    .collect();
+                let resident: Vec<Option<&DeviceMatrix>> = step
+                    .inputs
+                    .iter()
+                    .zip(kept)
+                    .map(|(source, kept)| match *source {
+                        Source::Host(_) => kept.as_ref(),
+                        Source::State(k) => Some(&current[k]),
+                    })
+                    .collect();
+                let target = next[step.output].as_ref().expect("allocated for every output");
+                step.operator.run_into(&shapes, &resident, step_options, target, replay.then_some(record))?;
+            }
+            // The value replaced: its new buffer becomes the current one.
             let replaced = next[step.output].take().expect("allocated for every output");
             next[step.output] = Some(std::mem::replace(&mut current[step.output], replaced));
             if let Some(interrupted) = options.interrupt.filter(|_| asked.elapsed() >= INTERRUPT_EVERY) {

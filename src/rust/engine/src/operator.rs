@@ -4,6 +4,8 @@
 use crate::cpu::{self, Inputs, RowMajor};
 use crate::cuda;
 use crate::cuda::codegen::Dtype;
+use crate::cuda::launch::Kept;
+use crate::cuda::recorded::Recorded;
 use crate::cuda::resident::DeviceMatrix;
 use crate::error::{Error, Result};
 use crate::formula::{Category, Formula};
@@ -123,15 +125,18 @@ impl Operator {
     /// `run_with` on a GPU, the values written into `target` (a matrix of the result's shape on
     /// the device of the call, in its precision, float32 or float64) instead of coming back. The
     /// work is only queued on the device's stream: wait with `Device::synchronize` before reading
-    /// `target` or freeing any input (`crate::iterate` does). The `Output` holds no results.
+    /// `target` or freeing any input (`crate::iterate` does). The `Output` holds no results. With
+    /// `record`, its launches are also recorded there, to be issued again (`Recorded::replay`) with
+    /// the same inputs and target.
     pub fn run_into(
         &self,
         inputs: &[Input],
         resident: &[Option<&DeviceMatrix>],
         options: &RunOptions,
         target: &DeviceMatrix,
+        record: Option<&mut Option<Recorded>>,
     ) -> Result<Output> {
-        self.run_to(inputs, resident, options, Some(target))
+        self.run_to(inputs, resident, options, Some(Kept { matrix: target, record }))
     }
 
     fn run_to(
@@ -139,8 +144,9 @@ impl Operator {
         inputs: &[Input],
         resident: &[Option<&DeviceMatrix>],
         options: &RunOptions,
-        target: Option<&DeviceMatrix>,
+        kept: Option<Kept>,
     ) -> Result<Output> {
+        let target = kept.as_ref().map(|k| k.matrix);
         let resident_at = |p: usize| resident.get(p).copied().flatten();
         let (n_i, n_j) = self.check_inputs(inputs, &resident_at)?;
         if let Some(ranges) = &options.ranges {
@@ -221,13 +227,13 @@ impl Operator {
                 let (f, c, r, t) = (&self.formula, &compiled, ranges, &mut timings);
                 let columns = match options.precision {
                     Precision::F16 => {
-                        cuda::launch::evaluate::<u16, f32>(&device, c, f, inputs, resident, sizes, options, r, target, t)
+                        cuda::launch::evaluate::<u16, f32>(&device, c, f, inputs, resident, sizes, options, r, kept, t)
                     }
                     Precision::F32 => {
-                        cuda::launch::evaluate::<f32, f32>(&device, c, f, inputs, resident, sizes, options, r, target, t)
+                        cuda::launch::evaluate::<f32, f32>(&device, c, f, inputs, resident, sizes, options, r, kept, t)
                     }
                     Precision::F64 => {
-                        cuda::launch::evaluate::<f64, f64>(&device, c, f, inputs, resident, sizes, options, r, target, t)
+                        cuda::launch::evaluate::<f64, f64>(&device, c, f, inputs, resident, sizes, options, r, kept, t)
                     }
                 }?;
                 (columns.values, columns.indices, format!("GPU {} ({})", device.ordinal, device.name))

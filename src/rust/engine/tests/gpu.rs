@@ -734,3 +734,76 @@ fn inputs_kept_on_the_device() {
     let without = dev.ctx.mem_get_info().unwrap().0;
     assert!(free - with >= 500 << 20 && without - with >= 500 << 20, "{free} {with} {without}");
 }
+
+/// A loop in the engine on the GPU (its steps' launches recorded in the first two iterations and
+/// issued again after) against the same loop on the CPU: log-domain Sinkhorn between point clouds
+/// of odd sizes, one direction in the 1D scheme and the other in the 2D scheme (its merge launch
+/// recorded too), dense and block-sparse (two problems side by side), 1, 2, 3 and 8 iterations.
+#[test]
+fn gpu_loops_equal_the_cpu_loop() {
+    use engine::iterate::{iterate, Source, Step};
+    let _gpu = sharing_the_gpu();
+    if let Err(why) = device::device(0) {
+        println!("NO GPU: loops in the engine are not checked here ({why})");
+        return;
+    }
+    let (n, m) = (37usize, 2999usize);
+    let x = random(n * 2, 11);
+    let y = random(m * 2, 12);
+    let lmu: Vec<f64> = (0..n).map(|i| -(n as f64).ln() - 0.01 * i as f64).collect();
+    let lnu: Vec<f64> = (0..m).map(|j| -(m as f64).ln() + 0.001 * j as f64).collect();
+    let s = [3.0];
+    let declare = |names: [&str; 5]| names.map(String::from);
+    let f_op = Operator::new(
+        "LogSumExp_Reduction(lnu - g - SqDist(x, y) * s, 0)",
+        &declare(["x = Vi(2)", "y = Vj(2)", "lnu = Vj(1)", "g = Vj(1)", "s = Pm(1)"]),
+    )
+    .unwrap();
+    let g_op = Operator::new(
+        "LogSumExp_Reduction(lmu - f - SqDist(x, y) * s, 1)",
+        &declare(["x = Vi(2)", "y = Vj(2)", "lmu = Vi(1)", "f = Vi(1)", "s = Pm(1)"]),
+    )
+    .unwrap();
+    fn input(data: &[f64], ncol: usize) -> Input<'_> {
+        Input { data, nrow: data.len() / ncol, ncol }
+    }
+    let (xi, yi, par) = (input(&x, 2), input(&y, 2), input(&s, 1));
+    let (f0, g0) = (vec![0.0; n], vec![0.0; m]);
+    // Two problems: rows 0..20 of x against 0..1500 of y, and the rest against the rest.
+    let split = Ranges::from_block_pairs(&[0..20, 20..n], &[0..1500, 1500..m], &[(0, 0), (1, 1)]).unwrap();
+    for ranges in [None, Some(split)] {
+        let steps = [
+            Step {
+                operator: &g_op,
+                inputs: vec![Source::Host(xi), Source::Host(yi), Source::Host(input(&lmu, 1)), Source::State(0), Source::Host(par)],
+                output: 1,
+                sum_scheme: SumScheme::Auto,
+                ranges: ranges.clone(),
+            },
+            Step {
+                operator: &f_op,
+                inputs: vec![Source::Host(xi), Source::Host(yi), Source::Host(input(&lnu, 1)), Source::State(1), Source::Host(par)],
+                output: 0,
+                sum_scheme: SumScheme::Auto,
+                ranges: ranges.clone(),
+            },
+        ];
+        let states = [input(&f0, 1), input(&g0, 1)];
+        for precision in [Precision::F64, Precision::F32] {
+            for iterations in [1, 2, 3, 8] {
+                let on = |backend| RunOptions { precision, backend, ..Default::default() };
+                let gpu = iterate(&steps, &states, iterations, &on(Backend::Gpu(0))).unwrap();
+                let cpu = iterate(&steps, &states, iterations, &on(Backend::Cpu)).unwrap();
+                let tolerance = if precision == Precision::F64 { 1e-10 } else { 1e-4 };
+                for (k, (a, b)) in gpu.states.iter().zip(&cpu.states).enumerate() {
+                    let err = a.iter().zip(b).map(|(p, q)| (p - q).abs()).fold(0.0, f64::max);
+                    assert!(
+                        err < tolerance,
+                        "state {k} after {iterations} iterations ({precision:?}, ranges: {}): differs by {err}",
+                        ranges.is_some()
+                    );
+                }
+            }
+        }
+    }
+}

@@ -585,6 +585,48 @@ impl Gen<'_> {
     }
 }
 
+/// Selections of at most this many values per row (K times the dimension) keep them in registers:
+/// their insertion is written out with every index known when compiling. Larger ones index arrays
+/// in local memory, with less code (compile time grows with the network).
+const REGISTER_SELECTION: usize = 64;
+
+/// The insertion of `fv[c]`, the value of the reduced index `j`, into the sorted list of the `k`
+/// best values of component `c` (`best@`, `best_j@` from `c * k`), as the CPU accumulator does it
+/// (NaN wins, equal values keep index order, an empty slot, of index -1, takes any value), written
+/// as selects on registers: slot `s` takes the value of slot `s - 1` if the new value goes before
+/// that one, the new value if it goes before slot `s` only, else keeps its own. Values that are
+/// neither infinite nor NaN compare with one comparison (an empty slot holds the infinity that any
+/// of them passes, a NaN slot stays ahead of them), which a warp takes unless one of its rows holds
+/// an infinite or NaN value.
+fn selection_network(fv: &str, c: usize, k: usize, cmp: &str, fabs: &str) -> String {
+    let (first, last) = (c * k, c * k + k - 1);
+    let general = |s: usize| format!("(best_j@[{s}] < 0 || x {cmp} best@[{s}] || (rk_isnan(x) && !rk_isnan(best@[{s}])))");
+    let plain = |s: usize| format!("(x {cmp} best@[{s}])");
+    let network = |goes_before: &dyn Fn(usize) -> String| {
+        let mut code = format!("            bool c{last} = true;\n");
+        for s in (first + 1..=last).rev() {
+            let _ = writeln!(
+                code,
+                "            bool c{p} = {before}; best@[{s}] = c{p} ? best@[{p}] : c{s} ? x : best@[{s}]; best_j@[{s}] = c{p} ? best_j@[{p}] : c{s} ? j : best_j@[{s}];",
+                p = s - 1,
+                before = goes_before(s - 1)
+            );
+        }
+        let _ = writeln!(code, "            if (c{first}) {{ best@[{first}] = x; best_j@[{first}] = j; }}");
+        code
+    };
+    format!(
+        "        {{ T x = {fv}[{c}];\n\
+         \x20         if ({enters}) {{\n\
+         \x20           if ({fabs}(x) < RK_INF) {{\n{plain}\x20           }} else {{\n{general}\x20           }}\n\
+         \x20         }}\n\
+         \x20       }}",
+        enters = general(last),
+        plain = network(&plain),
+        general = network(&general),
+    )
+}
+
 /// Emits a line of the reducer with its registers (`name@`) named for the current row slot.
 fn emit(g: &mut Gen, code: &str) {
     let line = code.replace('@', &format!("_{}", g.q));
@@ -612,7 +654,8 @@ impl Reducer<'_> {
             Min | ArgMin | MinArgMin | KMin | ArgKMin | KMinArgKMin | Max | ArgMax | MaxArgMax => {
                 let n = d * k;
                 let init = if matches!(self.acc.kind, Max | ArgMax | MaxArgMax) { "-RK_INF" } else { "RK_INF" };
-                emit(g, &format!("  T best@[{n}]; int best_j@[{n}]; for (int k = 0; k < {n}; k++) {{ best@[k] = {init}; best_j@[k] = -1; }}"));
+                // (unrolled: the selection networks keep these arrays in registers)
+                emit(g, &format!("  T best@[{n}]; int best_j@[{n}];\n  #pragma unroll\n  for (int k = 0; k < {n}; k++) {{ best@[k] = {init}; best_j@[k] = -1; }}"));
             }
             LogSumExp | LogSumExpWeight | SumSoftMaxWeight => {
                 let sums = self.acc.state_len() - 1;
@@ -653,6 +696,15 @@ impl Reducer<'_> {
             },
             Min | ArgMin | MinArgMin | KMin | ArgKMin | KMinArgKMin | Max | ArgMax | MaxArgMax => {
                 let cmp = if matches!(self.acc.kind, Max | ArgMax | MaxArgMax) { ">" } else { "<" };
+                // RKEOPS_GPU_SELECTION=local keeps every selection in local memory (for benchmarks).
+                let local = std::env::var("RKEOPS_GPU_SELECTION").is_ok_and(|s| s == "local");
+                if d * kk <= REGISTER_SELECTION && !local {
+                    let fabs = g.math("fabs");
+                    for c in 0..d {
+                        emit(g, &selection_network(&fv, c, kk, cmp, &fabs));
+                    }
+                    return;
+                }
                 // Sorted insertion, as the CPU accumulator: NaN wins, equal values keep index order.
                 emit(g, &format!(
                     "        for (int c = 0; c < {d}; c++) {{\n\
@@ -737,7 +789,7 @@ impl Reducer<'_> {
             }
             Min | ArgMin | MinArgMin | KMin | ArgKMin | KMinArgKMin | Max | ArgMax | MaxArgMax => {
                 let n = d * self.acc.k;
-                emit(g, &format!("    for (int k = 0; k < {n}; k++) {{ out[k] = (double)best@[k]; out[{n} + k] = best_j@[k] >= 0 ? (double)best_j@[k] + j_offset : -1.0; }}"));
+                emit(g, &format!("    #pragma unroll\n    for (int k = 0; k < {n}; k++) {{ out[k] = (double)best@[k]; out[{n} + k] = best_j@[k] >= 0 ? (double)best_j@[k] + j_offset : -1.0; }}"));
             }
             LogSumExp | LogSumExpWeight | SumSoftMaxWeight => {
                 let sums = self.acc.state_len() - 1;

@@ -13,6 +13,7 @@ use cudarc::driver::{result, CudaFunction, LaunchConfig, PushKernelArg};
 
 use super::codegen;
 use super::device::{guarded, Compiled, Device};
+use super::recorded::Recorded;
 use super::resident::DeviceMatrix;
 use super::workspace::{Layout, Workspace};
 use crate::error::{Error, Result};
@@ -97,11 +98,19 @@ impl RangedWork {
     }
 }
 
+/// Where the values of a call go when they stay on the device (`crate::iterate`): into `matrix`
+/// (`n_out x width`, stored as `T`), the launches queued; with `record`, the launches are also
+/// recorded there, on a buffer of their own, to be issued again.
+pub struct Kept<'a> {
+    pub matrix: &'a DeviceMatrix,
+    pub record: Option<&'a mut Option<Recorded>>,
+}
+
 /// Runs the reduction with inputs stored as `S` on the device and arithmetic and results in `T`
 /// (f32 for float16 storage, otherwise the same type); over the blocks of `ranges` only, when
 /// given (`compiled` is then the ranged kernel). With a `target`, the values are written there
-/// (`n_out x width`, stored as `T`) and nothing comes back to the host: an iteration in the engine
-/// feeds them to the next reduction (`crate::iterate`).
+/// and nothing comes back to the host: an iteration in the engine feeds them to the next
+/// reduction (`crate::iterate`).
 #[allow(clippy::too_many_arguments)]
 pub fn evaluate<S: Stored, T: Real>(
     device: &Device,
@@ -112,9 +121,13 @@ pub fn evaluate<S: Stored, T: Real>(
     (n_i, n_j): (usize, usize),
     options: &RunOptions,
     ranges: Option<&BlockRanges>,
-    target: Option<&DeviceMatrix>,
+    kept: Option<Kept>,
     timings: &mut Vec<(&'static str, f64)>,
 ) -> Result<Columns> {
+    let (target, mut record) = match kept {
+        Some(Kept { matrix, record }) => (Some(matrix), record),
+        None => (None, None),
+    };
     let resident: Vec<Option<&DeviceMatrix>> = (0..inputs.len()).map(|p| resident.get(p).copied().flatten()).collect();
     let kernel = &compiled.kernel;
     let red = &formula.reduction;
@@ -175,7 +188,8 @@ pub fn evaluate<S: Stored, T: Real>(
                 rows_red: blocks.rows_red,
             };
             let data = Data { inputs, resident: &resident, ranged: ranged.as_ref(), target };
-            run_step::<S, T>(device, compiled, formula, &data, &step, workspace, &mut columns, &mut times)?;
+            let record = record.as_deref_mut();
+            run_step::<S, T>(device, compiled, formula, &data, &step, workspace, &mut columns, &mut times, record)?;
         }
     }
     timings.extend([
@@ -377,7 +391,8 @@ impl Regions {
 }
 
 /// Uploads one step's inputs, runs its kernels and, after the last block of the reduced range,
-/// brings its results back into `columns`.
+/// brings its results back into `columns`. With `record` (a queued step), its buffer is its own,
+/// and its launches are recorded there.
 #[allow(clippy::too_many_arguments)]
 fn run_step<S: Stored, T: Real>(
     device: &Device,
@@ -388,6 +403,7 @@ fn run_step<S: Stored, T: Real>(
     workspace: &mut Workspace,
     columns: &mut Columns,
     times: &mut Times,
+    record: Option<&mut Option<Recorded>>,
 ) -> Result<()> {
     let kernel = &compiled.kernel;
     let (rows_out, rows_red) = (step.out.len(), step.red.len());
@@ -409,14 +425,19 @@ fn run_step<S: Stored, T: Real>(
     let regions = Regions::new::<S, T>(formula, kernel, data, step, planned, one_pass);
     let on_device = format!("device {} ({})", device.ordinal, device.name);
     let gpu_error = |what: &str, e: result::DriverError| Error::Gpu(format!("{what} on {on_device}: {e:?}"));
-    if regions.end > workspace.held().0 || regions.download.end > workspace.held().1 {
+    let mut recorded = record.is_some().then(|| Recorded::new(device, regions.end)).transpose()?;
+    let device_grows = recorded.is_none() && regions.end > workspace.held().0;
+    if device_grows || regions.download.end > workspace.held().1 {
         // Growing a buffer frees the old one: no queued step may still use it.
         // SAFETY: a plain wait on this device's stream.
         unsafe { result::stream::synchronize(device.stream.cu_stream()) }.map_err(|e| gpu_error("waiting for the GPU", e))?;
     }
-    let base = workspace
-        .device(regions.end)
-        .map_err(|e| gpu_error(&format!("allocating {:.1} MB", regions.end as f64 / 1e6), e))?;
+    let base = match &recorded {
+        Some(r) => r.pointer(),
+        None => workspace
+            .device(regions.end)
+            .map_err(|e| gpu_error(&format!("allocating {:.1} MB", regions.end as f64 / 1e6), e))?,
+    };
     let events = workspace.events;
     let host = workspace.host(regions.download.end).map_err(|e| {
         gpu_error(&format!("allocating {:.1} MB of page-locked host memory", regions.end as f64 / 1e6), e)
@@ -489,6 +510,9 @@ fn run_step<S: Stored, T: Real>(
         // `rows_out` rows and the results of `rows_out` rows.
         unsafe { launch(device, &compiled.reduce, config, &ints, &pointers) }
             .map_err(|e| gpu_error("launching the kernel", e))?;
+        if let Some(r) = recorded.as_mut() {
+            r.push(&compiled.reduce, config, &ints, &pointers);
+        }
         if !finalize_here {
             let ints = [rows_out as i32, chunks as i32, step.first as i32, step.last as i32];
             let pointers = [at(regions.states), at(regions.running), values, at(regions.indices)];
@@ -500,6 +524,9 @@ fn run_step<S: Stored, T: Real>(
             // SAFETY: four ints, then the chunk states, running states and results as above.
             unsafe { launch(device, &compiled.merge, config, &ints, &pointers) }
                 .map_err(|e| gpu_error("launching the merge kernel", e))?;
+            if let Some(r) = recorded.as_mut() {
+                r.push(&compiled.merge, config, &ints, &pointers);
+            }
         }
         if queued {
             return Ok(());
@@ -526,6 +553,9 @@ fn run_step<S: Stored, T: Real>(
         let _ = unsafe { result::stream::synchronize(stream) };
     }
     ran?;
+    if let Some(slot) = record {
+        *slot = recorded;
+    }
 
     if step.last {
         let clock = Instant::now();
@@ -547,7 +577,7 @@ fn run_step<S: Stored, T: Real>(
 ///
 /// # Safety
 /// The arguments must be those of the kernel's signature, the pointers valid for what it accesses.
-unsafe fn launch(
+pub(super) unsafe fn launch(
     device: &Device,
     function: &CudaFunction,
     config: LaunchConfig,

@@ -1,13 +1,15 @@
 //! The CUDA backend: a kernel generated per formula (`codegen`, its merge and finalisation in
 //! `finish`), compiled at run time by NVRTC and cached on disk and in memory (`device`), launched
 //! with the 1D or 2D scheme (`launch`) in memory the device keeps between calls (`workspace`);
-//! data can stay on a device from call to call (`resident`).
+//! data can stay on a device from call to call (`resident`), and a loop in the engine issues its
+//! steps' launches again as they were recorded (`recorded`).
 //! The CUDA libraries are loaded at run time: without them everything else keeps working.
 
 pub mod codegen;
 pub mod device;
 pub mod finish;
 pub mod launch;
+pub mod recorded;
 pub mod resident;
 pub mod workspace;
 
