@@ -262,6 +262,7 @@ make_kernel <- function(formula, args, sum_scheme, shown = NULL) {
       ranges <- layout$ranges
     }
     inputs <- prepare_inputs(input, info)
+    if (!is.null(.rkeops_env$future)) return(future_reduce(formula, args, sum_scheme, info, inputs, ranges, one))
     opts <- .rkeops_env$options
     # 0 threads: the engine uses every core (parallel::detectCores() would cost a millisecond a call).
     threads <- if (is.null(opts$ncore)) 0L else opts$ncore
