@@ -58,6 +58,8 @@
 #' their CPU; its threads are set by `ncore` above. The workers need rkeops
 #' installed where their R finds it (for local workers, `R_LIBS` or the
 #' `rscript_libs` argument of `plan(multisession)` / `plan(cluster)`).
+#' `plan(multicore)` forks this process: use it for the CPU only, since a
+#' GPU used by this process before the fork cannot be used by the forks.
 #'
 #' **Cost.** With `N` output rows, `M` reduced rows, `B` blocks and `W`
 #' workers, each block receives once its `N / B` rows of the variables of the
@@ -68,12 +70,18 @@
 #' numbers (in doubles, 8 bytes each): the reduced side is sent once per
 #' block, so `blocks = NULL` (one per worker) sends the least. Nothing stays
 #' on the workers between reductions: a second call sends its data again. The
-#' time of a reduction is that of the slowest block plus the transfers and
-#' a start-up cost per future (a few milliseconds on local workers; more
-#' over a network): the future path pays off for reductions that take
-#' seconds, not for the many small reductions of an iterative algorithm
-#' ([solve()] on a LazyTensor, Sinkhorn loops), which it slows down.
-#' `future` refuses to send more than 500 MiB to one future unless
+#' time of a reduction is that of the slowest block plus the transfers
+#' (serialised by R: about 2 ms per MB between local processes) and a fixed
+#' cost per call: about 30 ms with two `plan(multisession)` workers on a
+#' loaded 2-core machine, but 250 ms when the sockets of the plan were made
+#' without `options(socketOptions = "no-delay")` (TCP then holds back small
+#' messages; set the option before `plan()`). The future path thus pays off
+#' for reductions that take seconds, not for the many small reductions of an
+#' iterative algorithm ([solve()] on a LazyTensor, Sinkhorn loops), which it
+#' slows down. Only the output rows are cut: a reduction with fewer output
+#' rows than workers (100 points against 10^8) leaves workers idle (the
+#' reduced index is not cut into chunks whose partial states would be
+#' merged). `future` refuses to send more than 500 MiB to one future unless
 #' `options(future.globals.maxSize = )` is raised.
 #'
 #' **Progress.** With the package `progressr` installed, each block done is

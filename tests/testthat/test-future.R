@@ -17,6 +17,14 @@ fut_xy <- fut_x %*% t(fut_y)
 fut_K <- exp(-fut_s * fut_D)
 on_j <- function(v) matrix(v, fut_N, fut_M, byrow = TRUE)   # a j-variable on the N x M grid
 
+# Sets the plan, its sockets made with TCP_NODELAY (the option socketOptions, read when plan()
+# starts the workers): without it each call waits for TCP's delayed acknowledgements (~0.2 s here).
+start_plan <- function(strategy, ...) {
+  old <- options(socketOptions = "no-delay")
+  on.exit(options(old))
+  future::plan(strategy, ...)
+}
+
 # formula, declarations, inputs, and the plain-R float64 reference.
 fut_cases <- list(
   sum_j = list("Sum_Reduction(Exp(-s * SqDist(x, y)) * b, 0)",
@@ -115,7 +123,7 @@ fut_bb <- array(rmat(4 * fut_M, 2), c(fut_M, 2, 4))
 fut_e4 <- rmat(fut_M, 4)   # the gradient input of a KMin of 4 values over i
 
 test_that("reductions split over plan(multisession) equal one process and plain R", {
-  future::plan(future::multisession, workers = 2)
+  start_plan(future::multisession, workers = 2)
   on.exit(future::plan(future::sequential), add = TRUE)
   expect_future_cases(blocks = 3, processes = 2)      # 3 unequal blocks on 2 workers
   expect_future_cases(blocks = NULL, processes = 2)   # one block per worker
@@ -125,7 +133,7 @@ test_that("reductions split over plan(multisession) equal one process and plain 
 test_that("reductions split over plan(cluster) of localhost workers equal one process and plain R", {
   # localhost workers are started as local R processes (no SSH); rscript_libs: the library that
   # holds the rkeops under test.
-  future::plan(future::cluster, workers = c("localhost", "localhost"), rscript_libs = .libPaths())
+  start_plan(future::cluster, workers = c("localhost", "localhost"), rscript_libs = .libPaths())
   on.exit(future::plan(future::sequential), add = TRUE)
   expect_future_cases(blocks = 5, processes = 2)
   expect_future_others()
@@ -152,7 +160,7 @@ test_that("plan(sequential) computes the blocks in this process with its options
 })
 
 test_that("progressr reports one step per block", {
-  future::plan(future::multisession, workers = 2)
+  start_plan(future::multisession, workers = 2)
   on.exit(future::plan(future::sequential), add = TRUE)
   old <- rkeops_use_future(blocks = 5)
   on.exit(do.call(rkeops_use_future, old), add = TRUE)
