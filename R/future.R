@@ -82,7 +82,9 @@
 #' rows than workers (100 points against 10^8) leaves workers idle (the
 #' reduced index is not cut into chunks whose partial states would be
 #' merged). `future` refuses to send more than 500 MiB to one future unless
-#' `options(future.globals.maxSize = )` is raised.
+#' `options(future.globals.maxSize = )` is raised. While the futures run,
+#' this process holds the data of every block besides the inputs (about
+#' `N d_out + B M d_red` doubles too).
 #'
 #' **Progress.** With the package `progressr` installed, each block done is
 #' one step of a progressor: wrap the call in [progressr::with_progress()],
@@ -186,7 +188,7 @@ future_reduce <- function(formula, args, sum_scheme, info, inputs, ranges, one) 
     future_block_task(inputs, info, out_cat, red_cat, n_red, ranges, cuts[b], cuts[b + 1L])
   })
   shared <- list(formula = formula, args = args, sum_scheme = sum_scheme,
-                 options = .rkeops_env$options, ncore = settings$ncore, caller = Sys.getpid())
+                 options = .rkeops_env$options, ncore = settings$ncore, caller = future_process())
   progress <- if (requireNamespace("progressr", quietly = TRUE)) progressr::progressor(steps = blocks)
   done <- future.apply::future_lapply(tasks, future_block_fun(shared, progress),
                                       future.chunk.size = 1L, future.packages = "rkeops",
@@ -199,11 +201,13 @@ future_reduce <- function(formula, args, sum_scheme, info, inputs, ranges, one) 
     a
   }, lapply(done, `[[`, "timings"), numeric(0))
   backends <- unique(vapply(done, function(d) as.character(d$backend)[1L], ""))
-  # (what last_run() reports: the processes that computed the blocks, for checks and benchmarks)
+  # (what last_run() reports: the processes that computed the blocks and the threads of each block,
+  # NA for all the cores, for checks and benchmarks)
   .rkeops_env$last_run <- list(
     backend = sprintf("future (%d block%s): %s", blocks, if (blocks > 1L) "s" else "",
                       paste(backends, collapse = ", ")),
-    timings = timings, processes = unique(vapply(done, `[[`, 1L, "process"))
+    timings = timings, processes = unique(vapply(done, `[[`, 1L, "process")),
+    ncore = vapply(done, `[[`, 1L, "ncore")
   )
   if (!is.null(.rkeops_env$phase_log)) log_phases(timings)
   if (is.null(one)) value else batch_of_one_value(value, one$as_list)
@@ -335,7 +339,7 @@ future_block_run <- function(task, shared) {
     .rkeops_env$future <- saved$future
   })
   opts <- shared$options
-  if (!identical(Sys.getpid(), shared$caller)) {
+  if (!identical(future_process(), shared$caller)) {
     opts$ncore <- if (!is.null(shared$ncore)) shared$ncore else future_worker_cores()
   }
   .rkeops_env$options <- opts
@@ -348,8 +352,12 @@ future_block_run <- function(task, shared) {
   }
   value <- op(task$inputs, ranges = task$ranges)
   list(value = value, backend = .rkeops_env$last_run$backend, timings = .rkeops_env$last_run$timings,
-       process = Sys.getpid())
+       process = Sys.getpid(), ncore = if (is.null(opts$ncore)) NA_integer_ else opts$ncore)
 }
+
+# This process, on this machine: a block evaluated where it was made (plan(sequential)) keeps the
+# caller's threads.
+future_process <- function() paste(Sys.info()[["nodename"]], Sys.getpid())
 
 # The cores a worker may use, as `future` and schedulers tell it (parallelly, a dependency of
 # future); NULL (all the cores) without parallelly.

@@ -128,6 +128,14 @@ test_that("reductions split over plan(multisession) equal one process and plain 
   expect_future_cases(blocks = 3, processes = 2)      # 3 unequal blocks on 2 workers
   expect_future_cases(blocks = NULL, processes = 2)   # one block per worker
   expect_future_others()
+  # the threads of the workers: what future grants a multisession worker (1), or `ncore`
+  old <- rkeops_use_future(blocks = 2)
+  on.exit(do.call(rkeops_use_future, old), add = TRUE)
+  fut_ops$sum_j(fut_cases$sum_j[[3L]])
+  expect_identical(rkeops:::last_run()$ncore, c(1L, 1L))
+  rkeops_use_future(blocks = 3, ncore = 2)
+  fut_ops$sum_j(fut_cases$sum_j[[3L]])
+  expect_identical(rkeops:::last_run()$ncore, c(2L, 2L, 2L))
 })
 
 test_that("reductions split over plan(cluster) of localhost workers equal one process and plain R", {
@@ -143,10 +151,13 @@ test_that("plan(sequential) computes the blocks in this process with its options
   future::plan(future::sequential)
   on.exit(future::plan(future::sequential), add = TRUE)
   local_precision("float64")
+  old_threads <- set_rkeops_options(ncore = 1)
+  on.exit(set_rkeops_options(ncore = old_threads$ncore), add = TRUE)
   old <- rkeops_use_future(blocks = 4)
   on.exit(do.call(rkeops_use_future, old), add = TRUE)
   got <- fut_ops$softmax_j(fut_cases$softmax_j[[3L]])
   expect_identical(rkeops:::last_run()$processes, Sys.getpid())
+  expect_identical(rkeops:::last_run()$ncore, rep(1L, 4))   # this process's threads
   expect_match(rkeops:::last_run()$backend, "^future \\(4 blocks\\)")
   expect_equal(got, fut_here$softmax_j, tolerance = 1e-13)
   # the options come back, the future path still on
