@@ -25,6 +25,9 @@
 #                 averages of batches of point clouds, each against the loop of per-member calls
 #                 (bench/batch.R; BACKEND=CPU|GPU, SIZES=full|small, B=256 problems, REPS=3,
 #                 LOOP_BUDGET=30 s per loop run, BENCH_OUT=file.md)
+#   make bench-future  the future path (issue 18): a Gaussian sum split over plan(multisession) by
+#                 rkeops_use_future() against one process with as many threads (bench/future.R;
+#                 FUTURE_N=1e5 points, WORKERS=2, REPS=3, BENCH_OUT=file.md; needs future, future.apply)
 #   make doc      regenerate NAMESPACE and man/ with roxygen2
 #   make vendor   bundle the crates of src/rust/Cargo.lock into src/rust/vendor.tar.xz (commit it)
 #                 and list their authors and licences in inst/AUTHORS; run it after any change of
@@ -44,8 +47,9 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 export CARGO_HOME := $(CURDIR)/src/rust/.cargo
 
 LIB_DIR := $(CURDIR)/lib
-APT_PKGS := r-base-dev r-cran-testthat r-cran-roxygen2 r-cran-knitr r-cran-rmarkdown pandoc
-R_PKGS := testthat roxygen2 knitr rmarkdown
+APT_PKGS := r-base-dev r-cran-testthat r-cran-roxygen2 r-cran-knitr r-cran-rmarkdown pandoc \
+	r-cran-future r-cran-future.apply r-cran-progressr
+R_PKGS := testthat roxygen2 knitr rmarkdown future future.apply progressr
 CARGO_MANIFEST := src/rust/Cargo.toml
 
 # make bench-cpu settings (see bench/cpu_compare.R).
@@ -61,7 +65,7 @@ SIZES ?=
 ITER_BUDGET ?= $(if $(filter command line,$(origin BUDGET)),$(BUDGET),60)
 ITER_REPS ?= $(if $(filter command line,$(origin REPS)),$(REPS),3)
 
-.PHONY: all deps install demo test fuzz check doc clean distclean bench-cpu bench-iterative bench-ranges bench-solve bench-batch vendor
+.PHONY: all deps install demo test fuzz check doc clean distclean bench-cpu bench-iterative bench-ranges bench-solve bench-batch bench-future vendor
 
 all: install
 
@@ -152,6 +156,13 @@ LOOP_BUDGET ?=
 bench-batch: install
 	BACKEND='$(BACKEND)' SIZES='$(SIZES)' B='$(B)' REPS=$(ITER_REPS) LOOP_BUDGET='$(LOOP_BUDGET)' \
 		BENCH_OUT='$(BENCH_OUT)' R_LIBS=$(LIB_DIR) Rscript bench/batch.R
+
+# make bench-future: the future path (bench/future.R).
+FUTURE_N ?= 1e5
+WORKERS ?= 2
+bench-future: install
+	N=$(FUTURE_N) WORKERS=$(WORKERS) REPS=$(ITER_REPS) BENCH_OUT='$(BENCH_OUT)' R_LIBS=$(LIB_DIR) \
+		Rscript bench/future.R
 
 # CRAN's incoming checks and the clock check need the internet: off, so that the
 # check runs offline and says the same everywhere. --as-cran needs qpdf, and checkbashisms

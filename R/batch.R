@@ -289,7 +289,7 @@ batch_forward <- function(formula, sum_scheme, info, input, ranges, inner_dim) {
   out_rows <- layout$rows[[if (info$axis == 0L) "Vi" else "Vj"]]
   # Indices count from the start of each member's reduced rows.
   offsets <- as.integer(cumsum(reduced) - reduced)
-  if (!layout$as_list) {
+  if (!layout$as_list && is.null(.rkeops_env$future)) {
     # Members of equal size: the engine writes the n x ... x B arrays (one pass over the results).
     spec <- attr(op, "rkeops")
     inputs <- prepare_inputs(layout$inputs, spec$info)

@@ -261,7 +261,9 @@ make_kernel <- function(formula, args, sum_scheme, shown = NULL) {
       input <- layout$input
       ranges <- layout$ranges
     }
-    res <- engine_run(formula, args, sum_scheme, prepare_inputs(input, info), ranges)
+    inputs <- prepare_inputs(input, info)
+    if (!is.null(.rkeops_env$future)) return(future_reduce(formula, args, sum_scheme, info, inputs, ranges, one))
+    res <- engine_run(formula, args, sum_scheme, inputs, ranges)
     if (is.null(one)) res else batch_of_one_value(res, one$as_list)
   }
   # What keops_grad() needs to build the gradient's formula.

@@ -45,6 +45,8 @@
 #' says which when it is attached. On the GPU, each formula is compiled by
 #' NVRTC on its first use and the result is kept in [rkeops_cache_dir()]
 #' (emptied by [clean_rkeops()]). Nothing CUDA is needed to build the package.
+#' [rkeops_use_future()] splits reductions over several R processes or
+#' machines, each on its own backend, through the `future` package.
 #'
 #' @section Vignettes:
 #' * "Introduction to rkeops": `vignette("rkeops", package = "rkeops")`

@@ -1,0 +1,394 @@
+# Reductions split into blocks of output rows, each block evaluated as a future (package `future`)
+# on the plan the user set: local R processes, machines reached by SSH, a scheduler. A reduction is
+# independent from one output row to the next, so the blocks are combined by stacking their rows:
+# no merge of partial states is needed, and every row is computed by the same kernel as in one
+# process. The operator itself does not travel: its closure belongs to this process, so each
+# future carries the formula, the declarations and its block's data, and the worker rebuilds the
+# operator (make_kernel(), cached per process like the engine's compiled kernels).
+
+# rkeops_use_future() keeps its settings in .rkeops_env$future (R/options.R): NULL (unset, the
+# state at start-up) when reductions run in this process only.
+
+#' Split reductions over the workers of a `future` plan
+#'
+#' `rkeops_use_future()` makes every reduction of rkeops (the operators of
+#' [keops_kernel()] and [keops_grad()], LazyTensor reductions, [keops_knn()])
+#' run as blocks of output rows, each block a future evaluated on the plan
+#' set with [future::plan()]: other R processes on this machine
+#' (`multisession`, `multicore`), other machines (`cluster`), or the nodes of
+#' a scheduler (`future.batchtools`). The results are those of one process,
+#' row by row. `rkeops_use_future(FALSE)` goes back to computing in this
+#' process only.
+#'
+#' @param enable `TRUE` (split reductions over the workers of the plan) or
+#'   `FALSE` (compute in this process, the default state of the package).
+#' @param blocks `NULL` (the default: one block per worker of the plan in
+#'   force at each reduction, [future::nbrOfWorkers()]) or a positive whole
+#'   number of blocks. More blocks than workers balance unequal workers and
+#'   give a finer progress bar, at the price of more data sent (see "Cost").
+#'   A reduction never has more blocks than output rows.
+#' @param ncore The CPU threads of each worker: `NULL` (the default) for
+#'   what [parallelly::availableCores()] says on the worker (1 on the workers
+#'   of `plan(multisession)`, which `future` limits to one core each; the
+#'   cores that the machine or the scheduler grants elsewhere), or a positive
+#'   whole number. A block that the plan evaluates in this process
+#'   (`plan(sequential)`) uses the option `ncore` of this process.
+#'
+#' @details
+#' **How it runs.** The reduction's output rows (one per `i` for a reduction
+#' over `j`, axis 0; one per `j` for axis 1) are cut into `blocks` contiguous
+#' blocks of nearly equal sizes. Each block is one future of
+#' [future.apply::future_lapply()], holding the formula, the declarations,
+#' the options and the block's data; the worker rebuilds the operator from
+#' the formula (the first block of a formula on a worker compiles its GPU
+#' kernel there, later ones find it in the worker's cache), computes its rows
+#' and sends them back, and the blocks are stacked in order. Every reduction
+#' is split this way (`Sum`, `Min`, `ArgKMin`, `LogSumExp`,
+#' `SumSoftMaxWeight`, ...), over either axis, with parameters, `ranges` and
+#' batches. A gradient of [keops_grad()] that needs forward passes (of
+#' `LogSumExp`, `Min`, ..., or a gradient in a parameter) runs each of its
+#' reductions this way in turn, the intermediate results coming back here
+#' in between. [keops_iterate()] runs in this process (its loop keeps its
+#' states in the engine), and so do inputs kept on a GPU of this process
+#' ([keops_device()]), which are an error here.
+#'
+#' **Options on the workers.** Each block runs with this process's options
+#' `backend`, `precision` and `device` ([get_rkeops_options()]): with the
+#' backend `"auto"`, a worker with a usable GPU computes on it, the others on
+#' their CPU; its threads are set by `ncore` above. The workers need rkeops
+#' installed where their R finds it (for local workers, `R_LIBS` or the
+#' `rscript_libs` argument of `plan(multisession)` / `plan(cluster)`).
+#' `plan(multicore)` forks this process: use it for the CPU only, since a
+#' GPU used by this process before the fork cannot be used by the forks.
+#'
+#' **Cost.** With `N` output rows, `M` reduced rows, `B` blocks and `W`
+#' workers, each block receives once its `N / B` rows of the variables of the
+#' output index, all the `M` rows of the variables of the reduced index (with
+#' `ranges` or a batch: only the rows between the first and the last that
+#' the block's ranges reduce over) and the parameters, and sends back its
+#' `N / B` rows of results. The data sent is thus about `N d_out + B M d_red`
+#' numbers (in doubles, 8 bytes each): the reduced side is sent once per
+#' block, so `blocks = NULL` (one per worker) sends the least. Nothing stays
+#' on the workers between reductions: a second call sends its data again. The
+#' time of a reduction is that of the slowest block plus the transfers
+#' (serialised by R: about 2 ms per MB between local processes) and a fixed
+#' cost per call: about 30 ms with two `plan(multisession)` workers on a
+#' loaded 2-core machine, but 250 ms when the sockets of the plan were made
+#' without `options(socketOptions = "no-delay")` (TCP then holds back small
+#' messages; set the option before `plan()`). The future path thus pays off
+#' for reductions that take seconds, not for the many small reductions of an
+#' iterative algorithm ([solve()] on a LazyTensor, Sinkhorn loops), which it
+#' slows down. Only the output rows are cut: a reduction with fewer output
+#' rows than workers (100 points against 10^8) leaves workers idle (the
+#' reduced index is not cut into chunks whose partial states would be
+#' merged). `future` refuses to send more than 500 MiB to one future unless
+#' `options(future.globals.maxSize = )` is raised. While the futures run,
+#' this process holds the data of every block besides the inputs (about
+#' `N d_out + B M d_red` doubles too).
+#'
+#' **Progress.** With the package `progressr` installed, each block done is
+#' one step of a progressor: wrap the call in [progressr::with_progress()],
+#' or call `progressr::handlers(global = TRUE)` once, to see a progress bar.
+#'
+#' The packages `future` and `future.apply` (and, for progress bars,
+#' `progressr`) are suggested, not required: rkeops works without them, and
+#' `rkeops_use_future()` says what to install when they are missing.
+#'
+#' @return The previous settings, invisibly: a list of `enable`, `blocks`
+#'   and `ncore`, so that `do.call(rkeops_use_future, old)` restores them.
+#' @seealso [future::plan()], [get_rkeops_options()] for the options that the
+#'   workers use.
+#' @export
+#' @examples
+#' if (requireNamespace("future", quietly = TRUE) &&
+#'     requireNamespace("future.apply", quietly = TRUE)) {
+#'   x <- matrix(runif(3000), 1000, 3)
+#'   y <- matrix(runif(1500), 500, 3)
+#'   b <- matrix(rnorm(500), 500, 1)
+#'   gauss <- keops_kernel("Sum_Reduction(Exp(-s * SqDist(x, y)) * b, 0)",
+#'                         c("x = Vi(3)", "y = Vj(3)", "b = Vj(1)", "s = Pm(1)"))
+#'   here <- gauss(list(x, y, b, 2))
+#'   # plan(sequential) evaluates the futures in this process; plan(multisession,
+#'   # workers = 2) would use two R processes, plan(cluster, workers = hosts) machines
+#'   old_plan <- future::plan(future::sequential)
+#'   old <- rkeops_use_future(blocks = 3)   # 3 blocks of about 333 rows of x
+#'   split <- gauss(list(x, y, b, 2))
+#'   print(all.equal(split, here))   # TRUE: the rows of one process
+#'   do.call(rkeops_use_future, old)        # back to this process only
+#'   future::plan(old_plan)
+#' }
+rkeops_use_future <- function(enable = TRUE, blocks = NULL, ncore = NULL) {
+  if (!is.logical(enable) || length(enable) != 1L || is.na(enable)) {
+    stop("rkeops_use_future(): 'enable' must be TRUE or FALSE, not ", .rkeops_show(enable),
+         call. = FALSE)
+  }
+  blocks <- future_count(blocks, "blocks", "the number of blocks (NULL: one per worker of the plan)")
+  ncore <- future_count(ncore, "ncore", "the CPU threads of each worker (NULL: what the worker may use)")
+  if (enable) future_packages_check()
+  old <- .rkeops_env$future
+  .rkeops_env$future <- if (enable) list(blocks = blocks, ncore = ncore)
+  invisible(if (is.null(old)) list(enable = FALSE, blocks = NULL, ncore = NULL) else
+    list(enable = TRUE, blocks = old$blocks, ncore = old$ncore))
+}
+
+# NULL, or a positive whole number as an integer; an error naming the argument otherwise.
+future_count <- function(x, name, what) {
+  if (is.null(x)) return(NULL)
+  if (!is.numeric(x) || length(x) != 1L || is.na(x) || !is.finite(x) || x != round(x) || x < 1 ||
+      x > .Machine$integer.max) {
+    stop("rkeops_use_future(): '", name, "' must be NULL or a positive whole number (", what,
+         "), not ", .rkeops_show(x), call. = FALSE)
+  }
+  as.integer(x)
+}
+
+# Stops, saying what to install, when a package of the future path is missing. `have` tells whether
+# a package can be loaded (replaced in the tests, where all are installed).
+future_packages_check <- function(have = function(p) requireNamespace(p, quietly = TRUE)) {
+  missing <- Filter(function(p) !have(p), c("future", "future.apply"))
+  if (length(missing) > 0L) {
+    stop("rkeops_use_future() needs the package", if (length(missing) > 1L) "s", " ",
+         paste(missing, collapse = " and "), ", not installed: install.packages(c(",
+         paste0("\"", missing, "\"", collapse = ", "), ")) (Debian: apt-get install ",
+         paste0("r-cran-", missing, collapse = " "), ")", call. = FALSE)
+  }
+  invisible(TRUE)
+}
+
+# The reduction `formula` of an operator (made by make_kernel(); `info` from the engine's parser) on
+# its checked inputs (in the order of `info`), split into blocks of output rows evaluated as futures.
+# Returns what the operator returns in one process (`one`: the input was a batch of one member, see
+# make_kernel()).
+future_reduce <- function(formula, args, sum_scheme, info, inputs, ranges, one) {
+  settings <- .rkeops_env$future
+  future_packages_check()
+  out_cat <- if (info$axis == 0L) "Vi" else "Vj"
+  red_cat <- if (info$axis == 0L) "Vj" else "Vi"
+  for (k in seq_along(inputs)) {
+    x <- inputs[[k]]
+    if (inherits(x, "keops_device_matrix")) {
+      stop("input '", info$names[k], "' is kept on a GPU of this process (keops_device()): the ",
+           "blocks of rkeops_use_future() go to other processes; give it as an R matrix, or call ",
+           "rkeops_use_future(FALSE)", call. = FALSE)
+    }
+    # (a batch of one member, n x d x 1, is the matrix of that member; see batch_of_one())
+    if (length(dim(x)) == 3L) {
+      dim(x) <- if (info$categories[k] == "Pm") NULL else dim(x)[1:2]
+      inputs[k] <- list(x)
+    }
+  }
+  n_out <- future_rows(inputs, info, out_cat)
+  n_red <- future_rows(inputs, info, red_cat)
+  blocks <- settings$blocks
+  if (is.null(blocks)) blocks <- future_workers()
+  blocks <- max(1L, min(blocks, n_out))
+  cuts <- round(seq(0, n_out, length.out = blocks + 1L))
+  ranges <- ranges_for_engine(ranges)
+  tasks <- lapply(seq_len(blocks), function(b) {
+    future_block_task(inputs, info, out_cat, red_cat, n_red, ranges, cuts[b], cuts[b + 1L])
+  })
+  shared <- list(formula = formula, args = args, sum_scheme = sum_scheme,
+                 options = .rkeops_env$options, ncore = settings$ncore, caller = future_process())
+  progress <- if (requireNamespace("progressr", quietly = TRUE)) progressr::progressor(steps = blocks)
+  done <- future.apply::future_lapply(tasks, future_block_fun(shared, progress),
+                                      future.chunk.size = 1L, future.packages = "rkeops",
+                                      future.seed = FALSE)
+  value <- future_bind(lapply(seq_len(blocks), function(b) {
+    future_shift_indices(done[[b]]$value, tasks[[b]]$index_offset)
+  }))
+  timings <- Reduce(function(a, b) {
+    for (name in names(b)) a[name] <- sum(a[name], b[[name]], na.rm = TRUE)
+    a
+  }, lapply(done, `[[`, "timings"), numeric(0))
+  backends <- unique(vapply(done, function(d) as.character(d$backend)[1L], ""))
+  # (what last_run() reports: the processes that computed the blocks and the threads of each block,
+  # NA for all the cores, for checks and benchmarks)
+  .rkeops_env$last_run <- list(
+    backend = sprintf("future (%d block%s): %s", blocks, if (blocks > 1L) "s" else "",
+                      paste(backends, collapse = ", ")),
+    timings = timings, processes = unique(vapply(done, `[[`, 1L, "process")),
+    ncore = vapply(done, `[[`, 1L, "ncore")
+  )
+  if (!is.null(.rkeops_env$phase_log)) log_phases(timings)
+  if (is.null(one)) value else batch_of_one_value(value, one$as_list)
+}
+
+# The number of workers of the plan in force: one block each.
+future_workers <- function() {
+  w <- future::nbrOfWorkers()
+  if (!is.finite(w)) {
+    stop("the future plan has no fixed number of workers (", class(future::plan())[1L], "): give ",
+         "the number of blocks, rkeops_use_future(blocks = )", call. = FALSE)
+  }
+  as.integer(max(1, w))
+}
+
+# The rows of the variables of category `cat` (1 when there is none: the engine's convention for a
+# side without variables). Each block cuts them at the same rows, so what the engine would refuse
+# is refused here first, with the engine's words.
+future_rows <- function(inputs, info, cat) {
+  at <- which(info$categories == cat)
+  if (length(at) == 0L) return(1L)
+  for (k in at) {
+    if (is.null(dim(inputs[[k]])) && info$dims[k] > 1L) {
+      stop(sprintf("input '%s': expected a matrix with %d columns (%s(%d)), got 1 column",
+                   info$names[k], info$dims[k], cat, info$dims[k]), call. = FALSE)
+    }
+  }
+  rows <- vapply(at, function(k) NROW(inputs[[k]]), 1L)
+  bad <- which(rows != rows[1L])
+  if (length(bad) > 0L) {
+    stop(sprintf("input '%s': has %d rows, but '%s' has %d: all %s-variables (%s) must have the same number of rows",
+                 info$names[at[bad[1L]]], rows[bad[1L]], info$names[at[1L]], rows[1L],
+                 tolower(substr(cat, 2L, 2L)), cat), call. = FALSE)
+  }
+  rows[1L]
+}
+
+# Rows `first + 1` to `last` (0-based `first`, exclusive `last`) of a matrix or of a vector (a
+# variable of dimension 1 given as a vector).
+future_slice <- function(x, first, last) {
+  rows <- seq.int(first + 1, length.out = last - first)
+  if (is.null(dim(x))) x[rows] else x[rows, , drop = FALSE]
+}
+
+# What the block of output rows [first, last) (0-based, exclusive end) needs: its inputs (the rows
+# of the output index sliced; those of the reduced index whole, or, with ranges, from the first to
+# the last row its ranges visit), its ranges, and the offset of the reduced rows sent (added back to
+# the indices it returns).
+future_block_task <- function(inputs, info, out_cat, red_cat, n_red, ranges, first, last) {
+  cats <- info$categories
+  offset <- 0L
+  if (!is.null(ranges)) {
+    part <- future_ranges_block(ranges, info$axis, first, last, n_red, any(cats == red_cat))
+    ranges <- part$ranges
+    offset <- part$from
+    for (k in which(cats == red_cat)) inputs[k] <- list(future_slice(inputs[[k]], part$from, part$to))
+  }
+  for (k in which(cats == out_cat)) inputs[k] <- list(future_slice(inputs[[k]], first, last))
+  list(inputs = inputs, ranges = ranges, index_offset = offset)
+}
+
+# The engine's ranges (ranges_for_engine(): range matrices as 0-based starts then exclusive ends)
+# of the output rows [first, last): the blocks of the reduction's axis cut to these rows and shifted
+# to start at 0, with their ranges of the reduced index; those shifted too, to the reduced rows
+# [from, to) that they span when the block is sent only those (`slice_reduced`). The parts of the
+# other axis are left empty: the reduction does not read them.
+future_ranges_block <- function(ranges, axis, first, last, n_red, slice_reduced) {
+  names <- if (axis == 0L) c("ranges_i", "slices_i", "redranges_j") else
+    c("ranges_j", "slices_j", "redranges_i")
+  starts_ends <- function(v) {
+    n <- length(v) %/% 2L
+    list(start = v[seq_len(n)], end = v[n + seq_len(n)])
+  }
+  blocks <- starts_ends(ranges[[names[1L]]])
+  slices <- ranges[[names[2L]]]
+  reduced <- starts_ends(ranges[[names[3L]]])
+  from_slice <- c(0L, slices[-length(slices)])
+  start <- pmax(blocks$start, first)
+  end <- pmin(blocks$end, last)
+  keep <- which(start < end)
+  # The reduced ranges of each kept block, without the empty ones (they hold nothing).
+  red <- lapply(keep, function(b) {
+    at <- seq.int(from_slice[b] + 1L, length.out = slices[b] - from_slice[b])
+    at <- at[reduced$start[at] < reduced$end[at]]
+    list(start = reduced$start[at], end = reduced$end[at])
+  })
+  red_start <- unlist(lapply(red, `[[`, "start"))
+  red_end <- unlist(lapply(red, `[[`, "end"))
+  from <- 0L
+  to <- n_red
+  if (slice_reduced) {
+    # (a block that reduces over nothing is still sent one row: the engine needs data)
+    from <- if (length(red_start)) min(red_start) else 0L
+    to <- if (length(red_end)) max(red_end) else min(1L, n_red)
+  }
+  part <- list(c(start[keep], end[keep]) - as.integer(first),
+               cumsum(vapply(red, function(r) length(r$start), 1L)),
+               c(red_start, red_end) - as.integer(from))
+  part <- lapply(part, as.integer)
+  names(part) <- names
+  other <- setdiff(ranges_parts, names)
+  for (name in other) part[[name]] <- integer(0)
+  list(ranges = structure(part[ranges_parts], class = "keops_engine_ranges"),
+       from = as.integer(from), to = as.integer(to))
+}
+
+# The function that the futures apply to their block: it closes over `shared` (formula,
+# declarations, options: small) and the progressor only, never over the inputs of all the blocks.
+future_block_fun <- function(shared, progress) {
+  force(shared)
+  force(progress)
+  function(task) {
+    res <- future_block_run(task, shared)
+    if (!is.null(progress)) progress()
+    res
+  }
+}
+
+# Operators rebuilt from their formula by the workers, by formula, declarations and sum scheme.
+.future_ops <- new.env(parent = emptyenv())
+
+# Runs one block on the worker (or in this process under plan(sequential)): with the caller's
+# options, the worker's threads, and the future path off, so that the block is computed here
+# whatever the state of the package in this process.
+future_block_run <- function(task, shared) {
+  saved <- list(options = .rkeops_env$options, future = .rkeops_env$future)
+  on.exit({
+    .rkeops_env$options <- saved$options
+    .rkeops_env$future <- saved$future
+  })
+  opts <- shared$options
+  if (!identical(future_process(), shared$caller)) {
+    opts$ncore <- if (!is.null(shared$ncore)) shared$ncore else future_worker_cores()
+  }
+  .rkeops_env$options <- opts
+  .rkeops_env$future <- NULL
+  key <- paste(c(shared$formula, shared$args, shared$sum_scheme), collapse = "\r")
+  op <- .future_ops[[key]]
+  if (is.null(op)) {
+    op <- make_kernel(shared$formula, shared$args, shared$sum_scheme)
+    assign(key, op, envir = .future_ops)
+  }
+  value <- op(task$inputs, ranges = task$ranges)
+  list(value = value, backend = .rkeops_env$last_run$backend, timings = .rkeops_env$last_run$timings,
+       process = Sys.getpid(), ncore = if (is.null(opts$ncore)) NA_integer_ else opts$ncore)
+}
+
+# This process, on this machine: a block evaluated where it was made (plan(sequential)) keeps the
+# caller's threads.
+future_process <- function() paste(Sys.info()[["nodename"]], Sys.getpid())
+
+# The cores a worker may use, as `future` and schedulers tell it (parallelly, a dependency of
+# future); NULL (all the cores) without parallelly.
+future_worker_cores <- function() {
+  if (!requireNamespace("parallelly", quietly = TRUE)) return(NULL)
+  as.integer(max(1L, parallelly::availableCores()))
+}
+
+# The indices (integers: 1-based rows of the reduced rows sent, 0 for none) of a block's result,
+# back to rows of the whole reduced index.
+future_shift_indices <- function(value, offset) {
+  if (offset == 0L) return(value)
+  shift <- function(x) {
+    if (!is.integer(x)) return(x)
+    x[x > 0L] <- x[x > 0L] + offset
+    x
+  }
+  if (is.list(value)) lapply(value, shift) else shift(value)
+}
+
+# The blocks' results stacked by rows: matrices, arrays (n x K x d) or lists of two of them.
+future_bind <- function(parts) {
+  if (is.list(parts[[1L]])) {
+    out <- lapply(names(parts[[1L]]), function(name) future_bind(lapply(parts, `[[`, name)))
+    names(out) <- names(parts[[1L]])
+    return(out)
+  }
+  if (length(parts) == 1L) return(parts[[1L]])
+  d <- dim(parts[[1L]])
+  # Column-major: an n x K x d array is the n x (K d) matrix of its values; stacked, then reshaped.
+  flat <- do.call(rbind, lapply(parts, function(p) matrix(p, nrow = dim(p)[1L])))
+  dim(flat) <- c(nrow(flat), d[-1L])
+  flat
+}
