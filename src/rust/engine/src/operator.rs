@@ -220,6 +220,7 @@ impl Operator {
                     dtype,
                     options.sum_scheme,
                     cuda::codegen::Variant::for_ranges(ranges),
+                    cuda::codegen::Selection::for_rows(&self.formula, ranges.map_or((n_i + n_j - nrow) as f64, |r| r.mean_reduced())),
                     options.cache_dir.as_deref(),
                 )?;
                 timings.push(("compile or load", clock.elapsed().as_secs_f64()));

@@ -59,6 +59,18 @@ pub struct Work<'a> {
 }
 
 impl BlockRanges {
+    /// The mean number of reduced rows that an output row in a block reduces over.
+    pub fn mean_reduced(&self) -> f64 {
+        let (mut rows, mut pairs) = (0usize, 0usize);
+        for (b, block) in self.blocks.iter().enumerate() {
+            let first = if b == 0 { 0 } else { self.slices[b - 1] };
+            let reduced: usize = self.reduced[first..self.slices[b]].iter().map(|r| r.len()).sum();
+            rows += block.len();
+            pairs += block.len() * reduced;
+        }
+        pairs as f64 / rows.max(1) as f64
+    }
+
     /// Every output row against the whole reduced range (a dense reduction).
     pub fn dense(n_out: usize, n_red: usize) -> BlockRanges {
         BlockRanges { blocks: vec![0..n_out], slices: vec![1], reduced: vec![0..n_red] }

@@ -5,7 +5,7 @@
 
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use engine::cuda::codegen::{self, Dtype, Variant};
+use engine::cuda::codegen::{self, Dtype, Selection, Variant};
 use engine::cuda::device;
 use engine::formula::Formula;
 use engine::{Backend, BlockRanges, Input, Operator, Precision, Ranges, RunOptions, SumScheme};
@@ -187,10 +187,15 @@ fn generated_kernels_compile_with_nvrtc() {
                     compiled += 1;
                     // The block-sparse kernels of every reduction.
                     if REDUCTIONS.contains(&formula.as_str()) && scheme == SumScheme::Auto {
-                        for variant in [Variant::Ranged, Variant::RangedNarrow] {
-                            let kernel = codegen::generate_variant(&f, dtype, scheme, variant);
+                        // (and the selections in registers)
+                        let variants = [Variant::Dense, Variant::Ranged, Variant::RangedNarrow];
+                        for (variant, selection) in variants.into_iter().flat_map(|v| [(v, Selection::Local), (v, Selection::Registers)]) {
+                            if (variant, selection) == (Variant::Dense, Selection::Local) {
+                                continue;
+                            }
+                            let kernel = codegen::generate_variant(&f, dtype, scheme, variant, selection);
                             if let Err(e) = device::compile_cubin(&kernel.source, "sm_90") {
-                                panic!("{text} ({dtype:?}, {variant:?}) does not compile:\n{e}\n{}", kernel.source);
+                                panic!("{text} ({dtype:?}, {variant:?}, {selection:?}) does not compile:\n{e}\n{}", kernel.source);
                             }
                             compiled += 1;
                         }

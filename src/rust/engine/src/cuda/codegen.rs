@@ -84,7 +84,47 @@ pub const KERNEL_NAME: &str = "rkeops_reduce";
 pub const MERGE_NAME: &str = "rkeops_merge";
 
 pub fn generate(formula: &Formula, dtype: Dtype, scheme: SumScheme) -> Kernel {
-    generate_variant(formula, dtype, scheme, Variant::Dense)
+    generate_variant(formula, dtype, scheme, Variant::Dense, Selection::Local)
+}
+
+/// Where a K-selection (Min, ArgKMin, ...) keeps its K best values of a row while it reduces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Selection {
+    /// Arrays in local memory, a sorted insertion that shifts the values it passes: cheap when
+    /// values seldom enter (long reduced ranges: after the first rows, a value enters with
+    /// probability ~K / j), and light on registers.
+    Local,
+    /// Registers, the insertion a network of selects written out (`selection_network`): a warp
+    /// pays the whole network whenever one of its rows takes a value, but no memory access; pays
+    /// when values enter often, on short reduced ranges (batches of small clouds).
+    Registers,
+}
+
+/// Above this many reduced rows per output row and per selected value (K), selections stay in
+/// local memory (on an H100, 2026-11-24: a 40-NN graph of 100 clouds of 2048 points, 51 rows per
+/// value, ran its kernel in 4.5 ms in registers and 14.5 ms in local memory; a 10-NN graph of 1e6
+/// points, 1e5 rows per value, in 805 ms and 607 ms).
+const REGISTERS_UP_TO_ROWS_PER_VALUE: f64 = 1024.0;
+
+impl Selection {
+    /// The storage for `formula`'s reduction when each output row reduces over `reduced` rows
+    /// (a mean, with ranges). `RKEOPS_GPU_SELECTION=local` or `registers` overrides the choice
+    /// (for benchmarks). `Local` for the reductions that select nothing (one kernel for them).
+    pub fn for_rows(formula: &Formula, reduced: f64) -> Selection {
+        use ReductionKind::*;
+        let red = &formula.reduction;
+        let selects = matches!(red.kind, Min | ArgMin | MinArgMin | KMin | ArgKMin | KMinArgKMin | Max | ArgMax | MaxArgMax);
+        let k = red.k.max(1);
+        if !selects || formula.output_dim() * k > REGISTER_SELECTION {
+            return Selection::Local;
+        }
+        match std::env::var("RKEOPS_GPU_SELECTION").ok().as_deref() {
+            Some("local") => Selection::Local,
+            Some("registers") => Selection::Registers,
+            _ if reduced <= REGISTERS_UP_TO_ROWS_PER_VALUE * k as f64 => Selection::Registers,
+            _ => Selection::Local,
+        }
+    }
 }
 
 /// Which kernel of a formula: the dense one (1D and 2D schemes), or a block-sparse one.
@@ -128,7 +168,7 @@ impl Variant {
 /// rows `rk_work[4b] .. rk_work[4b + 1]` (at most TILE x ROWS) over the ranges of the reduced
 /// index `rk_red[2r] .. rk_red[2r + 1]` for `r` in `rk_work[4b + 2] .. rk_work[4b + 3]`, and
 /// finalises them (the 1D scheme).
-pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, variant: Variant) -> Kernel {
+pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, variant: Variant, selection: Selection) -> Kernel {
     let ranged = variant != Variant::Dense;
     let narrow = variant == Variant::RangedNarrow;
     let red = &formula.reduction;
@@ -188,7 +228,7 @@ pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, vari
             offset += formula.variables[p].dim;
         }
     }
-    let reducer = Reducer { acc: &acc, f: red.f, g: red.g, fdim: acc.dim };
+    let reducer = Reducer { acc: &acc, f: red.f, g: red.g, fdim: acc.dim, selection };
     // Per-row values are emitted once per row slot q (registers v{id}_{q}), the rest once.
     for q in 0..rows {
         g.q = q;
@@ -639,6 +679,7 @@ struct Reducer<'a> {
     f: NodeId,
     g: Option<NodeId>,
     fdim: usize,
+    selection: Selection,
 }
 
 impl Reducer<'_> {
@@ -696,9 +737,7 @@ impl Reducer<'_> {
             },
             Min | ArgMin | MinArgMin | KMin | ArgKMin | KMinArgKMin | Max | ArgMax | MaxArgMax => {
                 let cmp = if matches!(self.acc.kind, Max | ArgMax | MaxArgMax) { ">" } else { "<" };
-                // RKEOPS_GPU_SELECTION=local keeps every selection in local memory (for benchmarks).
-                let local = std::env::var("RKEOPS_GPU_SELECTION").is_ok_and(|s| s == "local");
-                if d * kk <= REGISTER_SELECTION && !local {
+                if self.selection == Selection::Registers && d * kk <= REGISTER_SELECTION {
                     let fabs = g.math("fabs");
                     for c in 0..d {
                         emit(g, &selection_network(&fv, c, kk, cmp, &fabs));
@@ -796,5 +835,27 @@ impl Reducer<'_> {
                 emit(g, &format!("    out[0] = m@; for (int k = 0; k < {sums}; k++) out[1 + k] = s@[k];"));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Selection;
+    use crate::formula::Formula;
+    use crate::ranges::Ranges;
+
+    #[test]
+    fn selections_go_to_registers_on_short_reduced_ranges_only() {
+        let args = ["x = Vi(3)".to_string(), "y = Vj(3)".to_string()];
+        let knn = |k: usize| Formula::parse(&format!("ArgKMin_Reduction(SqDist(x, y), {k}, 0)"), &args).unwrap();
+        assert_eq!(Selection::for_rows(&knn(40), 2048.0), Selection::Registers);
+        assert_eq!(Selection::for_rows(&knn(10), 1e6), Selection::Local);
+        // Too many values for registers, and a reduction that selects nothing.
+        assert_eq!(Selection::for_rows(&knn(100), 2048.0), Selection::Local);
+        let sum = Formula::parse("Sum_Reduction(SqDist(x, y), 0)", &args).unwrap();
+        assert_eq!(Selection::for_rows(&sum, 10.0), Selection::Local);
+        // Two blocks of 2 and 3 rows against 10 and 4 reduced rows: (2 * 10 + 3 * 4) / 5.
+        let ranges = Ranges::from_block_pairs(&[0..2, 2..5], &[0..10, 10..14], &[(0, 0), (1, 1)]).unwrap();
+        assert!((ranges.i.mean_reduced() - 6.4).abs() < 1e-12);
     }
 }

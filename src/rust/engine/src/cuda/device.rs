@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream};
 use cudarc::nvrtc::{result as nvrtc_result, sys as nvrtc_sys, Ptx};
 
-use super::codegen::{self, Dtype, Kernel, Variant};
+use super::codegen::{self, Dtype, Kernel, Selection, Variant};
 use super::workspace::Workspace;
 use crate::cache::{self, DiskCache};
 use crate::error::{Error, Result};
@@ -42,10 +42,11 @@ pub struct Compiled {
     pub merge: CudaFunction,
 }
 
-/// The compiled kernels of one operator by device, precision, summation scheme and variant (dense,
-/// block-sparse wide or narrow), so that a repeated call neither generates nor hashes its source again.
+/// The compiled kernels of one operator by device, precision, summation scheme, variant (dense,
+/// block-sparse wide or narrow) and storage of selections, so that a repeated call neither
+/// generates nor hashes its source again.
 #[derive(Default)]
-pub struct Kernels(Mutex<HashMap<(usize, Dtype, SumScheme, Variant), Arc<Compiled>>>);
+pub struct Kernels(Mutex<HashMap<(usize, Dtype, SumScheme, Variant, Selection), Arc<Compiled>>>);
 
 impl Clone for Kernels {
     /// A copy starts empty: what it holds is only a cache.
@@ -61,8 +62,8 @@ impl std::fmt::Debug for Kernels {
 }
 
 impl Kernels {
-    /// The kernels of `formula` on `device` (dense or block-sparse: `variant`), compiled (or
-    /// loaded from `cache_dir`) on first use.
+    /// The kernels of `formula` on `device` (dense or block-sparse: `variant`; `selection`: see
+    /// `codegen::Selection`), compiled (or loaded from `cache_dir`) on first use.
     pub fn get(
         &self,
         device: &Device,
@@ -70,13 +71,14 @@ impl Kernels {
         dtype: Dtype,
         scheme: SumScheme,
         variant: Variant,
+        selection: Selection,
         cache_dir: Option<&std::path::Path>,
     ) -> Result<Arc<Compiled>> {
-        let key = (device.ordinal, dtype, scheme, variant);
+        let key = (device.ordinal, dtype, scheme, variant, selection);
         if let Some(c) = self.0.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok(c);
         }
-        let kernel = codegen::generate_variant(formula, dtype, scheme, variant);
+        let kernel = codegen::generate_variant(formula, dtype, scheme, variant, selection);
         let cache = cache_dir.map(DiskCache::open).transpose().map_err(Error::Invalid)?;
         let (reduce, merge) = device.functions(&kernel, cache.as_ref())?;
         super::launch::check_resources(device, &reduce, &kernel)?;
