@@ -101,10 +101,11 @@ pub enum Selection {
 }
 
 /// Above this many reduced rows per output row and per selected value (K), selections stay in
-/// local memory (on an H100, 2026-11-24: a 40-NN graph of 100 clouds of 2048 points, 51 rows per
-/// value, ran its kernel in 4.5 ms in registers and 14.5 ms in local memory; a 10-NN graph of 1e6
-/// points, 1e5 rows per value, in 805 ms and 607 ms).
-const REGISTERS_UP_TO_ROWS_PER_VALUE: f64 = 1024.0;
+/// local memory. On an H100 (2026-11-24, K-NN graphs of N uniform points in D = 3, kernel times in
+/// registers / local memory): K = 10, N / K = 205: 0.14 / 0.26 ms, 2000: 1.2 / 3.7 ms, 10^4: 10.4 /
+/// 13.5 ms, 4 x 10^4: 134 / 105 ms, 10^5: 805 / 607 ms; K = 40, N / K = 51: 0.30 / 0.66 ms, 500:
+/// 4.8 / 40 ms, 10^4: 220 / 293 ms.
+const REGISTERS_UP_TO_ROWS_PER_VALUE: f64 = 16384.0;
 
 impl Selection {
     /// The storage for `formula`'s reduction when each output row reduces over `reduced` rows
