@@ -1,15 +1,18 @@
-# Ctrl-C during a long CPU computation, in a separate R process (the signal goes to that process):
-# the call ends with an interrupt condition within a second, and the session goes on computing right.
+# Ctrl-C during a long computation, in a separate R process (the signal goes to that process): the
+# call ends with an interrupt condition within a second, and the session goes on computing right. On
+# the GPU, where a kernel runs to its end once launched, the engine cuts a long reduction into steps of
+# a fraction of a second and asks between them.
 
-interrupt_child <- c(
+# The child's script: `use` selects the backend; n x m pairs in float64.
+interrupt_child <- function(use, n, m) c(
   'library(rkeops)',
-  'rkeops_use_cpu()',
+  use,
   'rkeops_use_float64()',
   'op <- keops_kernel("Sum_Reduction(Exp(-SqDist(x,y))*b, 0)", c("x = Vi(3)", "y = Vj(3)", "b = Vj(1)"))',
   'set.seed(1)',
-  '# 1e11 pairs: a minute or more on any CPU, unless interrupted.',
-  'n <- 5e4; m <- 2e6',
+  sprintf('n <- %g; m <- %g', n, m),
   'x <- matrix(runif(3 * n), n); y <- matrix(runif(3 * m), m); b <- runif(m)',
+  'invisible(op(list(x[1:7, ], y[1:29, ], b[1:29])))   # (compiles the GPU kernel before the clock)',
   'stamp <- tempfile()',
   'system(sprintf("(sleep 1; date +%%s.%%N > %s; kill -INT %d) &", stamp, Sys.getpid()))',
   'res <- tryCatch({ op(list(x, y, b)); "finished" }, interrupt = function(e) conditionMessage(e))',
@@ -21,9 +24,9 @@ interrupt_child <- c(
   '            max(abs(small - exp(-d2) %*% b[1:29]))))'
 )
 
-test_that("Ctrl-C stops a long CPU computation within a second, and R goes on", {
+expect_interrupted_within_a_second <- function(script_lines) {
   script <- tempfile(fileext = ".R")
-  writeLines(interrupt_child, script)
+  writeLines(script_lines, script)
   out <- suppressWarnings(system2(file.path(R.home("bin"), "Rscript"), script, stdout = TRUE, stderr = TRUE,
                                   env = paste0("R_LIBS=", paste(.libPaths(), collapse = ":")),
                                   timeout = 600))
@@ -35,4 +38,19 @@ test_that("Ctrl-C stops a long CPU computation within a second, and R goes on", 
   expect_identical(value("result"), "interrupted by the user", info = log)
   expect_lt(as.numeric(value("latency")), 1, label = paste("seconds from SIGINT to the end of the call:", log))
   expect_lt(as.numeric(value("small_error")), 1e-12, label = log)
+}
+
+test_that("Ctrl-C stops a long CPU computation within a second, and R goes on", {
+  # 1e11 pairs: a minute or more on any CPU, unless interrupted.
+  expect_interrupted_within_a_second(interrupt_child("rkeops_use_cpu()", 5e4, 2e6))
+})
+
+test_that("Ctrl-C stops a long GPU computation within a second, and R goes on", {
+  gpu <- rkeops:::gpu_status(0L)
+  if (!isTRUE(gpu$available)) {
+    message("NO GPU (", gpu$message, "): interrupting a GPU computation is not checked here")
+    return(expect_match(gpu$message, "[a-z]"))
+  }
+  # 1e13 pairs in float64: a minute or more on an H100, unless interrupted.
+  expect_interrupted_within_a_second(interrupt_child("rkeops_use_gpu()", 1e6, 1e7))
 })

@@ -812,3 +812,46 @@ fn gpu_loops_equal_the_cpu_loop() {
         }
     }
 }
+
+/// An interrupt asked during a long reduction (minutes of kernel time in one piece) stops it within
+/// a second: the reduction runs in steps of a fraction of a second, the interrupt asked between
+/// them; the device then computes the next call right.
+#[test]
+fn gpu_long_reductions_stop_when_interrupted() {
+    use std::sync::OnceLock;
+    use std::time::{Duration, Instant};
+    let _gpu = alone_on_the_gpu();
+    if let Err(why) = device::device(0) {
+        println!("NO GPU: interrupting a GPU reduction is not checked here ({why})");
+        return;
+    }
+    static ASKED_FROM: OnceLock<Instant> = OnceLock::new();
+    fn after_half_a_second() -> bool {
+        ASKED_FROM.get().is_some_and(|t| t.elapsed() > Duration::from_millis(500))
+    }
+    // 1e13 pairs of a float64 Gaussian sum: a minute or more on an H100, unless interrupted.
+    let (n, m) = (1_000_000usize, 10_000_000usize);
+    let x = random(3 * n, 21);
+    let y = random(3 * m, 22);
+    let b = random(m, 23);
+    let op = Operator::new("Sum_Reduction(Exp(-SqDist(x,y))*w, 0)", &["x = Vi(3)", "y = Vj(3)", "w = Vj(1)"].map(String::from))
+        .unwrap();
+    let inputs = [Input { data: &x, nrow: n, ncol: 3 }, Input { data: &y, nrow: m, ncol: 3 }, Input { data: &b, nrow: m, ncol: 1 }];
+    let options = RunOptions {
+        precision: Precision::F64,
+        backend: Backend::Gpu(0),
+        interrupt: Some(after_half_a_second),
+        ..Default::default()
+    };
+    let start = *ASKED_FROM.get_or_init(Instant::now);
+    let got = op.run(&inputs, &options);
+    let took = start.elapsed();
+    assert!(matches!(got, Err(engine::Error::Interrupted)), "not interrupted: {:?}", got.map(|o| o.timings));
+    assert!(took < Duration::from_millis(1500), "interrupted after {took:?} (asked at 0.5 s)");
+    // The next call, small, is right.
+    let (xs, ys, bs) = (&x[..3 * 7], &y[..3 * 29], &b[..29]);
+    let small = [Input { data: xs, nrow: 7, ncol: 3 }, Input { data: ys, nrow: 29, ncol: 3 }, Input { data: bs, nrow: 29, ncol: 1 }];
+    let g = op.run(&small, &RunOptions { interrupt: None, ..options.clone() }).unwrap();
+    let c = run(&op, &small, Precision::F64, Backend::Cpu, SumScheme::Auto);
+    compare("after an interrupt", &g, &c, Precision::F64);
+}

@@ -29,6 +29,10 @@ const BLOCKS_PER_SM: usize = 8;
 /// A chunk of the 2D scheme covers at least this many tiles (its states are merged on the device,
 /// cheaply: small problems gain more from using more multiprocessors).
 const MIN_TILES_PER_CHUNK: usize = 1;
+/// The pairs of the first step of a long reduction (output rows times reduced rows); the next
+/// steps are sized from its kernel time to take about STEP_SECONDS (see `evaluate`).
+const FIRST_STEP_PAIRS: usize = 1 << 33;
+const STEP_SECONDS: f64 = 0.25;
 /// Threads per block of the merge kernel.
 const MERGE_THREADS: usize = 256;
 
@@ -173,23 +177,44 @@ pub fn evaluate<S: Stored, T: Real>(
     }
     let mut times = Times::default();
     // Inputs larger than the device are processed in blocks of rows; the states of the blocks of
-    // the reduced range are merged in order on the device, as the 2D scheme's chunks are.
+    // the reduced range are merged in order on the device, as the 2D scheme's chunks are. A long
+    // reduction is cut the same way into steps of about STEP_SECONDS each, so that an interrupt,
+    // asked between steps, stops it within a second (a kernel, once launched, runs to its end).
+    let whole_tiles = |rows: usize| (rows / kernel.tile * kernel.tile).max(kernel.tile);
+    let long = !whole && blocks.rows_out.saturating_mul(n_red) > FIRST_STEP_PAIRS;
+    let mut step_rows = match long {
+        true => whole_tiles(FIRST_STEP_PAIRS / blocks.rows_out.max(1)).min(blocks.rows_red),
+        false => blocks.rows_red,
+    };
     for i0 in (0..n_out).step_by(blocks.rows_out) {
         let out = i0..(i0 + blocks.rows_out).min(n_out);
-        let red_blocks = n_red.div_ceil(blocks.rows_red);
-        for (b, j0) in (0..n_red).step_by(blocks.rows_red).enumerate() {
+        let mut j0 = 0;
+        while j0 < n_red {
+            let red = j0..(j0 + step_rows).min(n_red);
             let step = Step {
                 out: out.clone(),
-                red: j0..(j0 + blocks.rows_red).min(n_red),
+                red: red.clone(),
                 n_out,
                 n_red,
-                first: b == 0,
-                last: b + 1 == red_blocks,
+                first: j0 == 0,
+                last: red.end == n_red,
                 rows_red: blocks.rows_red,
             };
             let data = Data { inputs, resident: &resident, ranged: ranged.as_ref(), target };
             let record = record.as_deref_mut();
+            let before = times.kernel;
             run_step::<S, T>(device, compiled, formula, &data, &step, workspace, &mut columns, &mut times, record)?;
+            j0 = red.end;
+            if target.is_some() {
+                continue; // (queued: the loop that queued it asks for interrupts)
+            }
+            if options.interrupt.is_some_and(|interrupted| interrupted()) {
+                return Err(Error::Interrupted);
+            }
+            let took = times.kernel - before;
+            if long && took > 0.0 {
+                step_rows = whole_tiles((step_rows as f64 * (STEP_SECONDS / took).min(64.0)) as usize).min(blocks.rows_red);
+            }
         }
     }
     timings.extend([
