@@ -26,9 +26,6 @@ pub struct Recorded {
     launches: Vec<Launch>,
 }
 
-// SAFETY: the buffer is owned by the record; the launches hold plain values.
-unsafe impl Send for Recorded {}
-
 impl Recorded {
     /// A record whose step's buffer holds `bytes`.
     pub fn new(device: &Device, bytes: usize) -> Result<Recorded> {
