@@ -50,6 +50,10 @@ pub struct RunOptions {
     pub backend: Backend,
     /// GPU device used by `Backend::Auto`.
     pub device: usize,
+    /// GPUs that share each reduction on a GPU (`cuda::several`) when it lists more than one,
+    /// the call's GPU (`Backend::Gpu` or `device`) first; inputs kept on a device, results kept
+    /// on a device and empty problems run on the call's GPU alone.
+    pub gpus: Vec<usize>,
     /// Where compiled GPU kernels are kept between sessions (none: compiled once per process).
     pub cache_dir: Option<std::path::PathBuf>,
     /// Most bytes of GPU memory to use (default: 80% of what is free); larger inputs are
@@ -57,7 +61,7 @@ pub struct RunOptions {
     pub gpu_memory: Option<usize>,
     /// Called on the calling thread about every 10 ms while the CPU computes (R's check for
     /// Ctrl-C); when it returns true, the workers stop at their next tile and `run` returns
-    /// `Error::Interrupted`. GPU kernels run to their end.
+    /// `Error::Interrupted`. On a GPU, it is asked between the steps of a long reduction.
     pub interrupt: Option<fn() -> bool>,
     /// Block-sparse reduction: only these blocks of the matrix are visited (`ranges`).
     pub ranges: Option<Ranges>,
@@ -213,29 +217,48 @@ impl Operator {
                     Precision::F32 => Dtype::F32,
                     Precision::F64 => Dtype::F64,
                 };
-                let clock = std::time::Instant::now();
-                let compiled = self.kernels.get(
-                    &device,
-                    &self.formula,
-                    dtype,
-                    options.sum_scheme,
-                    cuda::codegen::Variant::for_ranges(ranges),
-                    cuda::codegen::Selection::for_rows(&self.formula, ranges.map_or((n_i + n_j - nrow) as f64, |r| r.mean_reduced())),
-                    options.cache_dir.as_deref(),
-                )?;
-                timings.push(("compile or load", clock.elapsed().as_secs_f64()));
+                let mean_reduced = ranges.map_or((n_i + n_j - nrow) as f64, |r| r.mean_reduced());
+                let compile = |device: &cuda::Device| {
+                    self.kernels.get(
+                        device,
+                        &self.formula,
+                        dtype,
+                        options.sum_scheme,
+                        cuda::codegen::Variant::for_ranges(ranges),
+                        cuda::codegen::Selection::for_rows(&self.formula, mean_reduced),
+                        options.cache_dir.as_deref(),
+                    )
+                };
                 let sizes = (n_i, n_j);
+                // Several GPUs share what they can take in parts: data from the host, not empty.
+                let alone = resident.iter().any(Option::is_some) || kept.is_some() || n_i == 0 || n_j == 0;
+                if options.gpus.len() > 1 && !alone {
+                    let mut gpus = vec![device.ordinal];
+                    gpus.extend(&options.gpus[1..]);
+                    let (f, r, t) = (&self.formula, ranges, &mut timings);
+                    let (columns, backend) = match options.precision {
+                        Precision::F16 => cuda::several::evaluate::<u16, f32>(&gpus, &compile, f, inputs, sizes, options, r, t),
+                        Precision::F32 => cuda::several::evaluate::<f32, f32>(&gpus, &compile, f, inputs, sizes, options, r, t),
+                        Precision::F64 => cuda::several::evaluate::<f64, f64>(&gpus, &compile, f, inputs, sizes, options, r, t),
+                    }?;
+                    let output = Output { values: columns.values, indices: columns.indices, nrow, k: red.k, dim: self.formula.output_dim(), backend, timings };
+                    return Ok(output);
+                }
+                let clock = std::time::Instant::now();
+                let compiled = compile(&device)?;
+                timings.push(("compile or load", clock.elapsed().as_secs_f64()));
                 let (f, c, r, t) = (&self.formula, &compiled, ranges, &mut timings);
+                let stop = || options.interrupt.is_some_and(|interrupted| interrupted());
                 let columns = match options.precision {
-                    Precision::F16 => {
-                        cuda::launch::evaluate::<u16, f32>(&device, c, f, inputs, resident, sizes, options, r, kept, t)
-                    }
-                    Precision::F32 => {
-                        cuda::launch::evaluate::<f32, f32>(&device, c, f, inputs, resident, sizes, options, r, kept, t)
-                    }
-                    Precision::F64 => {
-                        cuda::launch::evaluate::<f64, f64>(&device, c, f, inputs, resident, sizes, options, r, kept, t)
-                    }
+                    Precision::F16 => cuda::launch::evaluate::<u16, f32>(
+                        &device, c, f, inputs, resident, sizes, None, options, &stop, r, kept, t,
+                    ),
+                    Precision::F32 => cuda::launch::evaluate::<f32, f32>(
+                        &device, c, f, inputs, resident, sizes, None, options, &stop, r, kept, t,
+                    ),
+                    Precision::F64 => cuda::launch::evaluate::<f64, f64>(
+                        &device, c, f, inputs, resident, sizes, None, options, &stop, r, kept, t,
+                    ),
                 }?;
                 (columns.values, columns.indices, format!("GPU {} ({})", device.ordinal, device.name))
             }

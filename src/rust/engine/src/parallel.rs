@@ -1,6 +1,7 @@
 //! Work shared among the cores of the calling process, for the element-wise conversions on the
 //! path of every call (R's doubles to the working type, results back to doubles).
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::{Acquire, Relaxed, Release}};
 use std::sync::OnceLock;
 
 /// Below this many elements a conversion stays on the calling thread (starting threads costs more).
@@ -63,6 +64,39 @@ pub fn map<X: Copy + Sync, Y: Send>(src: &[X], dst: &mut [Y], f: impl Fn(X) -> Y
                     *d = f(s);
                 }
             });
+        }
+    });
+}
+
+/// Runs `work(t)` for t in `0..threads`, each on a new thread, while this one asks `interrupted`
+/// every few milliseconds (R's check for Ctrl-C may only run on R's thread) and sets `stop` when
+/// it says so; the workers look at `stop` and leave early.
+pub fn run_polling(threads: usize, work: impl Fn(usize) + Sync, interrupted: fn() -> bool, stop: &AtomicBool) {
+    const POLL: std::time::Duration = std::time::Duration::from_millis(10);
+    let caller = std::thread::current();
+    // Counted before the wake-up (also when `work` panics): a thread that has unparked the caller
+    // is not yet "finished" for its JoinHandle, and waiting on that would sleep a whole POLL.
+    struct Finished<'a>(&'a AtomicUsize, &'a std::thread::Thread);
+    impl Drop for Finished<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Release);
+            self.1.unpark();
+        }
+    }
+    let done = AtomicUsize::new(0);
+    let (work, done_ref, caller_ref) = (&work, &done, &caller);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            s.spawn(move || {
+                let _finished = Finished(done_ref, caller_ref);
+                work(t);
+            });
+        }
+        while done.load(Acquire) < threads {
+            std::thread::park_timeout(POLL);
+            if !stop.load(Relaxed) && interrupted() {
+                stop.store(true, Relaxed);
+            }
         }
     });
 }

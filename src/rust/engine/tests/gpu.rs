@@ -326,6 +326,75 @@ fn gpu_block_sparse_equals_cpu() {
     }
 }
 
+/// The GPUs that share a reduction in the tests: 0 and 1 where there are two, else GPU 0 twice
+/// (its two parts then run one after the other: the splitting and merging are the same).
+fn several_gpus() -> Vec<usize> {
+    match device::count() {
+        Ok(n) if n >= 2 => vec![0, 1],
+        _ => vec![0, 0],
+    }
+}
+
+/// A reduction shared by two GPUs equals the same on one: every reduction, both axes, long outputs
+/// (blocks of rows) and short ones (parts of the reduced range, states merged), float64 and
+/// float32, the summation schemes, and block-sparse reductions (split at their blocks).
+#[test]
+fn several_gpus_equal_one_gpu() {
+    let _gpu = sharing_the_gpu();
+    if let Err(why) = device::availability(0) {
+        println!("NO GPU: several GPUs are not compared with one here ({why})");
+        return;
+    }
+    let gpus = several_gpus();
+    println!("sharing reductions between GPUs {gpus:?}");
+    let on = |gpus: Vec<usize>, precision, sum_scheme, ranges: Option<Ranges>| RunOptions {
+        precision,
+        sum_scheme,
+        backend: Backend::Gpu(0),
+        gpus,
+        ranges,
+        ..Default::default()
+    };
+    let check = |op: &Operator, inputs: &[Input], options: RunOptions, what: &str| {
+        let one = op.run(inputs, &RunOptions { gpus: vec![], ..options.clone() }).unwrap();
+        let shared = op.run(inputs, &options).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(shared.backend.starts_with("GPUs"), "{what} ran on {}", shared.backend);
+        compare(what, &shared, &one, options.precision);
+    };
+    // (600011 rows: more than one GPU can fill, so split into blocks of rows; 1003 or 37 rows:
+    // parts of the reduced range; 20011 against 37: too short a reduced range to cut)
+    for (n, m) in [(600_011, 1_003), (37, 20_011)] {
+        let data = Data::new(n, m);
+        let inputs = data.inputs();
+        for formula in REDUCTIONS {
+            for axis in ["0", "1"] {
+                let text = formula.replace("AXIS", axis);
+                let op = Operator::new(&text, &args()).unwrap();
+                for precision in [Precision::F64, Precision::F32] {
+                    let what = format!("{text} ({n} x {m}) on GPUs {gpus:?}");
+                    check(&op, &inputs, on(gpus.clone(), precision, SumScheme::Auto, None), &what);
+                }
+            }
+        }
+        let op = Operator::new("Sum_Reduction(Exp(-s*SqDist(x,y))*b, 1)", &args()).unwrap();
+        for scheme in [SumScheme::DirectSum, SumScheme::BlockSum, SumScheme::KahanScheme] {
+            check(&op, &inputs, on(gpus.clone(), Precision::F32, scheme, None), &format!("{scheme:?} ({n} x {m})"));
+        }
+    }
+    let (n, m) = (1031, 2017);
+    let data = Data::new(n, m);
+    let inputs = data.inputs();
+    let ranges = Ranges { i: random_ranges(n, m, 31), j: random_ranges(m, n, 32) };
+    for formula in REDUCTIONS {
+        for axis in ["0", "1"] {
+            let text = formula.replace("AXIS", axis);
+            let op = Operator::new(&text, &args()).unwrap();
+            let options = on(gpus.clone(), Precision::F64, SumScheme::Auto, Some(ranges.clone()));
+            check(&op, &inputs, options, &format!("{text} with ranges on GPUs {gpus:?}"));
+        }
+    }
+}
+
 #[test]
 fn gpu_propagates_nan_and_survives_bad_launches() {
     let _gpu = sharing_the_gpu();
@@ -818,16 +887,16 @@ fn gpu_loops_equal_the_cpu_loop() {
 /// them; the device then computes the next call right.
 #[test]
 fn gpu_long_reductions_stop_when_interrupted() {
-    use std::sync::OnceLock;
+    use std::sync::Mutex;
     use std::time::{Duration, Instant};
     let _gpu = alone_on_the_gpu();
     if let Err(why) = device::device(0) {
         println!("NO GPU: interrupting a GPU reduction is not checked here ({why})");
         return;
     }
-    static ASKED_FROM: OnceLock<Instant> = OnceLock::new();
+    static ASKED_FROM: Mutex<Option<Instant>> = Mutex::new(None);
     fn after_half_a_second() -> bool {
-        ASKED_FROM.get().is_some_and(|t| t.elapsed() > Duration::from_millis(500))
+        ASKED_FROM.lock().unwrap().is_some_and(|t| t.elapsed() > Duration::from_millis(500))
     }
     // 1e13 pairs of a float64 Gaussian sum: a minute or more on an H100, unless interrupted.
     let (n, m) = (1_000_000usize, 10_000_000usize);
@@ -837,21 +906,29 @@ fn gpu_long_reductions_stop_when_interrupted() {
     let op = Operator::new("Sum_Reduction(Exp(-SqDist(x,y))*w, 0)", &["x = Vi(3)", "y = Vj(3)", "w = Vj(1)"].map(String::from))
         .unwrap();
     let inputs = [Input { data: &x, nrow: n, ncol: 3 }, Input { data: &y, nrow: m, ncol: 3 }, Input { data: &b, nrow: m, ncol: 1 }];
-    let options = RunOptions {
-        precision: Precision::F64,
-        backend: Backend::Gpu(0),
-        interrupt: Some(after_half_a_second),
-        ..Default::default()
-    };
-    let start = *ASKED_FROM.get_or_init(Instant::now);
-    let got = op.run(&inputs, &options);
-    let took = start.elapsed();
-    assert!(matches!(got, Err(engine::Error::Interrupted)), "not interrupted: {:?}", got.map(|o| o.timings));
-    assert!(took < Duration::from_millis(1500), "interrupted after {took:?} (asked at 0.5 s)");
-    // The next call, small, is right.
-    let (xs, ys, bs) = (&x[..3 * 7], &y[..3 * 29], &b[..29]);
-    let small = [Input { data: xs, nrow: 7, ncol: 3 }, Input { data: ys, nrow: 29, ncol: 3 }, Input { data: bs, nrow: 29, ncol: 1 }];
-    let g = op.run(&small, &RunOptions { interrupt: None, ..options.clone() }).unwrap();
-    let c = run(&op, &small, Precision::F64, Backend::Cpu, SumScheme::Auto);
-    compare("after an interrupt", &g, &c, Precision::F64);
+    // On one GPU and shared by two (blocks of rows), then by two with a shorter output (parts of
+    // the reduced range: 1e12 pairs, seconds).
+    for (gpus, n) in [(vec![], n), (several_gpus(), n), (several_gpus(), 100_000)] {
+        let options = RunOptions {
+            precision: Precision::F64,
+            backend: Backend::Gpu(0),
+            gpus: gpus.clone(),
+            interrupt: Some(after_half_a_second),
+            ..Default::default()
+        };
+        let inputs = [Input { data: &x[..3 * n], nrow: n, ..inputs[0] }, inputs[1], inputs[2]];
+        let start = Instant::now();
+        *ASKED_FROM.lock().unwrap() = Some(start);
+        let got = op.run(&inputs, &options);
+        let took = start.elapsed();
+        let what = format!("GPUs {gpus:?}, {n} x {m}");
+        assert!(matches!(got, Err(engine::Error::Interrupted)), "{what}: not interrupted: {:?}", got.map(|o| o.timings));
+        assert!(took < Duration::from_millis(1500), "{what}: interrupted after {took:?} (asked at 0.5 s)");
+        // The next call, small, is right.
+        let (xs, ys, bs) = (&x[..3 * 7], &y[..3 * 29], &b[..29]);
+        let small = [Input { data: xs, nrow: 7, ncol: 3 }, Input { data: ys, nrow: 29, ncol: 3 }, Input { data: bs, nrow: 29, ncol: 1 }];
+        let g = op.run(&small, &RunOptions { interrupt: None, ..options.clone() }).unwrap();
+        let c = run(&op, &small, Precision::F64, Backend::Cpu, SumScheme::Auto);
+        compare(&format!("{what}: after an interrupt"), &g, &c, Precision::F64);
+    }
 }

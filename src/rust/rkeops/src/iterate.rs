@@ -19,7 +19,7 @@ fn keops_iterate_run(
     precision: &str,
     threads: i32,
     backend: &str,
-    device: i32,
+    device: Robj,
     cache_dir: &str,
 ) -> Robj {
     guarded(|| {
@@ -67,7 +67,7 @@ fn keops_iterate_run(
                 ranges: block_sparse(ranges)?,
             });
         }
-        let options = run_options(precision, threads, "auto", backend, device, cache_dir)?;
+        let options = run_options(precision, threads, "auto", backend, &device, cache_dir)?;
         let done = match iterate(&built, &initial, iterations.max(0) as usize, &options) {
             Err(engine::Error::Interrupted) => return interrupted(),
             other => other.map_err(|e| e.to_string())?,

@@ -110,7 +110,7 @@ fn keops_run(
     threads: i32,
     sum_scheme: &str,
     backend: &str,
-    device: i32,
+    device: Robj,
     cache_dir: &str,
     ranges: Robj,
     members: Robj,
@@ -142,7 +142,7 @@ fn keops_run(
                 numeric_input(x, name)
             })
             .collect::<std::result::Result<Vec<_>, String>>()?;
-        let mut options = run_options(precision, threads, sum_scheme, backend, device, cache_dir)?;
+        let mut options = run_options(precision, threads, sum_scheme, backend, &device, cache_dir)?;
         options.ranges = block_sparse(&ranges)?;
         let out = match op.run_with(&inputs, &resident_refs, &options) {
             // The R side turns this into an interrupt condition.
@@ -199,26 +199,33 @@ fn sum_scheme(name: &str) -> std::result::Result<SumScheme, String> {
     })
 }
 
-/// The options of a run from R's settings (no ranges).
+/// The options of a run from R's settings (no ranges); `device`: the GPUs, as integers (several
+/// share each reduction, the first alone runs loops and holds device matrices).
 fn run_options(
     precision_name: &str,
     threads: i32,
     sum_scheme_name: &str,
     backend: &str,
-    device: i32,
+    device: &Robj,
     cache_dir: &str,
 ) -> std::result::Result<RunOptions, String> {
+    let gpus: Vec<usize> = match device.as_integer_slice() {
+        Some(d) if !d.is_empty() && d.iter().all(|&g| g >= 0) => d.iter().map(|&g| g as usize).collect(),
+        _ => return Err("'device' must be GPU indices, whole numbers from 0".into()),
+    };
+    let device = gpus[0];
     Ok(RunOptions {
         precision: precision(precision_name)?,
         sum_scheme: sum_scheme(sum_scheme_name)?,
         threads: threads.max(0) as usize,
         backend: match backend {
             "CPU" => Backend::Cpu,
-            "GPU" => Backend::Gpu(device.max(0) as usize),
+            "GPU" => Backend::Gpu(device),
             "auto" => Backend::Auto,
             _ => return Err(format!("backend must be \"auto\", \"CPU\" or \"GPU\", not \"{backend}\"")),
         },
-        device: device.max(0) as usize,
+        device,
+        gpus,
         cache_dir: (!cache_dir.is_empty()).then(|| cache_dir.into()),
         gpu_memory: None,
         interrupt: Some(interrupt_pending),
@@ -360,6 +367,20 @@ fn gpu_status(device: i32) -> Robj {
     })
 }
 
+/// How many GPUs the driver reports: `list(count, message)`, the message saying why it is 0.
+#[extendr]
+fn gpu_count() -> Robj {
+    guarded(|| {
+        let (count, message) = match engine::cuda::device::count() {
+            Ok(n) => (n as i32, String::new()),
+            Err(e) => (0, e.to_string()),
+        };
+        List::from_names_and_values(["count", "message"], [Robj::from(count), Robj::from(message)])
+            .map(Robj::from)
+            .map_err(|e| e.to_string())
+    })
+}
+
 /// Empties the kernel cache in `dir`; returns the number of files removed.
 #[extendr]
 fn clean_cache(dir: &str) -> Robj {
@@ -381,6 +402,7 @@ extendr_module! {
     fn keops_parse;
     fn keops_run;
     fn gpu_status;
+    fn gpu_count;
     fn clean_cache;
     fn keops_device_put;
     fn keops_device_get;

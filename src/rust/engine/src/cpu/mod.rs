@@ -15,7 +15,7 @@ mod short_range;
 
 pub mod reducers;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::{Acquire, Relaxed, Release}};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
@@ -180,7 +180,7 @@ fn evaluate_with<T: Real>(
                 s.spawn(work);
             }
         }),
-        Some(interrupted) => run_polling(threads, work, interrupted, &ctx.stop),
+        Some(interrupted) => crate::parallel::run_polling(threads, |_| work(), interrupted, &ctx.stop),
     }
     if ctx.stop.load(Relaxed) {
         return Err(Error::Interrupted);
@@ -195,37 +195,6 @@ fn split_front<'v, X>(buf: &mut &'v mut [X], len: usize) -> &'v mut [X] {
     let (front, rest) = std::mem::take(buf).split_at_mut(len);
     *buf = rest;
     front
-}
-
-/// Runs `work` on `threads` new threads while this one asks `interrupted` every few milliseconds,
-/// and sets `stop` when it says so.
-fn run_polling(threads: usize, work: impl Fn() + Sync, interrupted: fn() -> bool, stop: &AtomicBool) {
-    const POLL: std::time::Duration = std::time::Duration::from_millis(10);
-    let caller = std::thread::current();
-    // Counted before the wake-up (also when `work` panics): a thread that has unparked the caller
-    // is not yet "finished" for its JoinHandle, and waiting on that would sleep a whole POLL.
-    struct Finished<'a>(&'a AtomicUsize, &'a std::thread::Thread);
-    impl Drop for Finished<'_> {
-        fn drop(&mut self) {
-            self.0.fetch_add(1, Release);
-            self.1.unpark();
-        }
-    }
-    let done = AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                let _finished = Finished(&done, &caller);
-                work();
-            });
-        }
-        while done.load(Acquire) < threads {
-            std::thread::park_timeout(POLL);
-            if !stop.load(Relaxed) && interrupted() {
-                stop.store(true, Relaxed);
-            }
-        }
-    });
 }
 
 struct Context<'a, T> {

@@ -141,6 +141,14 @@ pub fn device(ordinal: usize) -> Result<Arc<Device>> {
     Ok(d)
 }
 
+/// How many CUDA devices the driver reports, or why none can be used.
+pub fn count() -> Result<usize> {
+    libraries_present()?;
+    guarded("counting CUDA devices", || {
+        CudaContext::device_count().map(|c| c.max(0) as usize).map_err(|e| driver_error("counting CUDA devices", e))
+    })
+}
+
 /// A description of the device if it can be used, or why it cannot.
 pub fn availability(ordinal: usize) -> Result<String> {
     let d = device(ordinal)?;

@@ -68,11 +68,23 @@ impl Stored for u16 {
     }
 }
 
-/// Results in R's order: `n_out x width` column-major values and 1-based indices (each present
-/// only when the reduction returns it).
+/// Results in R's order: `rows x width` column-major values and 1-based indices (each present
+/// only when the reduction returns it), for the output rows of the call or of its `Part`. A part
+/// of the reduced range gives `states` instead: the rows' reduction states one after the other,
+/// to be merged with the other parts' (`Accumulator::merge`) and finalised.
 pub struct Columns {
     pub values: Option<Vec<f64>>,
     pub indices: Option<Vec<i32>>,
+    pub states: Option<Vec<f64>>,
+}
+
+/// The part of a reduction one device computes when several share it (`super::several`): these
+/// output rows against this part of the reduced range. A block-sparse reduction's rows are split
+/// at the boundaries of its blocks of rows (`BlockRanges::work`) and its reduced range is not.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Part {
+    pub out: Range<usize>,
+    pub red: Range<usize>,
 }
 
 /// The work of a block-sparse reduction as the ranged kernels read it (`codegen::Variant`):
@@ -83,9 +95,10 @@ struct RangedWork {
 }
 
 impl RangedWork {
-    fn new(ranges: &BlockRanges, n_out: usize, rows_per_block: usize) -> RangedWork {
+    /// The work on the output rows `rows` (a range of whole pieces of `BlockRanges::work`).
+    fn new(ranges: &BlockRanges, n_out: usize, rows_per_block: usize, rows: &Range<usize>) -> RangedWork {
         let (mut work, mut red) = (Vec::new(), Vec::new());
-        for item in ranges.work(n_out, rows_per_block) {
+        for item in ranges.work(n_out, rows_per_block).into_iter().filter(|w| rows.contains(&w.rows.start)) {
             let first = red.len() / 2;
             red.extend(item.reduced.iter().flat_map(|r| [r.start as i32, r.end as i32]));
             work.extend([item.rows.start as i32, item.rows.end as i32, first as i32, (red.len() / 2) as i32]);
@@ -112,9 +125,10 @@ pub struct Kept<'a> {
 
 /// Runs the reduction with inputs stored as `S` on the device and arithmetic and results in `T`
 /// (f32 for float16 storage, otherwise the same type); over the blocks of `ranges` only, when
-/// given (`compiled` is then the ranged kernel). With a `target`, the values are written there
-/// and nothing comes back to the host: an iteration in the engine feeds them to the next
-/// reduction (`crate::iterate`).
+/// given (`compiled` is then the ranged kernel); only `part` of it, when given. With a `target`,
+/// the values are written there and nothing comes back to the host: an iteration in the engine
+/// feeds them to the next reduction (`crate::iterate`). `stop` is asked between the steps of a
+/// long reduction: when it says so, the call returns `Error::Interrupted`.
 #[allow(clippy::too_many_arguments)]
 pub fn evaluate<S: Stored, T: Real>(
     device: &Device,
@@ -123,7 +137,9 @@ pub fn evaluate<S: Stored, T: Real>(
     inputs: &[Input],
     resident: &[Option<&DeviceMatrix>],
     (n_i, n_j): (usize, usize),
+    part: Option<&Part>,
     options: &RunOptions,
+    stop: &dyn Fn() -> bool,
     ranges: Option<&BlockRanges>,
     kept: Option<Kept>,
     timings: &mut Vec<(&'static str, f64)>,
@@ -140,7 +156,20 @@ pub fn evaluate<S: Stored, T: Real>(
         return Err(Error::Gpu(format!("at most {} rows per variable are supported on the GPU", i32::MAX)));
     }
     let width = kernel.width;
-    let results = n_out.saturating_mul(width);
+    let part = part.cloned().unwrap_or(Part { out: 0..n_out, red: 0..n_red });
+    let states_out = part.red != (0..n_red);
+    // The kernels index a resident matrix, and a block-sparse reduction its inputs, whole: their
+    // rows cannot be split into blocks.
+    let whole = resident.iter().any(Option::is_some) || ranges.is_some() || target.is_some();
+    // (ranges: only their rows, at the boundaries of their pieces of work)
+    let splittable = resident.iter().all(Option::is_none) && target.is_none();
+    let split = states_out || part.out != (0..n_out);
+    if part.out.end > n_out || part.red.end > n_red || (split && !splittable) || (states_out && ranges.is_some()) {
+        return Err(Error::Invalid(format!(
+            "this reduction cannot be split into the part {part:?} (inputs or a result kept on a device, or ranges)"
+        )));
+    }
+    let results = part.out.len().saturating_mul(width);
     if let Some(m) = target {
         let stored = std::mem::size_of::<S>() == std::mem::size_of::<T>();
         if !stored || (m.nrow, m.ncol) != (n_out, width) || red.kind.returns_indices() {
@@ -149,26 +178,33 @@ pub fn evaluate<S: Stored, T: Real>(
             )));
         }
     }
-    let host_results = |wanted: bool| wanted && target.is_none();
+    let host_results = |wanted: bool| wanted && target.is_none() && !states_out;
     let mut columns = Columns {
         values: host_results(red.kind.returns_values())
             .then(|| memory::zeros(results, "the results"))
             .transpose()?,
-        indices: red.kind.returns_indices().then(|| memory::zeros(results, "the result's indices")).transpose()?,
+        indices: host_results(red.kind.returns_indices())
+            .then(|| memory::zeros(results, "the result's indices"))
+            .transpose()?,
+        states: states_out
+            .then(|| memory::zeros(part.out.len().saturating_mul(kernel.state_len), "the reduction states"))
+            .transpose()?,
     };
     let mut workspace = device.workspace.lock().map_err(|_| Error::Gpu("the GPU's workspace is unusable".into()))?;
     if workspace.is_none() {
         *workspace = Some(guarded("creating the GPU's workspace", Workspace::new)?);
     }
     let workspace = workspace.as_mut().expect("created above");
-    let ranged = ranges.map(|r| RangedWork::new(r, n_out, kernel.tile * kernel.rows));
+    let ranged = ranges.map(|r| RangedWork::new(r, n_out, kernel.tile * kernel.rows, &part.out));
     let mut sizes = Sizes::new::<S, T>(formula, kernel, &resident, workspace.held().0);
     sizes.fixed += ranged.as_ref().map_or(0, RangedWork::bytes);
-    let blocks = Blocks::new(device, kernel, &sizes, n_out, n_red, options.gpu_memory)?;
-    // The kernels index a resident matrix, and a block-sparse reduction its inputs, whole: their
-    // rows cannot be split into blocks.
-    let whole = resident.iter().any(Option::is_some) || ranges.is_some() || target.is_some();
-    if (blocks.rows_out, blocks.rows_red) != (n_out, n_red) && whole {
+    // The rows the kernels see: those of the part, or all of them when they index the inputs whole.
+    let (span_out, span_red) = match whole {
+        true => (0..n_out, 0..n_red),
+        false => (part.out.clone(), part.red.clone()),
+    };
+    let blocks = Blocks::new(device, kernel, &sizes, span_out.len(), span_red.len(), options.gpu_memory)?;
+    if (blocks.rows_out, blocks.rows_red) != (span_out.len(), span_red.len()) && whole {
         let what = match ranges {
             Some(_) => "a block-sparse reduction (ranges) in one piece; compute it on the CPU",
             None => "this reduction with inputs kept on it in one piece; pass the matrices themselves (they are then processed in blocks)",
@@ -181,23 +217,27 @@ pub fn evaluate<S: Stored, T: Real>(
     // reduction is cut the same way into steps of about STEP_SECONDS each, so that an interrupt,
     // asked between steps, stops it within a second (a kernel, once launched, runs to its end).
     let whole_tiles = |rows: usize| (rows / kernel.tile * kernel.tile).max(kernel.tile);
-    let long = !whole && blocks.rows_out.saturating_mul(n_red) > FIRST_STEP_PAIRS;
+    let long = !whole && blocks.rows_out.saturating_mul(span_red.len()) > FIRST_STEP_PAIRS;
     let mut step_rows = match long {
         true => whole_tiles(FIRST_STEP_PAIRS / blocks.rows_out.max(1)).min(blocks.rows_red),
         false => blocks.rows_red,
     };
-    for i0 in (0..n_out).step_by(blocks.rows_out) {
-        let out = i0..(i0 + blocks.rows_out).min(n_out);
-        let mut j0 = 0;
-        while j0 < n_red {
-            let red = j0..(j0 + step_rows).min(n_red);
+    for i0 in span_out.clone().step_by(blocks.rows_out) {
+        let out = i0..(i0 + blocks.rows_out).min(span_out.end);
+        let mut j0 = span_red.start;
+        while j0 < span_red.end {
+            let red = j0..(j0 + step_rows).min(span_red.end);
+            let end = red.end == span_red.end;
             let step = Step {
                 out: out.clone(),
                 red: red.clone(),
                 n_out,
                 n_red,
-                first: j0 == 0,
-                last: red.end == n_red,
+                first: j0 == span_red.start,
+                last: end && !states_out,
+                states_out: end && states_out,
+                keep: out.start.max(part.out.start)..out.end.min(part.out.end),
+                part_start: part.out.start,
                 rows_red: blocks.rows_red,
             };
             let data = Data { inputs, resident: &resident, ranged: ranged.as_ref(), target };
@@ -208,7 +248,7 @@ pub fn evaluate<S: Stored, T: Real>(
             if target.is_some() {
                 continue; // (queued: the loop that queued it asks for interrupts)
             }
-            if options.interrupt.is_some_and(|interrupted| interrupted()) {
+            if stop() {
                 return Err(Error::Interrupted);
             }
             let took = times.kernel - before;
@@ -342,7 +382,10 @@ struct Data<'a> {
 }
 
 /// One launch: these output rows against these reduced rows (`first` and `last` of the reduced
-/// range's blocks for these output rows; `rows_red` rows in the largest such block).
+/// range's blocks for these output rows, the results then finalised; `states_out`: the last
+/// block of a part of the reduced range, whose states come back instead; `rows_red` rows in the
+/// largest such block). The results of the rows `keep` come back, to rows `keep - part_start`
+/// of the call's results.
 struct Step {
     out: Range<usize>,
     red: Range<usize>,
@@ -350,6 +393,9 @@ struct Step {
     n_red: usize,
     first: bool,
     last: bool,
+    states_out: bool,
+    keep: Range<usize>,
+    part_start: usize,
     rows_red: usize,
 }
 
@@ -365,8 +411,10 @@ struct Regions {
     values: usize,
     indices: usize,
     download: Range<usize>,
+    /// The running states of the output rows, after the results (they come back for a part of
+    /// the reduced range), then the states of the chunks.
+    running: Range<usize>,
     states: usize,
-    running: usize,
     end: usize,
 }
 
@@ -409,9 +457,10 @@ impl Regions {
         let values = layout.push(if kind.returns_values() { results * t } else { 0 });
         let indices = layout.push(if kind.returns_indices() { results * 4 } else { 0 });
         let download = values..layout.bytes;
-        let states = layout.push(if one_pass && chunks == 1 { 0 } else { chunks * rows_out * kernel.state_len * 8 });
         let running = layout.push(if one_pass { 0 } else { rows_out * kernel.state_len * 8 });
-        Regions { inputs, constants, work, red, upload_end, values, indices, download, states, running, end: layout.bytes }
+        let running = running..layout.bytes;
+        let states = layout.push(if one_pass && chunks == 1 { 0 } else { chunks * rows_out * kernel.state_len * 8 });
+        Regions { inputs, constants, work, red, upload_end, values, indices, download, running, states, end: layout.bytes }
     }
 }
 
@@ -450,9 +499,14 @@ fn run_step<S: Stored, T: Real>(
     let regions = Regions::new::<S, T>(formula, kernel, data, step, planned, one_pass);
     let on_device = format!("device {} ({})", device.ordinal, device.name);
     let gpu_error = |what: &str, e: result::DriverError| Error::Gpu(format!("{what} on {on_device}: {e:?}"));
+    // What comes back: the results, or the running states at the end of a part of the reduced range.
+    let fetch = match step.states_out {
+        true => regions.running.clone(),
+        false => regions.download.clone(),
+    };
     let mut recorded = record.is_some().then(|| Recorded::new(device, regions.end)).transpose()?;
     let device_grows = recorded.is_none() && regions.end > workspace.held().0;
-    if device_grows || regions.download.end > workspace.held().1 {
+    if device_grows || fetch.end > workspace.held().1 {
         // Growing a buffer frees the old one: no queued step may still use it.
         // SAFETY: a plain wait on this device's stream.
         unsafe { result::stream::synchronize(device.stream.cu_stream()) }.map_err(|e| gpu_error("waiting for the GPU", e))?;
@@ -464,7 +518,7 @@ fn run_step<S: Stored, T: Real>(
             .map_err(|e| gpu_error(&format!("allocating {:.1} MB", regions.end as f64 / 1e6), e))?,
     };
     let events = workspace.events;
-    let host = workspace.host(regions.download.end).map_err(|e| {
+    let host = workspace.host(fetch.end.max(regions.upload_end)).map_err(|e| {
         gpu_error(&format!("allocating {:.1} MB of page-locked host memory", regions.end as f64 / 1e6), e)
     })?;
 
@@ -498,7 +552,7 @@ fn run_step<S: Stored, T: Real>(
     let ran = guarded("the GPU computation", || {
         let at = |offset: usize| base + offset as u64;
         // SAFETY (all the calls below): `base` holds `regions.end` bytes and `host` at least
-        // `regions.download.end`; both stay untouched until the synchronisation at the end.
+        // `fetch.end`; both stay untouched until the synchronisation at the end.
         unsafe {
             if queued {
                 if !staged.is_empty() {
@@ -540,7 +594,7 @@ fn run_step<S: Stored, T: Real>(
         }
         if !finalize_here {
             let ints = [rows_out as i32, chunks as i32, step.first as i32, step.last as i32];
-            let pointers = [at(regions.states), at(regions.running), values, at(regions.indices)];
+            let pointers = [at(regions.states), at(regions.running.start), values, at(regions.indices)];
             let config = LaunchConfig {
                 grid_dim: (rows_out.div_ceil(MERGE_THREADS) as u32, 1, 1),
                 block_dim: (MERGE_THREADS as u32, 1, 1),
@@ -558,8 +612,8 @@ fn run_step<S: Stored, T: Real>(
         }
         unsafe {
             result::event::record(events[2], stream).map_err(|e| gpu_error("timing", e))?;
-            if step.last && !regions.download.is_empty() && data.target.is_none() {
-                result::memcpy_dtoh_async(&mut host[regions.download.clone()], at(regions.download.start), stream)
+            if (step.last || step.states_out) && !fetch.is_empty() && data.target.is_none() {
+                result::memcpy_dtoh_async(&mut host[fetch.clone()], at(fetch.start), stream)
                     .map_err(|e| gpu_error("copying the results", e))?;
             }
             result::event::record(events[3], stream).map_err(|e| gpu_error("timing", e))?;
@@ -582,19 +636,29 @@ fn run_step<S: Stored, T: Real>(
         *slot = recorded;
     }
 
+    let clock = Instant::now();
+    // The kept rows, in the step's results and in the call's.
+    let (from, to) = (step.keep.start - step.out.start, step.keep.start - step.part_start);
     if step.last {
-        let clock = Instant::now();
         let results = rows_out * kernel.width;
         if let Some(values) = columns.values.as_mut() {
             let got: &[T] = view(&host[regions.values..], results);
-            unpack(got, rows_out, values, step.n_out, step.out.start, |x| x.to_f64());
+            let n = values.len() / kernel.width.max(1);
+            unpack(got, rows_out, from..from + step.keep.len(), values, n, to, |x| x.to_f64());
         }
         if let Some(indices) = columns.indices.as_mut() {
             let got: &[i32] = view(&host[regions.indices..], results);
-            unpack(got, rows_out, indices, step.n_out, step.out.start, |i| i);
+            let n = indices.len() / kernel.width.max(1);
+            unpack(got, rows_out, from..from + step.keep.len(), indices, n, to, |i| i);
         }
-        times.results += clock.elapsed().as_secs_f64();
     }
+    if let Some(states) = columns.states.as_mut().filter(|_| step.states_out) {
+        // (row-major: the kept rows are contiguous)
+        let len = kernel.state_len;
+        let got: &[f64] = view(&host[regions.running.start..], rows_out * len);
+        states[to * len..(to + step.keep.len()) * len].copy_from_slice(&got[from * len..(from + step.keep.len()) * len]);
+    }
+    times.results += clock.elapsed().as_secs_f64();
     Ok(())
 }
 
@@ -655,24 +719,25 @@ fn pack_values<X: Copy>(bytes: &mut [u8], values: &[X]) {
     view_mut(bytes, values.len()).copy_from_slice(values);
 }
 
-/// The column-major `rows x width` results of a block of rows into rows `start..` of the
-/// column-major `n x width` matrix `dst`.
+/// The rows `keep` of the column-major `rows x width` results of a block of rows into rows
+/// `start..` of the column-major `n x width` matrix `dst`.
 fn unpack<X: Copy + Sync, Y: Send>(
     got: &[X],
     rows: usize,
+    keep: Range<usize>,
     dst: &mut [Y],
     n: usize,
     start: usize,
     f: impl Fn(X) -> Y + Sync,
 ) {
-    if rows == n {
+    if rows == n && keep == (0..rows) {
         // All the rows: the same layout, one conversion (not one per column: a K-selection's
         // results have K columns, and each conversion starts its threads).
         parallel::map(got, &mut dst[..got.len()], &f);
         return;
     }
     for (c, column) in got.chunks(rows.max(1)).enumerate() {
-        parallel::map(column, &mut dst[c * n + start..c * n + start + rows], &f);
+        parallel::map(&column[keep.clone()], &mut dst[c * n + start..c * n + start + keep.len()], &f);
     }
 }
 

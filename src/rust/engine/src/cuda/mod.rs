@@ -11,6 +11,7 @@ pub mod finish;
 pub mod launch;
 pub mod recorded;
 pub mod resident;
+pub mod several;
 pub mod workspace;
 
 pub use device::{availability, Device};
