@@ -65,7 +65,7 @@ SIZES ?=
 ITER_BUDGET ?= $(if $(filter command line,$(origin BUDGET)),$(BUDGET),60)
 ITER_REPS ?= $(if $(filter command line,$(origin REPS)),$(REPS),3)
 
-.PHONY: all deps install demo test fuzz check doc clean distclean bench-cpu bench-iterative bench-ranges bench-solve bench-batch bench-future vendor
+.PHONY: all deps install demo test fuzz check doc clean distclean bench-cpu bench-iterative bench-ranges bench-solve bench-batch bench-future bench-gpus vendor
 
 all: install
 
@@ -163,6 +163,12 @@ WORKERS ?= 2
 bench-future: install
 	N=$(FUTURE_N) WORKERS=$(WORKERS) REPS=$(ITER_REPS) BENCH_OUT='$(BENCH_OUT)' R_LIBS=$(LIB_DIR) \
 		Rscript bench/future.R
+
+# make bench-gpus: several GPUs sharing each reduction against one (bench/several_gpus.R; needs
+# GPUs: GPUS=0,1, N=1e7 the goals' size, N=2e6 a quick run).
+GPUS_N ?= 1e7
+bench-gpus: install
+	N=$(GPUS_N) GPUS='$(GPUS)' REPS=3 BENCH_OUT='$(BENCH_OUT)' R_LIBS=$(LIB_DIR) Rscript bench/several_gpus.R
 
 # CRAN's incoming checks and the clock check need the internet: off, so that the
 # check runs offline and says the same everywhere. --as-cran needs qpdf, and checkbashisms

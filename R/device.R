@@ -42,14 +42,16 @@ keops_device <- function(x) {
   if (identical(opts$backend, "CPU")) {
     stop("keops_device(): the CPU backend is in use (rkeops_use_gpu() to use a GPU)", call. = FALSE)
   }
-  status <- gpu_status(opts$device)
+  # (with several GPUs, the first: loops and reductions with device matrices run there)
+  device <- opts$device[1L]
+  status <- gpu_status(device)
   if (!isTRUE(status$available)) {
-    stop("keops_device(): GPU ", opts$device, " cannot be used: ", status$message, call. = FALSE)
+    stop("keops_device(): GPU ", device, " cannot be used: ", status$message, call. = FALSE)
   }
-  ptr <- rust_result(.Call(wrap__keops_device_put, x, opts$precision, as.integer(opts$device)))
+  ptr <- rust_result(.Call(wrap__keops_device_put, x, opts$precision, device))
   d <- if (is.matrix(x)) dim(x) else c(length(x), 1L)
   structure(ptr, class = "keops_device_matrix", keops_dim = as.integer(d),
-            keops_where = sprintf("GPU %d in %s", opts$device, opts$precision))
+            keops_where = sprintf("GPU %d in %s", device, opts$precision))
 }
 
 #' @rdname keops_device
@@ -88,10 +90,10 @@ print.keops_device_matrix <- function(x, ...) {
 #' them back (the next call allocates them again). Matrices kept with
 #' [keops_device()] are not affected.
 #'
-#' @param device The GPU (0-based), by default the one of [get_rkeops_options()].
+#' @param device The GPUs (0-based), by default those of [get_rkeops_options()].
 #' @return `TRUE`, invisibly.
 #' @export
 rkeops_release_gpu_memory <- function(device = get_rkeops_options()$device) {
-  rust_result(.Call(wrap__gpu_release_memory, as.integer(device)))
+  for (d in unique(as.integer(device))) rust_result(.Call(wrap__gpu_release_memory, d))
   invisible(TRUE)
 }

@@ -1,9 +1,16 @@
 # The GPU and the cache of compiled GPU kernels.
 
-# Whether GPU `device` can be used: list(available = , message = ), the message
-# describing the device or saying why it cannot be used.
+# Whether the GPUs `device` (one or several) can be used: list(available = , message = ), the
+# message describing them or saying why one cannot be used.
 gpu_status <- function(device = 0L) {
-  rust_result(.Call(wrap__gpu_status, as.integer(device)))
+  status <- lapply(unique(as.integer(device)), function(d) rust_result(.Call(wrap__gpu_status, d)))
+  ok <- vapply(status, function(s) isTRUE(s$available), logical(1))
+  messages <- vapply(status, function(s) s$message, character(1))
+  if (all(ok)) {
+    list(available = TRUE, message = paste(messages, collapse = " and "))
+  } else {
+    list(available = FALSE, message = paste(unique(messages[!ok]), collapse = "; "))
+  }
 }
 
 #' Where compiled GPU kernels are kept

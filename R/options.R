@@ -60,12 +60,14 @@
     },
     device = {
       # -1 was rkeops 2's "default GPU", the first one.
-      if (!is_count(value, -1)) {
+      if (!is.numeric(value) || length(value) == 0L ||
+          !all(vapply(value, is_count, logical(1), min = -1))) {
         stop("rkeops option 'device' (rkeops 2: 'device_id') must be a GPU index, a whole ",
-             "number: 0 for the first GPU (-1 also means the first GPU, as in rkeops 2), not ",
+             "number: 0 for the first GPU (-1 also means the first GPU, as in rkeops 2), ",
+             "or several, which share each computation (e.g. c(0, 1)), not ",
              .rkeops_show(value), ".", call. = FALSE)
       }
-      max(as.integer(value), 0L)
+      pmax(as.integer(value), 0L)
     },
     ncore = {
       # 0 meant "all the cores" in rkeops 2's rkeops_use_cpu().
@@ -381,8 +383,25 @@ rkeops_use_cpu <- function(ncore = NULL) {
 #' Each formula is compiled for the GPU on its first use and kept in
 #' [rkeops_cache_dir()].
 #'
+#' Several GPUs of the machine can share each computation:
+#' `rkeops_use_gpu(device = c(0, 1))` or `rkeops_use_gpu(device = "all")`.
+#' Each reduction is then cut into one part per GPU, computed side by side, one
+#' host thread per GPU: blocks of output rows in proportion to each GPU's
+#' multiprocessors (a block-sparse reduction at the boundaries of its blocks
+#' of rows, in proportion to their pairs); when the output rows are too few to
+#' fill the GPUs (fewer than a few hundred thousand), parts of the reduced
+#' range, whose partial results are merged in order as one GPU merges its own
+#' chunks. Results equal those of one GPU up to the order of the floating point
+#' sums. Every GPU receives its part of the inputs at each call. Loops
+#' ([keops_iterate()]) and matrices kept on a GPU ([keops_device()]) use the
+#' first GPU of the list. Ctrl-C stops a long computation within a second on
+#' every GPU.
+#'
 #' @param device A non-negative whole number, the index of the GPU (0 for the
-#'   first one); -1, rkeops 2's default, also means the first GPU.
+#'   first one); -1, rkeops 2's default, also means the first GPU. Or several
+#'   indices (`c(0, 1)`), or `"all"` for every GPU of the machine, to share
+#'   each computation among them (a GPU listed twice gets two parts, one after
+#'   the other: only useful to test the splitting on one GPU).
 #'
 #' @return `TRUE` if the GPU backend was selected, `FALSE` otherwise,
 #'   invisibly.
@@ -404,6 +423,17 @@ rkeops_use_cpu <- function(ncore = NULL) {
 #' if (is.na(old_cache)) Sys.unsetenv("RKEOPS_CACHE_DIR") else
 #'   Sys.setenv(RKEOPS_CACHE_DIR = old_cache)
 rkeops_use_gpu <- function(device = 0) {
+  if (identical(device, "all")) {
+    count <- rust_result(.Call(wrap__gpu_count))
+    if (count$count == 0L) {
+      set_rkeops_options(backend = "CPU")
+      if (.rkeops_verbose()) {
+        message("rkeops: the GPU cannot be used (", count$message, "); computations stay on the CPU.")
+      }
+      return(invisible(FALSE))
+    }
+    device <- seq_len(count$count) - 1L
+  }
   set_rkeops_options(device = device)
   status <- gpu_status(get_rkeops_options("device"))
   if (status$available) {

@@ -53,4 +53,6 @@ test_that("Ctrl-C stops a long GPU computation within a second, and R goes on", 
   }
   # 1e13 pairs in float64: a minute or more on an H100, unless interrupted.
   expect_interrupted_within_a_second(interrupt_child("rkeops_use_gpu()", 1e6, 1e7))
+  # shared by two GPUs (GPU 0 twice where there is one): every GPU stops
+  expect_interrupted_within_a_second(interrupt_child("rkeops_use_gpu(device = c(0, 0))", 1e6, 1e7))
 })
