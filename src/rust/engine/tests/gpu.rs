@@ -133,6 +133,16 @@ fn args() -> Vec<String> {
     ARGS.iter().map(|s| s.to_string()).collect()
 }
 
+/// Every reduction of REDUCTIONS on both axes: its text and operator.
+fn each_reduction(mut f: impl FnMut(&str, &Operator)) {
+    for formula in REDUCTIONS {
+        for axis in ["0", "1"] {
+            let text = formula.replace("AXIS", axis);
+            f(&text, &Operator::new(&text, &args()).unwrap());
+        }
+    }
+}
+
 fn all_formulas() -> Vec<String> {
     let mut v: Vec<String> = OPERATIONS.iter().map(|op| format!("Sum_Reduction({op}, AXIS)")).collect();
     v.extend(REDUCTIONS.iter().map(|r| r.to_string()));
@@ -286,19 +296,15 @@ fn gpu_block_sparse_equals_cpu() {
     let data = Data::new(n, m);
     let inputs = data.inputs();
     let ranges = Ranges { i: random_ranges(n, m, 31), j: random_ranges(m, n, 32) };
-    for formula in REDUCTIONS {
-        for axis in ["0", "1"] {
-            let text = formula.replace("AXIS", axis);
-            let op = Operator::new(&text, &args()).unwrap();
-            for precision in [Precision::F64, Precision::F32, Precision::F16] {
-                let options = |backend| RunOptions { precision, backend, ranges: Some(ranges.clone()), ..Default::default() };
-                let g = op.run(&inputs, &options(Backend::Gpu(0))).unwrap_or_else(|e| panic!("{text}: {e}"));
-                let c = op.run(&inputs, &options(Backend::Cpu)).unwrap();
-                assert!(g.backend.starts_with("GPU"), "{text} ran on {}", g.backend);
-                compare(&format!("{text} with ranges"), &g, &c, precision);
-            }
+    each_reduction(|text, op| {
+        for precision in [Precision::F64, Precision::F32, Precision::F16] {
+            let options = |backend| RunOptions { precision, backend, ranges: Some(ranges.clone()), ..Default::default() };
+            let g = op.run(&inputs, &options(Backend::Gpu(0))).unwrap_or_else(|e| panic!("{text}: {e}"));
+            let c = op.run(&inputs, &options(Backend::Cpu)).unwrap();
+            assert!(g.backend.starts_with("GPU"), "{text} ran on {}", g.backend);
+            compare(&format!("{text} with ranges"), &g, &c, precision);
         }
-    }
+    });
     // Ranges that keep everything, with small blocks of rows (the narrow kernel) and large ones (the
     // wide kernel): every reduction as the dense one.
     let (n, m) = (1031, 20011);
@@ -312,17 +318,13 @@ fn gpu_block_sparse_equals_cpu() {
         let ranges = Ranges { i: everything(n, m, rows), j: everything(m, n, rows) };
         let variant = Variant::for_ranges(Some(&ranges.i));
         assert_eq!(variant, if rows < 512 { Variant::RangedNarrow } else { Variant::Ranged });
-        for formula in REDUCTIONS {
-            for axis in ["0", "1"] {
-                let text = formula.replace("AXIS", axis);
-                let op = Operator::new(&text, &args()).unwrap();
-                let dense = run(&op, &inputs, Precision::F64, Backend::Gpu(0), SumScheme::Auto);
-                let options =
-                    RunOptions { precision: Precision::F64, backend: Backend::Gpu(0), ranges: Some(ranges.clone()), ..Default::default() };
-                let sparse = op.run(&inputs, &options).unwrap();
-                compare(&format!("{text}, ranges keeping everything ({variant:?})"), &sparse, &dense, Precision::F64);
-            }
-        }
+        each_reduction(|text, op| {
+            let dense = run(op, &inputs, Precision::F64, Backend::Gpu(0), SumScheme::Auto);
+            let options =
+                RunOptions { precision: Precision::F64, backend: Backend::Gpu(0), ranges: Some(ranges.clone()), ..Default::default() };
+            let sparse = op.run(&inputs, &options).unwrap();
+            compare(&format!("{text}, ranges keeping everything ({variant:?})"), &sparse, &dense, Precision::F64);
+        });
     }
 }
 
@@ -366,16 +368,12 @@ fn several_gpus_equal_one_gpu() {
     for (n, m) in [(600_011, 1_003), (37, 20_011)] {
         let data = Data::new(n, m);
         let inputs = data.inputs();
-        for formula in REDUCTIONS {
-            for axis in ["0", "1"] {
-                let text = formula.replace("AXIS", axis);
-                let op = Operator::new(&text, &args()).unwrap();
-                for precision in [Precision::F64, Precision::F32] {
-                    let what = format!("{text} ({n} x {m}) on GPUs {gpus:?}");
-                    check(&op, &inputs, on(gpus.clone(), precision, SumScheme::Auto, None), &what);
-                }
+        each_reduction(|text, op| {
+            for precision in [Precision::F64, Precision::F32] {
+                let what = format!("{text} ({n} x {m}) on GPUs {gpus:?}");
+                check(op, &inputs, on(gpus.clone(), precision, SumScheme::Auto, None), &what);
             }
-        }
+        });
         let op = Operator::new("Sum_Reduction(Exp(-s*SqDist(x,y))*b, 1)", &args()).unwrap();
         for scheme in [SumScheme::DirectSum, SumScheme::BlockSum, SumScheme::KahanScheme] {
             check(&op, &inputs, on(gpus.clone(), Precision::F32, scheme, None), &format!("{scheme:?} ({n} x {m})"));
@@ -385,14 +383,10 @@ fn several_gpus_equal_one_gpu() {
     let data = Data::new(n, m);
     let inputs = data.inputs();
     let ranges = Ranges { i: random_ranges(n, m, 31), j: random_ranges(m, n, 32) };
-    for formula in REDUCTIONS {
-        for axis in ["0", "1"] {
-            let text = formula.replace("AXIS", axis);
-            let op = Operator::new(&text, &args()).unwrap();
-            let options = on(gpus.clone(), Precision::F64, SumScheme::Auto, Some(ranges.clone()));
-            check(&op, &inputs, options, &format!("{text} with ranges on GPUs {gpus:?}"));
-        }
-    }
+    each_reduction(|text, op| {
+        let options = on(gpus.clone(), Precision::F64, SumScheme::Auto, Some(ranges.clone()));
+        check(op, &inputs, options, &format!("{text} with ranges on GPUs {gpus:?}"));
+    });
 }
 
 #[test]

@@ -185,11 +185,22 @@ pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, vari
             _ => None,
         })
         .collect();
+    // Terms of the reduced index alone (Normalize(y), 2 * y, ...) are computed once per value of the
+    // index, by the thread that loads it into the shared tile, which then holds those of them that
+    // the pairs (or the reduction) read: `hoisted`, when they fit; else the tile holds the inputs.
+    let hoisted = inner_frontier(formula, &plan);
+    let width_of = |nodes: &[NodeId]| nodes.iter().map(|&id| formula.graph.dim(id)).sum::<usize>();
     let inner_width: usize = inner_vars.iter().map(|&p| formula.variables[p].dim).sum();
+    let fits_width = |t: usize, width: usize| t * width * dtype.size() <= SHARED_BYTES;
+    let hoisted = match !plan.inner.is_empty() && fits_width(if narrow { 64 } else { 128 }, width_of(&hoisted)) {
+        true => hoisted,
+        false => vec![],
+    };
+    let shared_width = if hoisted.is_empty() { inner_width } else { width_of(&hoisted) };
     // The largest tile whose shared memory fits; wide variables read global memory directly.
-    let fits = |t: usize| t * inner_width * dtype.size() <= SHARED_BYTES;
+    let fits = |t: usize| fits_width(t, shared_width);
     let tile = if narrow { 64 } else { [256, 128, 64].into_iter().find(|&t| fits(t)).unwrap_or(64) };
-    let shared = fits(tile) && inner_width > 0;
+    let shared = fits(tile) && shared_width > 0;
     let rows = if narrow { 1 } else { rows_per_thread(formula, &plan, &acc, dtype) };
     let constant_nodes: Vec<NodeId> =
         plan.constant.iter().copied().filter(|&id| matches!(formula.graph.nodes[id].op, Op::Constant(_))).collect();
@@ -221,12 +232,19 @@ pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, vari
     for q in 0..rows {
         g.line(&format!("  const int row_{q} = row0 + {q} * TILE; const int r_{q} = row_{q} < row_end ? row_{q} : 0;"));
     }
+    let mut hoisted_offsets = Vec::new();
     if shared {
-        let _ = writeln!(g.src, "  __shared__ T tile[TILE * {inner_width}];");
+        let _ = writeln!(g.src, "  __shared__ T tile[TILE * {shared_width}];");
         let mut offset = 0;
-        for &p in &inner_vars {
-            g.shared_offsets[p] = Some(offset);
-            offset += formula.variables[p].dim;
+        if hoisted.is_empty() {
+            for &p in &inner_vars {
+                g.shared_offsets[p] = Some(offset);
+                offset += formula.variables[p].dim;
+            }
+        }
+        for &id in &hoisted {
+            hoisted_offsets.push((id, offset));
+            offset += formula.graph.dim(id);
         }
     }
     let reducer = Reducer { acc: &acc, f: red.f, g: red.g, fdim: acc.dim, selection };
@@ -262,10 +280,21 @@ pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, vari
         g.line("    {");
         g.line("      const int j = j0 + threadIdx.x;");
         g.line("      if (j < j_end) {");
-        for &p in &inner_vars {
-            let off = g.shared_offsets[p].unwrap_or(0);
-            let d = formula.variables[p].dim;
-            g.line(&format!("        for (int k = 0; k < {d}; k++) tile[({off} + k) * TILE + threadIdx.x] = rk_load(in{p}[j + (long long)n_red * k]);"));
+        if hoisted_offsets.is_empty() {
+            for &p in &inner_vars {
+                let off = g.shared_offsets[p].unwrap_or(0);
+                let d = formula.variables[p].dim;
+                g.line(&format!("        for (int k = 0; k < {d}; k++) tile[({off} + k) * TILE + threadIdx.x] = rk_load(in{p}[j + (long long)n_red * k]);"));
+            }
+        } else {
+            g.inner_inputs();
+            for &id in &plan.inner {
+                g.node(id);
+            }
+            for &(id, off) in &hoisted_offsets {
+                let d = formula.graph.dim(id);
+                g.line(&format!("        for (int k = 0; k < {d}; k++) tile[({off} + k) * TILE + threadIdx.x] = v{id}[k];"));
+            }
         }
         g.line("      }");
         g.line("    }");
@@ -279,17 +308,15 @@ pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, vari
     }
     g.line("      #pragma unroll 4\n      for (int jj = 0; jj < len; jj++) {");
     g.line("        const int j = j0 + jj;");
-    for (id, node) in formula.graph.nodes.iter().enumerate() {
-        if let (Op::Input(p), Some(Role::Inner)) = (node.op, plan.roles[id]) {
-            let d = node.dim;
-            match g.shared_offsets[p] {
-                Some(off) => g.line(&format!("        T v{id}[{d}]; for (int k = 0; k < {d}; k++) v{id}[k] = tile[({off} + k) * TILE + jj];")),
-                None => g.line(&format!("        T v{id}[{d}]; for (int k = 0; k < {d}; k++) v{id}[k] = rk_load(in{p}[j + (long long)n_red * k]);")),
-            }
+    if hoisted_offsets.is_empty() {
+        g.inner_inputs();
+        for &id in &plan.inner {
+            g.node(id);
         }
     }
-    for &id in &plan.inner {
-        g.node(id);
+    for &(id, off) in &hoisted_offsets {
+        let d = formula.graph.dim(id);
+        g.line(&format!("        T v{id}[{d}]; for (int k = 0; k < {d}; k++) v{id}[k] = tile[({off} + k) * TILE + jj];"));
     }
     for q in 0..rows {
         g.q = q;
@@ -332,6 +359,23 @@ pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, vari
         state_len: acc.state_len(),
         width: acc.width(),
     }
+}
+
+/// The nodes of the reduced index alone (inputs included) whose values the pairs or the reduction
+/// itself read, in the order of the graph.
+fn inner_frontier(formula: &Formula, plan: &Plan) -> Vec<NodeId> {
+    let red = &formula.reduction;
+    let inner = |id: NodeId| plan.roles[id] == Some(Role::Inner);
+    let mut read = vec![false; formula.graph.nodes.len()];
+    for &id in &plan.pair {
+        for &a in &formula.graph.nodes[id].args {
+            read[a] = true;
+        }
+    }
+    for root in std::iter::once(red.f).chain(red.g) {
+        read[root] = true;
+    }
+    (0..read.len()).filter(|&id| read[id] && inner(id)).collect()
 }
 
 /// Rows per thread: as many as the registers allow (the state and the per-row values of every
@@ -457,6 +501,21 @@ impl Gen<'_> {
     }
 
     /// Registers of an input that does not vary with the reduced index (parameter or output row).
+    /// The inputs of the reduced index, as `v{id}` for its index `j`: from the shared tile when it
+    /// holds them, else from global memory.
+    fn inner_inputs(&mut self) {
+        for (id, node) in self.formula.graph.nodes.iter().enumerate() {
+            if let (Op::Input(p), Some(Role::Inner)) = (node.op, self.plan.roles[id]) {
+                let d = node.dim;
+                let line = match self.shared_offsets[p] {
+                    Some(off) => format!("        T v{id}[{d}]; for (int k = 0; k < {d}; k++) v{id}[k] = tile[({off} + k) * TILE + jj];"),
+                    None => format!("        T v{id}[{d}]; for (int k = 0; k < {d}; k++) v{id}[k] = rk_load(in{p}[j + (long long)n_red * k]);"),
+                };
+                self.line(&line);
+            }
+        }
+    }
+
     fn input_registers(&mut self, id: NodeId, p: usize) {
         let d = self.formula.graph.dim(id);
         let index = match self.formula.variables[p].category {
@@ -858,5 +917,26 @@ mod tests {
         // Two blocks of 2 and 3 rows against 10 and 4 reduced rows: (2 * 10 + 3 * 4) / 5.
         let ranges = Ranges::from_block_pairs(&[0..2, 2..5], &[0..10, 10..14], &[(0, 0), (1, 1)]).unwrap();
         assert!((ranges.i.mean_reduced() - 6.4).abs() < 1e-12);
+    }
+
+    /// Terms of the reduced index alone are computed where the tile is loaded, once per index, and
+    /// the pairs read them from the tile; the rows' terms stay out of the loop too.
+    #[test]
+    fn terms_of_one_index_are_computed_once_per_index() {
+        use super::{generate_variant, Dtype, Variant};
+        use crate::reduction::SumScheme;
+        let args = ["x = Vi(10)".to_string(), "y = Vj(10)".to_string()];
+        let cosine = Formula::parse("ArgKMin_Reduction(SqDist(Normalize(x), Normalize(y)), 10, 0)", &args).unwrap();
+        let source = |f: &Formula| generate_variant(f, Dtype::F32, SumScheme::Auto, Variant::Dense, Selection::Local).source;
+        let src = source(&cosine);
+        let (load, pairs) = src.split_once("for (int jj = 0; jj < len; jj++)").expect("a loop over the tile");
+        // Normalize's Rsqrt for x before the loop, for y in the tile load, never per pair.
+        assert_eq!(pairs.matches("Rsqrt").count(), 0, "{pairs}");
+        assert!(load.matches("Rsqrt").count() >= 2, "{load}");
+        assert!(load.contains("__shared__ T tile[TILE * 10]"), "{load}");
+        // Without such terms, the tile holds the inputs, read in the loop as before.
+        let gauss = Formula::parse("Sum_Reduction(Exp(-SqDist(x, y)), 0)", &args).unwrap();
+        let (_, pairs) = source(&gauss).split_once("for (int jj = 0; jj < len; jj++)").map(|(a, b)| (a.to_string(), b.to_string())).unwrap();
+        assert!(pairs.contains("= tile[(0 + k) * TILE + jj]"), "{pairs}");
     }
 }

@@ -342,7 +342,9 @@ impl Blocks {
         let budget = limit.unwrap_or(usize::MAX).min(free.saturating_add(sizes.held) / 10 * 8);
         let need = |rows_out: usize, rows_red: usize| {
             let chunks = chunks_for(rows_out, rows_red, kernel.tile, kernel.rows, device.multiprocessors);
-            let states = if chunks > 1 || rows_red < n_red { chunks + 1 } else { 0 };
+            // (the running states of a reduction in steps, or of blocks of the reduced range, too)
+            let in_steps = rows_red < n_red || rows_out.saturating_mul(n_red) > FIRST_STEP_PAIRS;
+            let states = if chunks > 1 || in_steps { chunks + 1 } else { 0 };
             rows_out * (sizes.input_out + sizes.results + states * sizes.state)
                 + rows_red * sizes.input_red
                 + sizes.fixed
