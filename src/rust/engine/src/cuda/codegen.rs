@@ -287,10 +287,7 @@ pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, vari
                 g.line(&format!("        for (int k = 0; k < {d}; k++) tile[({off} + k) * TILE + threadIdx.x] = rk_load(in{p}[j + (long long)n_red * k]);"));
             }
         } else {
-            g.inner_inputs();
-            for &id in &plan.inner {
-                g.node(id);
-            }
+            g.inner_terms();
             for &(id, off) in &hoisted_offsets {
                 let d = formula.graph.dim(id);
                 g.line(&format!("        for (int k = 0; k < {d}; k++) tile[({off} + k) * TILE + threadIdx.x] = v{id}[k];"));
@@ -314,10 +311,7 @@ pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, vari
     g.line(&format!("      #pragma unroll {unroll}\n      for (int jj = 0; jj < len; jj++) {{"));
     g.line("        const int j = j0 + jj;");
     if hoisted_offsets.is_empty() {
-        g.inner_inputs();
-        for &id in &plan.inner {
-            g.node(id);
-        }
+        g.inner_terms();
     }
     for &(id, off) in &hoisted_offsets {
         let d = formula.graph.dim(id);
@@ -506,9 +500,9 @@ impl Gen<'_> {
     }
 
     /// Registers of an input that does not vary with the reduced index (parameter or output row).
-    /// The inputs of the reduced index, as `v{id}` for its index `j`: from the shared tile when it
-    /// holds them, else from global memory.
-    fn inner_inputs(&mut self) {
+    /// The terms of the reduced index alone for its index `j`: its inputs, from the shared tile
+    /// when it holds them, else from global memory, then the nodes computed from them.
+    fn inner_terms(&mut self) {
         for (id, node) in self.formula.graph.nodes.iter().enumerate() {
             if let (Op::Input(p), Some(Role::Inner)) = (node.op, self.plan.roles[id]) {
                 let d = node.dim;
@@ -518,6 +512,9 @@ impl Gen<'_> {
                 };
                 self.line(&line);
             }
+        }
+        for &id in &self.plan.inner {
+            self.node(id);
         }
     }
 
