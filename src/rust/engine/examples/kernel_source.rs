@@ -1,4 +1,5 @@
-//! Prints the CUDA source generated for a formula (float32, dense, local selections):
+//! Prints the CUDA source generated for a formula (float32, dense, local selections; the
+//! tensor-core variant where it applies, unless `RKEOPS_GPU_TENSOR=off`):
 //! `cargo run --release --example kernel_source -- "<formula>" "<arg>" ...`; with NVRTC on the
 //! library path, also the time of its compilation for sm_90.
 use engine::cuda::codegen::{generate_variant, Dtype, Selection, Variant};
@@ -10,7 +11,8 @@ fn main() {
     let formula = argv.next().expect("a formula");
     let args: Vec<String> = argv.collect();
     let formula = Formula::parse(&formula, &args).unwrap_or_else(|e| panic!("{e}"));
-    let kernel = generate_variant(&formula, Dtype::F32, SumScheme::Auto, Variant::Dense, Selection::Local);
+    let variant = Variant::choose(&formula, Dtype::F32, None, (9, 0), true);
+    let kernel = generate_variant(&formula, Dtype::F32, SumScheme::Auto, variant, Selection::Local);
     println!("{}", kernel.source);
     let clock = std::time::Instant::now();
     match engine::cuda::device::compile_cubin(&kernel.source, "sm_90") {

@@ -65,6 +65,9 @@ pub struct RunOptions {
     pub interrupt: Option<fn() -> bool>,
     /// Block-sparse reduction: only these blocks of the matrix are visited (`ranges`).
     pub ranges: Option<Ranges>,
+    /// Compute every dot product with float32 instructions, not on the tensor cores
+    /// (`cuda::dot_tiles`; for comparisons).
+    pub no_tensor_cores: bool,
 }
 
 /// Results in column-major order: `nrow x k x dim` (k = 1 except for the K-selections).
@@ -224,7 +227,7 @@ impl Operator {
                         &self.formula,
                         dtype,
                         options.sum_scheme,
-                        cuda::codegen::Variant::for_ranges(ranges),
+                        cuda::codegen::Variant::choose(&self.formula, dtype, ranges, device.arch, !options.no_tensor_cores),
                         cuda::codegen::Selection::for_rows(&self.formula, mean_reduced),
                         options.cache_dir.as_deref(),
                     )

@@ -13,6 +13,7 @@
 
 use std::fmt::Write;
 
+use super::dot_tiles::{self, DotTile};
 use super::finish;
 use crate::formula::{Category, Formula, NodeId, Op};
 use crate::plan::{Plan, Role};
@@ -137,6 +138,9 @@ pub enum Variant {
     /// Block-sparse, 64 rows per block of the grid, one per thread: for ranges whose blocks of
     /// rows are small, where a wide block would leave most of its threads without a row.
     RangedNarrow,
+    /// Dense, the formula's dot product or squared distance of large vectors computed on the
+    /// tensor cores (`dot_tiles`).
+    DotTiles,
 }
 
 /// Below this mean number of rows per (non-empty) block, ranges run the narrow kernel.
@@ -163,6 +167,18 @@ impl Variant {
             Variant::Ranged
         }
     }
+
+    /// The kernel for `formula` on a device of compute capability `arch`: `for_ranges`, or
+    /// `DotTiles` for a dense reduction that has a dot product to give to the tensor cores
+    /// (TF32 `mma.sync` needs 8.0), unless `tensor_cores` is false or `RKEOPS_GPU_TENSOR=off`.
+    pub fn choose(formula: &Formula, dtype: Dtype, ranges: Option<&BlockRanges>, arch: (i32, i32), tensor_cores: bool) -> Variant {
+        let variant = Variant::for_ranges(ranges);
+        let allowed = tensor_cores && arch.0 >= 8 && std::env::var("RKEOPS_GPU_TENSOR").map_or(true, |v| v != "off");
+        match variant == Variant::Dense && allowed && DotTile::find(formula, &Plan::new(formula), dtype).is_some() {
+            true => Variant::DotTiles,
+            false => variant,
+        }
+    }
 }
 
 /// The kernel of `variant`. A block-sparse one (`ranges`): block `b` of the grid reduces the output
@@ -170,38 +186,55 @@ impl Variant {
 /// index `rk_red[2r] .. rk_red[2r + 1]` for `r` in `rk_work[4b + 2] .. rk_work[4b + 3]`, and
 /// finalises them (the 1D scheme).
 pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, variant: Variant, selection: Selection) -> Kernel {
-    let ranged = variant != Variant::Dense;
+    let ranged = matches!(variant, Variant::Ranged | Variant::RangedNarrow);
     let narrow = variant == Variant::RangedNarrow;
     let red = &formula.reduction;
     let plan = Plan::new(formula);
     let acc = Accumulator::new(formula, scheme);
+    let dots = match variant {
+        Variant::DotTiles => DotTile::find(formula, &plan, dtype),
+        _ => None,
+    };
+    // The nodes to compute: with tensor-core dots, not those only the dots read.
+    let live = match &dots {
+        Some(dots) => dots.live(formula),
+        None => vec![true; formula.graph.nodes.len()],
+    };
     let inner_vars: Vec<usize> = formula
         .graph
         .nodes
         .iter()
         .enumerate()
         .filter_map(|(id, n)| match n.op {
-            Op::Input(p) if plan.roles[id] == Some(Role::Inner) => Some(p),
+            Op::Input(p) if plan.roles[id] == Some(Role::Inner) && live[id] => Some(p),
             _ => None,
         })
         .collect();
     // Terms of the reduced index alone (Normalize(y), 2 * y, ...) are computed once per value of the
     // index, by the thread that loads it into the shared tile, which then holds those of them that
     // the pairs (or the reduction) read: `hoisted`, when they fit; else the tile holds the inputs.
-    let hoisted = inner_frontier(formula, &plan);
+    let hoisted = inner_frontier(formula, &plan, &live);
     let width_of = |nodes: &[NodeId]| nodes.iter().map(|&id| formula.graph.dim(id)).sum::<usize>();
     let inner_width: usize = inner_vars.iter().map(|&p| formula.variables[p].dim).sum();
-    let fits_width = |t: usize, width: usize| t * width * dtype.size() <= SHARED_BYTES;
-    let hoisted = match !plan.inner.is_empty() && fits_width(if narrow { 64 } else { 128 }, width_of(&hoisted)) {
+    // The tensor-core dots take their part of the shared memory first.
+    let free_bytes = SHARED_BYTES - dots.map_or(0, |dots| dots.shared_floats() * 4);
+    let fits_width = |t: usize, width: usize| t * width * dtype.size() <= free_bytes;
+    let hoisted = match plan.inner.iter().any(|&id| live[id]) && fits_width(if narrow { 64 } else { 128 }, width_of(&hoisted)) {
         true => hoisted,
         false => vec![],
     };
     let shared_width = if hoisted.is_empty() { inner_width } else { width_of(&hoisted) };
-    // The largest tile whose shared memory fits; wide variables read global memory directly.
+    // The largest tile whose shared memory fits; wide variables read global memory directly. With
+    // tensor-core dots, a tile has `dot_tiles::COLUMNS` indices, and each of the 128 threads one row.
     let fits = |t: usize| fits_width(t, shared_width);
-    let tile = if narrow { 64 } else { [256, 128, 64].into_iter().find(|&t| fits(t)).unwrap_or(64) };
-    let shared = fits(tile) && shared_width > 0;
-    let rows = if narrow { 1 } else { rows_per_thread(formula, &plan, &acc, dtype) };
+    let tile = match (narrow, dots.is_some()) {
+        (true, _) => 64,
+        (_, true) => dot_tiles::ROWS,
+        _ => [256, 128, 64].into_iter().find(|&t| fits(t)).unwrap_or(64),
+    };
+    let (tile_len, tile_name) = if dots.is_some() { (dot_tiles::COLUMNS, "RK_COLUMNS") } else { (tile, "TILE") };
+    let shared = fits(tile_len) && shared_width > 0;
+    let rows = if narrow || dots.is_some() { 1 } else { rows_per_thread(formula, &plan, &acc, dtype) };
     let constant_nodes: Vec<NodeId> =
         plan.constant.iter().copied().filter(|&id| matches!(formula.graph.nodes[id].op, Op::Constant(_))).collect();
     let constants = constant_nodes
@@ -219,8 +252,14 @@ pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, vari
         shared_offsets: vec![None; formula.variables.len()],
         q: 0,
         constant_nodes,
+        tile_name,
+        live: &live,
+        dots,
     };
     g.prelude(tile, rows);
+    if let Some(dots) = &dots {
+        dots.functions(&mut g.src);
+    }
     finish::functions(&mut g.src, &acc, dtype.c_type());
     g.signature(ranged);
     if ranged {
@@ -232,9 +271,12 @@ pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, vari
     for q in 0..rows {
         g.line(&format!("  const int row_{q} = row0 + {q} * TILE; const int r_{q} = row_{q} < row_end ? row_{q} : 0;"));
     }
+    if let Some(dots) = &dots {
+        g.src.push_str(&dots.block_start());
+    }
     let mut hoisted_offsets = Vec::new();
     if shared {
-        let _ = writeln!(g.src, "  __shared__ T tile[TILE * {shared_width}];");
+        let _ = writeln!(g.src, "  __shared__ T tile[{tile_name} * {shared_width}];");
         let mut offset = 0;
         if hoisted.is_empty() {
             for &p in &inner_vars {
@@ -251,7 +293,7 @@ pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, vari
     // Per-row values are emitted once per row slot q (registers v{id}_{q}), the rest once.
     for q in 0..rows {
         g.q = q;
-        for (id, node) in formula.graph.nodes.iter().enumerate() {
+        for (id, node) in formula.graph.nodes.iter().enumerate().filter(|&(id, _)| live[id]) {
             match (node.op, plan.roles[id]) {
                 (Op::Input(p), Some(Role::Outer)) => g.input_registers(id, p),
                 (Op::Input(p), Some(Role::Constant)) if q == 0 => g.input_registers(id, p),
@@ -263,7 +305,7 @@ pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, vari
                 g.node(id);
             }
         }
-        for &id in &plan.outer {
+        for &id in plan.outer.iter().filter(|&&id| live[id]) {
             g.node(id);
         }
         reducer.init(&mut g);
@@ -275,30 +317,33 @@ pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, vari
         g.line("  {");
         g.line("  const int j_begin = blockIdx.y * chunk;\n  const int j_end = min(n_red, j_begin + chunk);");
     }
-    g.line("  for (int j0 = j_begin; j0 < j_end; j0 += TILE) {");
+    g.line(&format!("  for (int j0 = j_begin; j0 < j_end; j0 += {tile_name}) {{"));
     if shared {
         g.line("    {");
         g.line("      const int j = j0 + threadIdx.x;");
-        g.line("      if (j < j_end) {");
+        g.line(if dots.is_some() { "      if (j < j_end && threadIdx.x < RK_COLUMNS) {" } else { "      if (j < j_end) {" });
         if hoisted_offsets.is_empty() {
             for &p in &inner_vars {
                 let off = g.shared_offsets[p].unwrap_or(0);
                 let d = formula.variables[p].dim;
-                g.line(&format!("        for (int k = 0; k < {d}; k++) tile[({off} + k) * TILE + threadIdx.x] = rk_load(in{p}[j + (long long)n_red * k]);"));
+                g.line(&format!("        for (int k = 0; k < {d}; k++) tile[({off} + k) * {tile_name} + threadIdx.x] = rk_load(in{p}[j + (long long)n_red * k]);"));
             }
         } else {
             g.inner_terms();
             for &(id, off) in &hoisted_offsets {
                 let d = formula.graph.dim(id);
-                g.line(&format!("        for (int k = 0; k < {d}; k++) tile[({off} + k) * TILE + threadIdx.x] = v{id}[k];"));
+                g.line(&format!("        for (int k = 0; k < {d}; k++) tile[({off} + k) * {tile_name} + threadIdx.x] = v{id}[k];"));
             }
         }
         g.line("      }");
         g.line("    }");
         g.line("    __syncthreads();");
     }
+    if let Some(dots) = &dots {
+        g.line(&dots.tile());
+    }
     g.line("    if (row0 < row_end) {");
-    g.line("      const int len = min(TILE, j_end - j0);");
+    g.line(&format!("      const int len = min({tile_name}, j_end - j0);"));
     for q in 0..rows {
         g.q = q;
         reducer.tile_begin(&mut g);
@@ -315,11 +360,11 @@ pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, vari
     }
     for &(id, off) in &hoisted_offsets {
         let d = formula.graph.dim(id);
-        g.line(&format!("        T v{id}[{d}]; for (int k = 0; k < {d}; k++) v{id}[k] = tile[({off} + k) * TILE + jj];"));
+        g.line(&format!("        T v{id}[{d}]; for (int k = 0; k < {d}; k++) v{id}[k] = tile[({off} + k) * {tile_name} + jj];"));
     }
     for q in 0..rows {
         g.q = q;
-        for &id in &plan.pair {
+        for &id in plan.pair.iter().filter(|&&id| live[id]) {
             g.node(id);
         }
         reducer.accumulate(&mut g);
@@ -362,11 +407,11 @@ pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, vari
 
 /// The nodes of the reduced index alone (inputs included) whose values the pairs or the reduction
 /// itself read, in the order of the graph.
-fn inner_frontier(formula: &Formula, plan: &Plan) -> Vec<NodeId> {
+fn inner_frontier(formula: &Formula, plan: &Plan, live: &[bool]) -> Vec<NodeId> {
     let red = &formula.reduction;
     let inner = |id: NodeId| plan.roles[id] == Some(Role::Inner);
     let mut read = vec![false; formula.graph.nodes.len()];
-    for &id in &plan.pair {
+    for &id in plan.pair.iter().filter(|&&id| live[id]) {
         for &a in &formula.graph.nodes[id].args {
             read[a] = true;
         }
@@ -400,6 +445,12 @@ struct Gen<'a> {
     q: usize,
     /// The number nodes, in the order of `rk_consts`.
     constant_nodes: Vec<NodeId>,
+    /// The length of a tile of the reduced index, in the source.
+    tile_name: &'static str,
+    /// Whether a node is computed (not when only tensor-core dots read it).
+    live: &'a [bool],
+    /// The node computed on the tensor cores, read from `rk_smem`.
+    dots: Option<DotTile>,
 }
 
 impl Gen<'_> {
@@ -503,17 +554,18 @@ impl Gen<'_> {
     /// The terms of the reduced index alone for its index `j`: its inputs, from the shared tile
     /// when it holds them, else from global memory, then the nodes computed from them.
     fn inner_terms(&mut self) {
-        for (id, node) in self.formula.graph.nodes.iter().enumerate() {
+        let live = self.live;
+        for (id, node) in self.formula.graph.nodes.iter().enumerate().filter(|&(id, _)| live[id]) {
             if let (Op::Input(p), Some(Role::Inner)) = (node.op, self.plan.roles[id]) {
                 let d = node.dim;
                 let line = match self.shared_offsets[p] {
-                    Some(off) => format!("        T v{id}[{d}]; for (int k = 0; k < {d}; k++) v{id}[k] = tile[({off} + k) * TILE + jj];"),
+                    Some(off) => format!("        T v{id}[{d}]; for (int k = 0; k < {d}; k++) v{id}[k] = tile[({off} + k) * {} + jj];", self.tile_name),
                     None => format!("        T v{id}[{d}]; for (int k = 0; k < {d}; k++) v{id}[k] = rk_load(in{p}[j + (long long)n_red * k]);"),
                 };
                 self.line(&line);
             }
         }
-        for &id in &self.plan.inner {
+        for &id in self.plan.inner.iter().filter(|&&id| live[id]) {
             self.node(id);
         }
     }
@@ -550,6 +602,7 @@ impl Gen<'_> {
         let m = |f: &str| self.math(f);
         let elementwise = |expr: String| format!("for (int k = 0; k < {d}; k++) {out}[k] = {expr};");
         let body = match node.op {
+            _ if self.dots.is_some_and(|dots| dots.node == id) => self.dots.map(|dots| dots.read(&out)).unwrap_or_default(),
             Op::Input(_) => return,
             Op::Constant(_) => {
                 let slot = self.constant_nodes.iter().position(|&c| c == id).expect("every number has a slot");
@@ -940,5 +993,44 @@ mod tests {
         let gauss = Formula::parse("Sum_Reduction(Exp(-SqDist(x, y)), 0)", &args).unwrap();
         let (_, pairs) = source(&gauss).split_once("for (int jj = 0; jj < len; jj++)").map(|(a, b)| (a.to_string(), b.to_string())).unwrap();
         assert!(pairs.contains("= tile[(0 + k) * TILE + jj]"), "{pairs}");
+    }
+
+    #[test]
+    fn large_dot_products_go_to_the_tensor_cores() {
+        use super::{generate_variant, Dtype, Variant};
+        use crate::cuda::dot_tiles::DotTile;
+        use crate::plan::Plan;
+        use crate::reduction::SumScheme;
+        let parse = |text: &str, d: usize| {
+            let args = [format!("x = Vi({d})"), format!("y = Vj({d})"), "b = Vj(1)".into(), "p = Pm(40)".into()];
+            Formula::parse(text, &args).unwrap()
+        };
+        let find = |f: &Formula| DotTile::find(f, &Plan::new(f), Dtype::F32);
+        let knn = parse("ArgKMin_Reduction(SqDist(x, y), 10, 0)", 40);
+        assert!(matches!(find(&knn), Some(DotTile { outer: 0, inner: 1, dim: 40, squared: true, .. })));
+        // Either order, either axis; a dot product; none below 16 dimensions, with a parameter, or
+        // in float64 and float16.
+        let dot = parse("Sum_Reduction((y | x) * b, 1)", 40);
+        assert!(matches!(find(&dot), Some(DotTile { outer: 1, inner: 0, squared: false, .. })));
+        assert!(find(&parse("ArgKMin_Reduction(SqDist(x, y), 10, 0)", 15)).is_none());
+        assert!(find(&parse("Sum_Reduction(SqDist(x, p) * b, 0)", 40)).is_none());
+        assert_eq!(DotTile::find(&knn, &Plan::new(&knn), Dtype::F64), None);
+        assert_eq!(DotTile::find(&knn, &Plan::new(&knn), Dtype::F16), None);
+        // TF32 needs compute capability 8.0; block-sparse reductions and the switch keep FP32.
+        assert_eq!(Variant::choose(&knn, Dtype::F32, None, (9, 0), true), Variant::DotTiles);
+        assert_eq!(Variant::choose(&knn, Dtype::F32, None, (7, 5), true), Variant::Dense);
+        assert_eq!(Variant::choose(&knn, Dtype::F32, None, (9, 0), false), Variant::Dense);
+        // The pairs read the dots (a distance below 1/8 of the norms is computed again), and y is
+        // neither loaded into the tile nor into registers per pair.
+        let src = generate_variant(&knn, Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local).source;
+        let (load, pairs) = src.split_once("for (int jj = 0; jj < len; jj++)").expect("a loop over the tile");
+        assert!(load.contains("rk_dot_tile(in0, in1, n_out, n_red, blockIdx.x * 128, j0, j_end, rk_smem, rk_norms, rk_centre);"), "{load}");
+        assert!(pairs.contains("= rk_smem[threadIdx.x * (64 + 1) + jj];"), "{pairs}");
+        assert!(pairs.contains("<= 8.0f * v3_0[0])) v3_0[0] = rk_sqdist(in0, in1, n_out, n_red, r_0, j);"), "{pairs}");
+        assert!(!src.contains("T v1[40]") && !src.contains("__shared__ T tile"), "{src}");
+        // Other terms of j still go through the shared tile, of the dots' 64 columns.
+        let gauss = parse("Sum_Reduction(Exp(-SqDist(x, y)) * b, 0)", 40);
+        let src = generate_variant(&gauss, Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local).source;
+        assert!(src.contains("__shared__ T tile[RK_COLUMNS * 1]") && src.contains("threadIdx.x < RK_COLUMNS"), "{src}");
     }
 }

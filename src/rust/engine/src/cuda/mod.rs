@@ -7,6 +7,7 @@
 
 pub mod codegen;
 pub mod device;
+pub mod dot_tiles;
 pub mod finish;
 pub mod launch;
 pub mod recorded;
