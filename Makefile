@@ -28,6 +28,9 @@
 #   make bench-future  the future path (issue 18): a Gaussian sum split over plan(multisession) by
 #                 rkeops_use_future() against one process with as many threads (bench/future.R;
 #                 FUTURE_N=1e5 points, WORKERS=2, REPS=3, BENCH_OUT=file.md; needs future, future.apply)
+#   make bench-tensor  tensor-core dot products (issue 19): 10-NN in D = 100 and 784, a Gaussian sum in
+#                 D = 64, against the FP32 kernel from R, then the torch peers (bench/tensor_cores.R,
+#                 bench/tensor_cores_peers.py; GPU only; REPS=3, FP32_REPS=1, SCALE=1, BENCH_OUT=file.md)
 #   make doc      regenerate NAMESPACE and man/ with roxygen2
 #   make vendor   bundle the crates of src/rust/Cargo.lock into src/rust/vendor.tar.xz (commit it)
 #                 and list their authors and licences in inst/AUTHORS; run it after any change of
@@ -65,7 +68,7 @@ SIZES ?=
 ITER_BUDGET ?= $(if $(filter command line,$(origin BUDGET)),$(BUDGET),60)
 ITER_REPS ?= $(if $(filter command line,$(origin REPS)),$(REPS),3)
 
-.PHONY: all deps install demo test fuzz check doc clean distclean bench-cpu bench-iterative bench-ranges bench-solve bench-batch bench-future bench-gpus vendor
+.PHONY: all deps install demo test fuzz check doc clean distclean bench-cpu bench-iterative bench-ranges bench-solve bench-batch bench-future bench-gpus bench-tensor vendor
 
 all: install
 
@@ -169,6 +172,12 @@ bench-future: install
 GPUS_N ?= 1e7
 bench-gpus: install
 	N=$(GPUS_N) GPUS='$(GPUS)' REPS=3 BENCH_OUT='$(BENCH_OUT)' R_LIBS=$(LIB_DIR) Rscript bench/several_gpus.R
+
+# make bench-tensor: tensor-core dot products against the FP32 kernel from R (bench/tensor_cores.R),
+# then the torch peers in the same call (bench/tensor_cores_peers.py; needs a GPU, torch for the peers).
+bench-tensor: install
+	REPS=3 BENCH_OUT='$(BENCH_OUT)' R_LIBS=$(LIB_DIR) Rscript bench/tensor_cores.R
+	python3 bench/tensor_cores_peers.py
 
 # CRAN's incoming checks and the clock check need the internet: off, so that the
 # check runs offline and says the same everywhere. --as-cran needs qpdf, and checkbashisms
