@@ -1020,13 +1020,13 @@ mod tests {
         assert_eq!(Variant::choose(&knn, Dtype::F32, None, (9, 0), true), Variant::DotTiles);
         assert_eq!(Variant::choose(&knn, Dtype::F32, None, (7, 5), true), Variant::Dense);
         assert_eq!(Variant::choose(&knn, Dtype::F32, None, (9, 0), false), Variant::Dense);
-        // The pairs read the dots (a distance below 1/8 of the norms is computed again), and y is
+        // The pairs read the dots (NaN, for a distance below 1/8 of the norms: computed again), and y is
         // neither loaded into the tile nor into registers per pair.
         let src = generate_variant(&knn, Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local).source;
         let (load, pairs) = src.split_once("for (int jj = 0; jj < len; jj++)").expect("a loop over the tile");
         assert!(load.contains("rk_dot_tile(in0, in1, n_out, n_red, blockIdx.x * 128, j0, j_end, rk_smem, rk_norms, rk_centre);"), "{load}");
         assert!(pairs.contains("= rk_smem[threadIdx.x * (64 + 1) + jj];"), "{pairs}");
-        assert!(pairs.contains("<= 8.0f * v3_0[0])) v3_0[0] = rk_sqdist(in0, in1, n_out, n_red, r_0, j);"), "{pairs}");
+        assert!(pairs.contains("if (rk_isnan(v3_0[0])) v3_0[0] = rk_sqdist(in0, in1, n_out, n_red, r_0, j);"), "{pairs}");
         assert!(!src.contains("T v1[40]") && !src.contains("__shared__ T tile"), "{src}");
         // Other terms of j still go through the shared tile, of the dots' 64 columns.
         let gauss = parse("Sum_Reduction(Exp(-SqDist(x, y)) * b, 0)", 40);
