@@ -36,10 +36,14 @@ const PAD: usize = 8;
 /// A squared distance below 1 / RECHECK of the centred norms it came from is computed again.
 const RECHECK: f32 = 8.0;
 
-/// Floats of the staged inputs: x as floats, y as pairs of TF32 numbers.
-fn staging_floats() -> usize {
-    DEPTH * (ROWS + PAD) + 2 * DEPTH * (COLUMNS + 4)
-}
+/// Floats of `rk_smem`: the staged inputs (x as floats, y as pairs of TF32 numbers), then the dots.
+const SMEM_FLOATS: usize = {
+    let staging = DEPTH * (ROWS + PAD) + 2 * DEPTH * (COLUMNS + 4);
+    let dots = ROWS * (COLUMNS + 1);
+    if staging > dots { staging } else { dots }
+};
+/// Floats of `rk_norms`: the rows' norms, then two partial norms per column.
+const NORM_FLOATS: usize = ROWS + 2 * COLUMNS;
 
 /// A dot product or squared distance between an output-row input and a reduced-index input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,20 +91,9 @@ impl DotTile {
 
     /// Which nodes the kernel still computes: those the reduction reads other than through `node`.
     pub fn live(&self, formula: &Formula) -> Vec<bool> {
-        let graph = &formula.graph;
-        let mut live = vec![false; graph.nodes.len()];
-        live[formula.reduction.f] = true;
-        if let Some(g) = formula.reduction.g {
-            live[g] = true;
-        }
-        for id in (0..graph.nodes.len()).rev() {
-            if live[id] && id != self.node {
-                for &a in &graph.nodes[id].args {
-                    live[a] = true;
-                }
-            }
-        }
-        live
+        let red = &formula.reduction;
+        let roots: Vec<NodeId> = std::iter::once(red.f).chain(red.g).collect();
+        formula.graph.reachable_above(&roots, Some(self.node))
     }
 
     /// The statement that sets `out[0]` to the value of the node for the thread's row `r_0` and
@@ -118,18 +111,13 @@ impl DotTile {
     /// Floats of shared memory the kernel declares for the dots: the staged inputs or the dots
     /// (in turn), the norms, and the centre.
     pub fn shared_floats(&self) -> usize {
-        let dots = ROWS * (COLUMNS + 1);
-        staging_floats().max(dots) + ROWS + 2 * COLUMNS + if self.squared { self.dim } else { 0 }
+        SMEM_FLOATS + NORM_FLOATS + if self.squared { self.dim } else { 0 }
     }
 
     /// The kernel's declarations and first statements: shared memory, then (distances) the
     /// block's centre and its rows' norms.
     pub fn block_start(&self) -> String {
-        let mut s = format!(
-            "  __shared__ __align__(16) float rk_smem[{}];\n  __shared__ float rk_norms[{}];\n",
-            staging_floats().max(ROWS * (COLUMNS + 1)),
-            ROWS + 2 * COLUMNS
-        );
+        let mut s = format!("  __shared__ __align__(16) float rk_smem[{SMEM_FLOATS}];\n  __shared__ float rk_norms[{NORM_FLOATS}];\n");
         if self.squared {
             let _ = write!(
                 s,
@@ -156,8 +144,8 @@ impl DotTile {
         let (d, depth, rows, cols, pad) = (self.dim, DEPTH, ROWS, COLUMNS, PAD);
         // (a stride of 4 mod 16 pairs keeps the 64-bit reads of a half-warp on distinct banks)
         let (xs_stride, ys_stride) = (rows + pad, cols + 4);
-        let centred = |k: &str| if self.squared { format!(" - rk_centre[{k}]") } else { String::new() };
-        let (cx, cy) = (centred("k0 + k"), centred("k0 + k"));
+        // x and y staged at dimension k0 + k, centred for distances.
+        let centre = if self.squared { " - rk_centre[k0 + k]" } else { "" };
         let value = match self.squared {
             true => format!(
                 "rk_distance(rk_norms[rr] + rk_norms[{rows} + cc] + rk_norms[{} + cc], v)",
@@ -219,11 +207,11 @@ impl DotTile {
              \x20   const int kn = min({depth}, {d} - k0);\n\
              \x20   __syncthreads();\n\
              \x20   #pragma unroll 8\n\
-             \x20   for (int k = 0; k < kn; k++, px += x_step) xs[k * {xs_stride} + threadIdx.x] = rk_load(*px){cx};\n\
+             \x20   for (int k = 0; k < kn; k++, px += x_step) xs[k * {xs_stride} + threadIdx.x] = rk_load(*px){centre};\n\
              \x20   for (int k = kn; k < {depth}; k++) xs[k * {xs_stride} + threadIdx.x] = 0.f;\n\
              \x20   #pragma unroll 8\n\
              \x20   for (int k = h; k < {depth}; k += 2, py += y_step) {{\n\
-             \x20     const float v = (column && k < kn) ? rk_load(*py){cy} : 0.f;\n\
+             \x20     const float v = (column && k < kn) ? rk_load(*py){centre} : 0.f;\n\
              \x20     const unsigned big = rk_big(v);\n\
              \x20     ys[k * {ys_stride} + c] = make_uint2(big, __float_as_uint(v - __uint_as_float(big)));\n\
              \x20     y_norm = fmaf(v, v, y_norm);\n\

@@ -124,12 +124,17 @@ impl Graph {
 
     /// The nodes that `roots` depend on (themselves included), as a mask over the graph.
     pub fn reachable(&self, roots: &[NodeId]) -> Vec<bool> {
+        self.reachable_above(roots, None)
+    }
+
+    /// The same, not looking through the arguments of `cut` (itself included when reachable).
+    pub fn reachable_above(&self, roots: &[NodeId], cut: Option<NodeId>) -> Vec<bool> {
         let mut mask = vec![false; self.nodes.len()];
         for &r in roots {
             mask[r] = true;
         }
         for id in (0..self.nodes.len()).rev() {
-            if mask[id] {
+            if mask[id] && Some(id) != cut {
                 for &a in &self.nodes[id].args {
                     mask[a] = true;
                 }
