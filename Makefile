@@ -174,7 +174,8 @@ bench-gpus: install
 	N=$(GPUS_N) GPUS='$(GPUS)' REPS=3 BENCH_OUT='$(BENCH_OUT)' R_LIBS=$(LIB_DIR) Rscript bench/several_gpus.R
 
 # make bench-tensor: tensor-core dot products against the FP32 kernel from R (bench/tensor_cores.R),
-# then the torch peers in the same call (bench/tensor_cores_peers.py; needs a GPU, torch for the peers).
+# then the torch peers and cuBLAS's TF32 peak in the same call (bench/tensor_cores_peers.py; needs a GPU,
+# torch for the peers).
 bench-tensor: install
 	REPS=3 BENCH_OUT='$(BENCH_OUT)' R_LIBS=$(LIB_DIR) Rscript bench/tensor_cores.R
 	python3 bench/tensor_cores_peers.py

@@ -1,12 +1,13 @@
 """torch peers of bench/tensor_cores.R on the GPU host, run in the same call: 10-NN by torch.cdist and
 topk over chunks of queries, and the Gaussian sum by a matrix product (|x|^2 + |y|^2 - 2 x y^T), in
 IEEE float32 (torch's default) and with TF32 matrix products allowed. Medians of REPS after a warm-up;
-the data are on the GPU already (the R side's times include its transfers).
-   REPS=3 SCALE=1 CASES=knn100,mnist,gauss64"""
+the data are on the GPU already (the R side's times include its transfers). "peak": what cuBLAS
+reaches on this GPU (a float32 product of 8192 x 8192 matrices), the ceiling of a tensor-core kernel.
+   REPS=3 SCALE=1 CASES=knn100,mnist,gauss64,peak"""
 import os, statistics, torch
 
 reps = int(os.environ.get("REPS", "3")); scale = float(os.environ.get("SCALE", "1"))
-cases = os.environ.get("CASES", "knn100,mnist,gauss64").split(",")
+cases = os.environ.get("CASES", "knn100,mnist,gauss64,peak").split(",")
 torch.manual_seed(1)
 
 def bench(fn):
@@ -46,3 +47,8 @@ for tf32 in [False, True]:
         b = torch.rand(n, 1, device="cuda")
         t = bench(lambda: gauss(x, y, b, 0.1))
         print(f"torch matmul Gaussian sum ({mode}) N = M = {n} D = 64: {t * 1e3:.1f} ms", flush=True)
+    if "peak" in cases:
+        n = 8192; a = torch.rand(n, n, device="cuda"); c = torch.rand(n, n, device="cuda")
+        t = bench(lambda: a @ c)
+        print(f"torch matmul ({mode}) n = {n}: {t * 1e3:.2f} ms, {2 * n**3 / t / 1e12:.1f} TFLOP/s", flush=True)
+        del a, c
