@@ -123,7 +123,7 @@ fn tensor_core_dots_match_float64() {
         return;
     }
     let none = Cloud { values: vec![], n: 0, d: 0 };
-    for (n, m, d) in [(1031, 2017, 16), (1031, 2017, 37), (1031, 2017, 100), (37, 20011, 100), (300, 1000, 784)] {
+    for (n, m, d) in [(1031, 2017, 16), (1031, 2017, 37), (1031, 2017, 100), (37, 20011, 100), (500, 700, 128), (300, 1000, 784)] {
         for kind in ["uniform", "clustered", "far", "tied"] {
             let x = cloud(if kind == "tied" { "uniform" } else { kind }, n, d, 1, &none);
             let y = cloud(kind, m, d, 2, &x);
@@ -158,5 +158,100 @@ fn tensor_core_dots_match_float64() {
                 }
             }
         }
+    }
+}
+
+/// The tensor-core dots where the launcher splits the work: inputs larger than the device memory
+/// given (blocks of output and reduced rows, each block's reduced rows prepared again), inputs kept
+/// on the device, and a loop in the engine (its launches, the preparation's included, recorded and
+/// issued again); with rows kept in shared memory (D = 40) and streamed (D = 200).
+#[test]
+fn tensor_core_dots_in_blocks_on_the_device_and_in_loops() {
+    use engine::cuda::resident::DeviceMatrix;
+    use engine::iterate::{iterate, Source, Step};
+    use engine::{Precision, SumScheme};
+    let dev = match device::availability(0).and_then(|_| device::device(0)) {
+        Ok(dev) if dev.arch.0 >= 8 => dev,
+        Ok(dev) => {
+            println!("compute capability {}.{}: no TF32 tensor cores, not tested here", dev.arch.0, dev.arch.1);
+            return;
+        }
+        Err(why) => {
+            println!("NO GPU: tensor-core dots in blocks, on the device and in loops are not tested here ({why})");
+            return;
+        }
+    };
+    let none = Cloud { values: vec![], n: 0, d: 0 };
+    for d in [40, 200] {
+        let (n, m) = (3001, 2049);
+        let x = cloud("clustered", n, d, 5, &none);
+        let y = cloud("clustered", m, d, 6, &none);
+        let b = random(m, 7);
+        let g = [0.5];
+        let inputs = [
+            Input { data: &x.values, nrow: n, ncol: d },
+            Input { data: &y.values, nrow: m, ncol: d },
+            Input { data: &b, nrow: m, ncol: 1 },
+            Input { data: &g, nrow: 1, ncol: 1 },
+        ];
+        let knn = Operator::new("KMin_ArgKMin_Reduction(SqDist(x, y), 7, 0)", &args(d)).unwrap();
+        let gauss = Operator::new("Sum_Reduction(Exp(-g * SqDist(x, y)) * b, 0)", &args(d)).unwrap();
+        // 1 MB: a few blocks of rows on both sides.
+        let blocked = RunOptions { backend: Backend::Gpu(0), gpu_memory: Some(1_000_000), ..Default::default() };
+        check_knn(&format!("D = {d}, K-NN in blocks"), &knn.run(&inputs, &blocked).unwrap(), &x, &y, 7);
+        check_gaussian(&format!("D = {d}, Gaussian sum in blocks"), &gauss.run(&inputs, &blocked).unwrap(), &x, &y, &b, g[0]);
+        let kept_x = DeviceMatrix::new(dev.clone(), &x.values, n, d, Precision::F32).unwrap();
+        let kept_y = DeviceMatrix::new(dev.clone(), &y.values, m, d, Precision::F32).unwrap();
+        let mut shapes = inputs.clone();
+        shapes[0].data = &[];
+        shapes[1].data = &[];
+        let options = RunOptions { backend: Backend::Gpu(0), ..Default::default() };
+        let kept = knn.run_with(&shapes, &[Some(&kept_x), Some(&kept_y)], &options).unwrap();
+        check_knn(&format!("D = {d}, K-NN of inputs kept on the device"), &kept, &x, &y, 7);
+    }
+    // Log-domain Sinkhorn iterations in D = 20, on the GPU and on the CPU in float64.
+    let (n, m, d) = (537, 1999, 20);
+    let x = cloud("uniform", n, d, 8, &none);
+    let y = cloud("uniform", m, d, 9, &none);
+    let declare = |names: [&str; 5]| names.map(|a| a.replace('D', &d.to_string()));
+    let f_op = Operator::new(
+        "LogSumExp_Reduction(lnu - g - SqDist(x, y) * s, 0)",
+        &declare(["x = Vi(D)", "y = Vj(D)", "lnu = Vj(1)", "g = Vj(1)", "s = Pm(1)"]),
+    )
+    .unwrap();
+    let g_op = Operator::new(
+        "LogSumExp_Reduction(lmu - f - SqDist(x, y) * s, 1)",
+        &declare(["x = Vi(D)", "y = Vj(D)", "lmu = Vi(1)", "f = Vi(1)", "s = Pm(1)"]),
+    )
+    .unwrap();
+    let (lmu, lnu) = (vec![-(n as f64).ln(); n], vec![-(m as f64).ln(); m]);
+    let (s, f0, g0) = ([0.5], vec![0.0; n], vec![0.0; m]);
+    fn input(data: &[f64], ncol: usize) -> Input<'_> {
+        Input { data, nrow: data.len() / ncol, ncol }
+    }
+    let (xi, yi, par) = (input(&x.values, d), input(&y.values, d), input(&s, 1));
+    let steps = [
+        Step {
+            operator: &g_op,
+            inputs: vec![Source::Host(xi), Source::Host(yi), Source::Host(input(&lmu, 1)), Source::State(0), Source::Host(par)],
+            output: 1,
+            sum_scheme: SumScheme::Auto,
+            ranges: None,
+        },
+        Step {
+            operator: &f_op,
+            inputs: vec![Source::Host(xi), Source::Host(yi), Source::Host(input(&lnu, 1)), Source::State(1), Source::Host(par)],
+            output: 0,
+            sum_scheme: SumScheme::Auto,
+            ranges: None,
+        },
+    ];
+    let states = [input(&f0, 1), input(&g0, 1)];
+    let on = |backend, precision| RunOptions { precision, backend, ..Default::default() };
+    let gpu = iterate(&steps, &states, 5, &on(Backend::Gpu(0), Precision::F32)).unwrap();
+    let cpu = iterate(&steps, &states, 5, &on(Backend::Cpu, Precision::F64)).unwrap();
+    for (k, (a, b)) in gpu.states.iter().zip(&cpu.states).enumerate() {
+        let err = a.iter().zip(b).map(|(p, q)| (p - q).abs() / (1.0 + q.abs())).fold(0.0, f64::max);
+        assert!(err < 1e-4, "Sinkhorn state {k} after 5 iterations, tensor cores against float64: differs by {err}");
     }
 }

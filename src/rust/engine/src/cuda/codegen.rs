@@ -79,6 +79,10 @@ pub struct Kernel {
     pub state_len: usize,
     /// Values (and indices) per output row of the final results.
     pub width: usize,
+    /// Bytes of dynamic shared memory per block (tensor-core dots whose rows stay there).
+    pub dynamic_shared: usize,
+    /// The kernel to run before the reduction, and the memory it fills (tensor-core dots).
+    pub prepare: Option<dot_tiles::Prepare>,
 }
 
 pub const KERNEL_NAME: &str = "rkeops_reduce";
@@ -402,6 +406,8 @@ pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, vari
         rows,
         state_len: acc.state_len(),
         width: acc.width(),
+        dynamic_shared: dots.map_or(0, |dots| dots.dynamic_shared_bytes()),
+        prepare: dots.and_then(|dots| dots.prepare()),
     }
 }
 
@@ -543,6 +549,7 @@ impl Gen<'_> {
             params.push("const int* __restrict__ rk_work".into());
             params.push("const int* __restrict__ rk_red".into());
         }
+        params.extend(self.dots.iter().flat_map(DotTile::parameters));
         let _ = writeln!(
             self.src,
             "extern \"C\" __global__ void __launch_bounds__(TILE) {KERNEL_NAME}({}) {{",
@@ -1024,7 +1031,7 @@ mod tests {
         // neither loaded into the tile nor into registers per pair.
         let src = generate_variant(&knn, Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local).source;
         let (load, pairs) = src.split_once("for (int jj = 0; jj < len; jj++)").expect("a loop over the tile");
-        assert!(load.contains("rk_dot_tile(in0, in1, n_out, n_red, blockIdx.x * 128, j0, j_end, rk_smem, rk_norms, rk_centre);"), "{load}");
+        assert!(load.contains("rk_dot_tile(rk_split, rk_split_norms, j0, rk_dynamic, rk_smem, rk_norms);"), "{load}");
         assert!(pairs.contains("= rk_smem[threadIdx.x * (64 + 1) + jj];"), "{pairs}");
         assert!(pairs.contains("if (rk_isnan(v3_0[0])) v3_0[0] = rk_sqdist(in0, in1, n_out, n_red, r_0, j);"), "{pairs}");
         assert!(!src.contains("T v1[40]") && !src.contains("__shared__ T tile"), "{src}");
@@ -1032,5 +1039,16 @@ mod tests {
         let gauss = parse("Sum_Reduction(Exp(-SqDist(x, y)) * b, 0)", 40);
         let src = generate_variant(&gauss, Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local).source;
         assert!(src.contains("__shared__ T tile[RK_COLUMNS * 1]") && src.contains("threadIdx.x < RK_COLUMNS"), "{src}");
+        // Up to 128 dimensions, the block's rows stay in shared memory and a kernel run first splits
+        // y for the tensor cores; above, both are staged per tile.
+        let kernel = generate_variant(&knn, Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local);
+        let prepare = kernel.prepare.expect("a preparation");
+        assert_eq!((prepare.outer, prepare.inner, prepare.split_bytes, prepare.rows(65)), (0, 1, 40 * 8, 128));
+        assert!(kernel.source.contains("rk_split, const float* __restrict__ rk_split_norms) {"));
+        assert_eq!(kernel.dynamic_shared, (40 * 128 + 128 * 65) * 4);
+        let wide = parse("ArgKMin_Reduction(SqDist(x, y), 10, 0)", 129);
+        let kernel = generate_variant(&wide, Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local);
+        assert!(kernel.prepare.is_none() && kernel.dynamic_shared == 0);
+        assert!(kernel.source.contains("rk_dot_tile(in0, in1, n_out, n_red, blockIdx.x * 128, j0, j_end, rk_smem, rk_norms, rk_centre);"));
     }
 }

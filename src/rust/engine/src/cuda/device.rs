@@ -29,17 +29,25 @@ pub struct Device {
     nvrtc_version: (i32, i32),
     /// Loaded kernels (the reduction and its merge) by cache key: a repeated call costs a launch,
     /// not a load.
-    functions: Mutex<HashMap<String, (CudaFunction, CudaFunction)>>,
+    functions: Mutex<HashMap<String, Functions>>,
     /// The buffers reused from call to call; held for the whole of a call, which also keeps two
     /// threads from interleaving their work on this device.
     pub workspace: Mutex<Option<Workspace>>,
 }
 
+/// The loaded functions of a kernel's module: the reduction, its merge, and the preparation run
+/// before the reduction (`Kernel::prepare`).
+#[derive(Clone)]
+pub struct Functions {
+    pub reduce: CudaFunction,
+    pub merge: CudaFunction,
+    pub prepare: Option<CudaFunction>,
+}
+
 /// A formula's kernels, compiled and loaded on one device, with their checked resources.
 pub struct Compiled {
     pub kernel: Kernel,
-    pub reduce: CudaFunction,
-    pub merge: CudaFunction,
+    pub functions: Functions,
 }
 
 /// The compiled kernels of one operator by device, precision, summation scheme, variant (dense,
@@ -80,9 +88,9 @@ impl Kernels {
         }
         let kernel = codegen::generate_variant(formula, dtype, scheme, variant, selection);
         let cache = cache_dir.map(DiskCache::open).transpose().map_err(Error::Invalid)?;
-        let (reduce, merge) = device.functions(&kernel, cache.as_ref())?;
-        super::launch::check_resources(device, &reduce, &kernel)?;
-        let compiled = Arc::new(Compiled { kernel, reduce, merge });
+        let functions = device.functions(&kernel, cache.as_ref())?;
+        super::launch::check_resources(device, &functions.reduce, &kernel)?;
+        let compiled = Arc::new(Compiled { kernel, functions });
         if let Ok(mut m) = self.0.lock() {
             m.insert(key, compiled.clone());
         }
@@ -221,7 +229,7 @@ impl Device {
     }
 
     /// The compiled kernels: from memory, else from the disk cache, else compiled now (and cached).
-    pub fn functions(&self, kernel: &Kernel, cache: Option<&DiskCache>) -> Result<(CudaFunction, CudaFunction)> {
+    pub fn functions(&self, kernel: &Kernel, cache: Option<&DiskCache>) -> Result<Functions> {
         let arch = format!("sm_{}{}", self.arch.0, self.arch.1);
         let versions =
             format!("engine {} nvrtc {}.{}", env!("CARGO_PKG_VERSION"), self.nvrtc_version.0, self.nvrtc_version.1);
@@ -246,7 +254,16 @@ impl Device {
                 .load_module(Ptx::from_binary(cubin))
                 .map_err(|e| driver_error(&format!("loading the kernel on device {}", self.ordinal), e))?;
             let find = |name| module.load_function(name).map_err(|e| driver_error("finding the kernel", e));
-            Ok((find(kernel.name)?, find(kernel.merge_name)?))
+            let reduce = find(kernel.name)?;
+            if kernel.dynamic_shared > 0 {
+                // (above 48 KB, a kernel gets dynamic shared memory only once allowed to)
+                let attribute = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+                reduce
+                    .set_attribute(attribute, kernel.dynamic_shared as i32)
+                    .map_err(|e| driver_error("allowing the kernel its shared memory", e))?;
+            }
+            let prepare = kernel.prepare.map(|p| find(p.name)).transpose()?;
+            Ok(Functions { reduce, merge: find(kernel.merge_name)?, prepare })
         })?;
         if let Ok(mut m) = self.functions.lock() {
             m.insert(key, f.clone());

@@ -4,16 +4,25 @@
 //! on the tensor cores (`mma.sync` m16n8k8, TF32), and each pair reads its value from shared memory;
 //! the rest of the formula and the reduction are unchanged.
 //!
+//! Two ways to feed the tensor cores, by dimension:
+//! - `resident` (D <= 128): a block keeps its rows of `x` in shared memory for the whole reduction,
+//!   and a kernel run before the reduction (`rkeops_prepare_dots`) lays `y` out as the tensor cores
+//!   read it, split in TF32 numbers, so that a tile is one asynchronous copy;
+//! - `streamed` (larger D): `x` and `y` are staged and split a few dimensions at a time, per tile.
+//!
 //! Accuracy: each float is split into two TF32 numbers (`x = big + small`, 21 of its 24 bits) and a
 //! dot is `big.big + big.small + small.big` ("3xTF32"), accumulated in float32: its error is of the
 //! order of float32 arithmetic's, relative to |x| |y|. A squared distance is
-//! `|x - c|^2 + |y - c|^2 - 2 (x - c).(y - c)` with `c` the block's first row (translation leaves
-//! it unchanged; centring keeps clouds far from the origin from cancelling), clamped at 0: its error
+//! `|x - c|^2 + |y - c|^2 - 2 (x - c).(y - c)` with `c` a row of `x` (translation leaves it
+//! unchanged; centring keeps clouds far from the origin from cancelling), clamped at 0: its error
 //! is relative to `|x - c|^2 + |y - c|^2`, which for close points (a cluster far from `c`) is far
 //! larger than their distance. So a pair whose distance is below 1/8 of that sum (or NaN) is
 //! computed again term by term in float32, as the FP32 kernel does: every distance is within
 //! about 8 x 2^-21 of its own value, and selections (K-NN) differ from the FP32 kernel's only at
 //! near-ties.
+
+mod resident;
+mod streamed;
 
 use std::fmt::Write;
 
@@ -23,27 +32,19 @@ use crate::plan::{Plan, Role};
 
 /// Smallest dimension worth the tensor cores (below, the FP32 loop is as fast).
 pub const MIN_DIM: usize = 16;
-/// Largest dimension: the block's centre stays in shared memory.
+/// Largest dimension: the streamed path keeps the block's centre in shared memory.
 pub const MAX_DIM: usize = 1024;
+/// Largest dimension whose rows stay in shared memory (two blocks per multiprocessor up to here).
+const RESIDENT_MAX_DIM: usize = 128;
 /// Threads per block, and rows of the block (one per thread): four warps of 32 rows.
 pub const ROWS: usize = 128;
 /// Reduced indices per tile.
 pub const COLUMNS: usize = 64;
-/// Dimensions staged in shared memory at a time.
-const DEPTH: usize = 32;
-/// Padding of the staged arrays and of the dots, which keeps the accesses of a warp on distinct banks.
-const PAD: usize = 8;
 /// A squared distance below 1 / RECHECK of the centred norms it came from is computed again.
 const RECHECK: f32 = 8.0;
-
-/// Floats of `rk_smem`: the staged inputs (x as floats, y as pairs of TF32 numbers), then the dots.
-const SMEM_FLOATS: usize = {
-    let staging = DEPTH * (ROWS + PAD) + 2 * DEPTH * (COLUMNS + 4);
-    let dots = ROWS * (COLUMNS + 1);
-    if staging > dots { staging } else { dots }
-};
-/// Floats of `rk_norms`: the rows' norms, then two partial norms per column.
-const NORM_FLOATS: usize = ROWS + 2 * COLUMNS;
+/// Floats of the dots of a tile, `rk_smem[r * (COLUMNS + 1) + c]` (the padding keeps a warp's
+/// accesses on distinct banks).
+const DOT_FLOATS: usize = ROWS * (COLUMNS + 1);
 
 /// A dot product or squared distance between an output-row input and a reduced-index input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +56,26 @@ pub struct DotTile {
     pub inner: usize,
     pub dim: usize,
     pub squared: bool,
+}
+
+/// The kernel that lays the reduced-index input of resident dots out for the tensor cores, which
+/// the launcher runs before the reduction, and the device memory it fills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prepare {
+    pub name: &'static str,
+    /// Positions of the inputs it reads (the output row's, for the centre, and the reduced index's).
+    pub outer: usize,
+    pub inner: usize,
+    /// Bytes per reduced row of the split vectors, then of their norms (rows padded to `COLUMNS`).
+    pub split_bytes: usize,
+    pub norm_bytes: usize,
+}
+
+impl Prepare {
+    /// Rows of the prepared arrays for `n_red` reduced rows: whole tiles.
+    pub fn rows(&self, n_red: usize) -> usize {
+        n_red.div_ceil(COLUMNS) * COLUMNS
+    }
 }
 
 impl DotTile {
@@ -96,6 +117,30 @@ impl DotTile {
         formula.graph.reachable_above(&roots, Some(self.node))
     }
 
+    /// Whether the block's rows stay in shared memory (the prepared layout of `y`).
+    fn resident(&self) -> bool {
+        self.dim <= RESIDENT_MAX_DIM
+    }
+
+    /// The preparation the launcher runs first, for resident dots.
+    pub fn prepare(&self) -> Option<Prepare> {
+        self.resident().then(|| Prepare {
+            name: resident::PREPARE_NAME,
+            outer: self.outer,
+            inner: self.inner,
+            split_bytes: resident::padded(self.dim) * 8,
+            norm_bytes: 4,
+        })
+    }
+
+    /// The kernel's parameters after the results: the prepared `y` and its norms.
+    pub fn parameters(&self) -> Vec<String> {
+        match self.resident() {
+            true => vec!["const uint4* __restrict__ rk_split".into(), "const float* __restrict__ rk_split_norms".into()],
+            false => vec![],
+        }
+    }
+
     /// The statement that sets `out[0]` to the value of the node for the thread's row `r_0` and
     /// the reduced index `j`, column `jj` of the tile.
     pub fn read(&self, out: &str) -> String {
@@ -108,54 +153,47 @@ impl DotTile {
         s
     }
 
-    /// Floats of shared memory the kernel declares for the dots: the staged inputs or the dots
-    /// (in turn), the norms, and the centre.
+    /// Floats of static shared memory the kernel declares for the dots.
     pub fn shared_floats(&self) -> usize {
-        SMEM_FLOATS + NORM_FLOATS + if self.squared { self.dim } else { 0 }
+        match self.resident() {
+            true => resident::STATIC_FLOATS,
+            false => streamed::shared_floats(self),
+        }
     }
 
-    /// The kernel's declarations and first statements: shared memory, then (distances) the
-    /// block's centre and its rows' norms.
-    pub fn block_start(&self) -> String {
-        let mut s = format!("  __shared__ __align__(16) float rk_smem[{SMEM_FLOATS}];\n  __shared__ float rk_norms[{NORM_FLOATS}];\n");
-        if self.squared {
-            let _ = write!(
-                s,
-                "  __shared__ float rk_centre[{}];\n  rk_block_start(in{}, n_out, blockIdx.x * {ROWS}, r_0, rk_centre, rk_norms);\n",
-                self.dim, self.outer
-            );
-        } else {
-            s.push_str("  float* rk_centre = 0;\n");
+    /// Bytes of dynamic shared memory the kernel needs.
+    pub fn dynamic_shared_bytes(&self) -> usize {
+        match self.resident() {
+            true => resident::dynamic_floats(self.dim) * 4,
+            false => 0,
         }
-        s
+    }
+
+    /// The kernel's declarations and first statements: shared memory, the block's rows (resident)
+    /// or centre (streamed), their norms.
+    pub fn block_start(&self) -> String {
+        match self.resident() {
+            true => resident::block_start(self),
+            false => streamed::block_start(self),
+        }
     }
 
     /// The statement that computes the dots of the tile from `j0`.
     pub fn tile(&self) -> String {
-        format!(
-            "    rk_dot_tile(in{}, in{}, n_out, n_red, blockIdx.x * {ROWS}, j0, j_end, rk_smem, rk_norms, rk_centre);",
-            self.outer, self.inner
-        )
+        match self.resident() {
+            true => resident::tile(),
+            false => streamed::tile(self),
+        }
     }
 
-    /// `rk_dot_tile`, which fills `rk_smem[r * (COLUMNS + 1) + c]` with the value of the node for
-    /// the block's row `r` and the tile's column `c`; `rk_block_start`.
+    /// The functions the kernel calls: `rk_dot_tile`, which fills
+    /// `rk_smem[r * (COLUMNS + 1) + c]` with the value of the node for the block's row `r` and the
+    /// tile's column `c`, `rk_block_start` and (resident) the preparation kernel.
     pub fn functions(&self, src: &mut String) {
-        let (d, depth, rows, cols, pad) = (self.dim, DEPTH, ROWS, COLUMNS, PAD);
-        // (a stride of 4 mod 16 pairs keeps the 64-bit reads of a half-warp on distinct banks)
-        let (xs_stride, ys_stride) = (rows + pad, cols + 4);
-        // x and y staged at dimension k0 + k, centred for distances.
-        let centre = if self.squared { " - rk_centre[k0 + k]" } else { "" };
-        let value = match self.squared {
-            true => format!(
-                "rk_distance(rk_norms[rr] + rk_norms[{rows} + cc] + rk_norms[{} + cc], v)",
-                rows + cols
-            ),
-            false => "v".to_string(),
-        };
+        let d = self.dim;
         let _ = write!(
             src,
-            "#define RK_COLUMNS {cols}\n\
+            "#define RK_COLUMNS {COLUMNS}\n\
              // Tensor cores. The TF32 numbers of a float: big, its 10 leading bits of mantissa rounded (to\n\
              // nearest, ties away), and small = x - big (exact), whose bits below TF32's the MMA ignores.\n\
              __device__ __forceinline__ unsigned rk_big(float x) {{ return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }}\n\
@@ -174,86 +212,11 @@ impl DotTile {
              \x20 float s = 0.f;\n\
              \x20 for (int k = 0; k < {d}; k++) {{ float v = rk_load(x[r + (long long)n_out * k]) - rk_load(y[j + (long long)n_red * k]); s += v * v; }}\n\
              \x20 return s;\n\
-             }}\n\
-             // The block's centre (its first row) and the squared norm of the thread's row r, centred.\n\
-             __device__ __forceinline__ void rk_block_start(const S* __restrict__ x, int n_out, int row_base, int r, float* rk_centre, float* rk_norms) {{\n\
-             \x20 for (int k = threadIdx.x; k < {d}; k += {rows}) rk_centre[k] = rk_load(x[row_base + (long long)n_out * k]);\n\
-             \x20 __syncthreads();\n\
-             \x20 float s = 0.f;\n\
-             \x20 for (int k = 0; k < {d}; k++) {{ float v = rk_load(x[r + (long long)n_out * k]) - rk_centre[k]; s = fmaf(v, v, s); }}\n\
-             \x20 rk_norms[threadIdx.x] = s;\n\
-             }}\n\
-             // Dots of the block's {rows} rows with the {cols} columns from j0, staged {depth} dimensions at a\n\
-             // time (x as floats, y split in TF32 numbers); warp w computes rows 32 w .. 32 w + 31, each\n\
-             // kstep in two 16-row by eight 8-column tiles. rk_norms: rows' norms, then two partial norms\n\
-             // per column.\n\
-             __device__ __forceinline__ void rk_dot_tile(const S* __restrict__ x, const S* __restrict__ y, int n_out, int n_red,\n\
-             \x20   int row_base, int j0, int j_end, float* rk_smem, float* rk_norms, const float* rk_centre) {{\n\
-             \x20 float* xs = rk_smem;\n\
-             \x20 uint2* ys = (uint2*)(rk_smem + {depth} * {xs_stride});\n\
-             \x20 const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;\n\
-             \x20 const int c = threadIdx.x % {cols}, h = threadIdx.x / {cols};\n\
-             \x20 const bool column = j0 + c < j_end;\n\
-             \x20 const S* px = x + min(row_base + (int)threadIdx.x, n_out - 1);\n\
-             \x20 const S* py = y + (column ? j0 + c : 0) + (long long)n_red * h;\n\
-             \x20 const long long x_step = n_out, y_step = 2 * (long long)n_red;\n\
-             \x20 float acc[2][8][4];\n\
-             \x20 #pragma unroll\n\
-             \x20 for (int m = 0; m < 2; m++)\n\
-             \x20   #pragma unroll\n\
-             \x20   for (int n = 0; n < 8; n++) {{ acc[m][n][0] = 0.f; acc[m][n][1] = 0.f; acc[m][n][2] = 0.f; acc[m][n][3] = 0.f; }}\n\
-             \x20 float y_norm = 0.f;\n\
-             \x20 for (int k0 = 0; k0 < {d}; k0 += {depth}) {{\n\
-             \x20   const int kn = min({depth}, {d} - k0);\n\
-             \x20   __syncthreads();\n\
-             \x20   #pragma unroll 8\n\
-             \x20   for (int k = 0; k < kn; k++, px += x_step) xs[k * {xs_stride} + threadIdx.x] = rk_load(*px){centre};\n\
-             \x20   for (int k = kn; k < {depth}; k++) xs[k * {xs_stride} + threadIdx.x] = 0.f;\n\
-             \x20   #pragma unroll 8\n\
-             \x20   for (int k = h; k < {depth}; k += 2, py += y_step) {{\n\
-             \x20     const float v = (column && k < kn) ? rk_load(*py){centre} : 0.f;\n\
-             \x20     const unsigned big = rk_big(v);\n\
-             \x20     ys[k * {ys_stride} + c] = make_uint2(big, __float_as_uint(v - __uint_as_float(big)));\n\
-             \x20     y_norm = fmaf(v, v, y_norm);\n\
-             \x20   }}\n\
-             \x20   __syncthreads();\n\
-             \x20   #pragma unroll\n\
-             \x20   for (int kk = 0; kk < {depth}; kk += 8) {{\n\
-             \x20     if (kk >= kn) break;\n\
-             \x20     unsigned a_big[2][4], a_small[2][4];\n\
-             \x20     #pragma unroll\n\
-             \x20     for (int m = 0; m < 2; m++)\n\
-             \x20       #pragma unroll\n\
-             \x20       for (int e = 0; e < 4; e++) {{\n\
-             \x20         const float v = xs[(kk + t + (e >> 1) * 4) * {xs_stride} + warp * 32 + m * 16 + g + (e & 1) * 8];\n\
-             \x20         a_big[m][e] = rk_big(v); a_small[m][e] = __float_as_uint(v - __uint_as_float(a_big[m][e]));\n\
-             \x20       }}\n\
-             \x20     #pragma unroll\n\
-             \x20     for (int n = 0; n < 8; n++) {{\n\
-             \x20       const uint2 b0 = ys[(kk + t) * {ys_stride} + n * 8 + g], b1 = ys[(kk + t + 4) * {ys_stride} + n * 8 + g];\n\
-             \x20       #pragma unroll\n\
-             \x20       for (int m = 0; m < 2; m++) {{\n\
-             \x20         rk_mma(acc[m][n], a_small[m], b0.x, b1.x);\n\
-             \x20         rk_mma(acc[m][n], a_big[m], b0.y, b1.y);\n\
-             \x20         rk_mma(acc[m][n], a_big[m], b0.x, b1.x);\n\
-             \x20       }}\n\
-             \x20     }}\n\
-             \x20   }}\n\
-             \x20 }}\n\
-             \x20 rk_norms[{rows} + threadIdx.x] = y_norm;\n\
-             \x20 __syncthreads();\n\
-             \x20 #pragma unroll\n\
-             \x20 for (int m = 0; m < 2; m++)\n\
-             \x20   #pragma unroll\n\
-             \x20   for (int n = 0; n < 8; n++)\n\
-             \x20     #pragma unroll\n\
-             \x20     for (int e = 0; e < 4; e++) {{\n\
-             \x20       const int rr = warp * 32 + m * 16 + g + (e >> 1) * 8, cc = n * 8 + 2 * t + (e & 1);\n\
-             \x20       const float v = acc[m][n][e];\n\
-             \x20       rk_smem[rr * ({cols} + 1) + cc] = {value};\n\
-             \x20     }}\n\
-             \x20 __syncthreads();\n\
              }}\n"
         );
+        match self.resident() {
+            true => resident::functions(self, src),
+            false => streamed::functions(self, src),
+        }
     }
 }

@@ -33,6 +33,8 @@ const MIN_TILES_PER_CHUNK: usize = 1;
 /// steps are sized from its kernel time to take about STEP_SECONDS (see `evaluate`).
 const FIRST_STEP_PAIRS: usize = 1 << 33;
 const STEP_SECONDS: f64 = 0.25;
+/// Threads per block of the kernel that prepares tensor-core dots.
+const PREPARE_THREADS: usize = 128;
 /// Threads per block of the merge kernel.
 const MERGE_THREADS: usize = 256;
 
@@ -303,9 +305,11 @@ impl Sizes {
         };
         let (s, t) = (std::mem::size_of::<S>(), std::mem::size_of::<T>());
         let red = &formula.reduction.kind;
+        // (the reduced rows of tensor-core dots, split for them: a little more for the padding)
+        let prepared = kernel.prepare.map_or(0, |p| p.split_bytes + p.norm_bytes);
         Sizes {
             input_out: dims(&|c| c == outer) * s,
-            input_red: dims(&|c| c != outer && c != Category::Param) * s,
+            input_red: dims(&|c| c != outer && c != Category::Param) * s + prepared,
             fixed: dims(&|c| c == Category::Param) * s + kernel.constants.len() * t,
             state: kernel.state_len * 8,
             results: kernel.width
@@ -417,6 +421,9 @@ struct Regions {
     /// the reduced range), then the states of the chunks.
     running: Range<usize>,
     states: usize,
+    /// The reduced rows split for the tensor-core dots, and their norms (`Kernel::prepare`).
+    split: usize,
+    split_norms: usize,
     end: usize,
 }
 
@@ -462,7 +469,24 @@ impl Regions {
         let running = layout.push(if one_pass { 0 } else { rows_out * kernel.state_len * 8 });
         let running = running..layout.bytes;
         let states = layout.push(if one_pass && chunks == 1 { 0 } else { chunks * rows_out * kernel.state_len * 8 });
-        Regions { inputs, constants, work, red, upload_end, values, indices, download, running, states, end: layout.bytes }
+        let prepared_rows = kernel.prepare.map_or(0, |p| p.rows(step.rows_red));
+        let split = layout.push(prepared_rows * kernel.prepare.map_or(0, |p| p.split_bytes));
+        let split_norms = layout.push(prepared_rows * kernel.prepare.map_or(0, |p| p.norm_bytes));
+        Regions {
+            inputs,
+            constants,
+            work,
+            red,
+            upload_end,
+            values,
+            indices,
+            download,
+            running,
+            states,
+            split,
+            split_norms,
+            end: layout.bytes,
+        }
     }
 }
 
@@ -581,18 +605,35 @@ fn run_step<S: Stored, T: Real>(
             }
             None => rows_out.div_ceil(kernel.tile * kernel.rows),
         };
+        if let (Some(prepare), Some(function)) = (kernel.prepare, &compiled.functions.prepare) {
+            let ints = [rows_out as i32, rows_red as i32];
+            let split = [pointers[prepare.outer], pointers[prepare.inner], at(regions.split), at(regions.split_norms)];
+            let config = LaunchConfig {
+                grid_dim: (prepare.rows(rows_red).div_ceil(PREPARE_THREADS).max(1) as u32, 1, 1),
+                block_dim: (PREPARE_THREADS as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: two ints, the two inputs as the reduction reads them, and the regions sized
+            // for `prepare.rows(step.rows_red)` >= `prepare.rows(rows_red)` reduced rows.
+            unsafe { launch(device, function, config, &ints, &split) }
+                .map_err(|e| gpu_error("launching the kernel that prepares the dots", e))?;
+            if let Some(r) = recorded.as_mut() {
+                r.push(function, config, &ints, &split);
+            }
+            pointers.extend([at(regions.split), at(regions.split_norms)]);
+        }
         let config = LaunchConfig {
             grid_dim: (blocks as u32, chunks as u32, 1),
             block_dim: (kernel.tile as u32, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: kernel.dynamic_shared as u32,
         };
         // SAFETY: the arguments match the generated signature: five ints, one pointer per input
         // (the step's rows, as the kernel indexes them), the numbers, the states of `chunks` x
-        // `rows_out` rows and the results of `rows_out` rows.
-        unsafe { launch(device, &compiled.reduce, config, &ints, &pointers) }
+        // `rows_out` rows and the results of `rows_out` rows (then the prepared dots').
+        unsafe { launch(device, &compiled.functions.reduce, config, &ints, &pointers) }
             .map_err(|e| gpu_error("launching the kernel", e))?;
         if let Some(r) = recorded.as_mut() {
-            r.push(&compiled.reduce, config, &ints, &pointers);
+            r.push(&compiled.functions.reduce, config, &ints, &pointers);
         }
         if !finalize_here {
             let ints = [rows_out as i32, chunks as i32, step.first as i32, step.last as i32];
@@ -603,10 +644,10 @@ fn run_step<S: Stored, T: Real>(
                 shared_mem_bytes: 0,
             };
             // SAFETY: four ints, then the chunk states, running states and results as above.
-            unsafe { launch(device, &compiled.merge, config, &ints, &pointers) }
+            unsafe { launch(device, &compiled.functions.merge, config, &ints, &pointers) }
                 .map_err(|e| gpu_error("launching the merge kernel", e))?;
             if let Some(r) = recorded.as_mut() {
-                r.push(&compiled.merge, config, &ints, &pointers);
+                r.push(&compiled.functions.merge, config, &ints, &pointers);
             }
         }
         if queued {
