@@ -819,6 +819,9 @@ impl Reducer<'_> {
                 let init = if matches!(self.acc.kind, Max | ArgMax | MaxArgMax) { "-RK_INF" } else { "RK_INF" };
                 // (unrolled: the selection networks keep these arrays in registers)
                 emit(g, &format!("  T best@[{n}]; int best_j@[{n}];\n  #pragma unroll\n  for (int k = 0; k < {n}; k++) {{ best@[k] = {init}; best_j@[k] = -1; }}"));
+                // The last of the K best of each component and whether there are K, in registers:
+                // the test that rejects most values reads no local memory (see accumulate).
+                emit(g, &format!("  T worst@[{d}]; bool full@[{d}];\n  #pragma unroll\n  for (int c = 0; c < {d}; c++) {{ worst@[c] = {init}; full@[c] = false; }}"));
             }
             LogSumExp | LogSumExpWeight | SumSoftMaxWeight => {
                 let sums = self.acc.state_len() - 1;
@@ -868,12 +871,15 @@ impl Reducer<'_> {
                 }
                 // Sorted insertion, as the CPU accumulator: NaN wins, equal values keep index order.
                 emit(g, &format!(
-                    "        for (int c = 0; c < {d}; c++) {{\n\
-                     \x20         T x = {fv}[c]; T* b = best@ + c * {kk}; int* bj = best_j@ + c * {kk};\n\
-                     \x20         if (bj[{last}] >= 0 && !(x {cmp} b[{last}] || (rk_isnan(x) && !rk_isnan(b[{last}])))) continue;\n\
+                    "        #pragma unroll\n\
+                     \x20       for (int c = 0; c < {d}; c++) {{\n\
+                     \x20         T x = {fv}[c];\n\
+                     \x20         if (full@[c] && !(x {cmp} worst@[c] || (rk_isnan(x) && !rk_isnan(worst@[c])))) continue;\n\
+                     \x20         T* b = best@ + c * {kk}; int* bj = best_j@ + c * {kk};\n\
                      \x20         int p = {last};\n\
                      \x20         while (p > 0 && (bj[p - 1] < 0 || x {cmp} b[p - 1] || (rk_isnan(x) && !rk_isnan(b[p - 1])))) {{ b[p] = b[p - 1]; bj[p] = bj[p - 1]; p--; }}\n\
                      \x20         b[p] = x; bj[p] = j;\n\
+                     \x20         worst@[c] = b[{last}]; full@[c] = bj[{last}] >= 0;\n\
                      \x20       }}",
                     last = kk - 1
                 ));
