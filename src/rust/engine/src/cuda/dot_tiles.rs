@@ -201,6 +201,13 @@ impl DotTile {
              \x20 asm volatile(\"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};\"\n\
              \x20   : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3]) : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b0), \"r\"(b1));\n\
              }}\n\
+             // c += a.b in 3xTF32, a and b given as (big, small): small.big + big.small + big.big.\n\
+             __device__ __forceinline__ void rk_mma3(float* c, const unsigned* a_big, const unsigned* a_small, unsigned b0_big, unsigned b1_big,\n\
+             \x20   unsigned b0_small, unsigned b1_small) {{\n\
+             \x20 rk_mma(c, a_small, b0_big, b1_big);\n\
+             \x20 rk_mma(c, a_big, b0_small, b1_small);\n\
+             \x20 rk_mma(c, a_big, b0_big, b1_big);\n\
+             }}\n\
              // |x - c|^2 + |y - c|^2 - 2 (x - c).(y - c) from the sum of the norms and the dot, or NaN where\n\
              // the distance is below 1/{RECHECK} of the norms (or NaN): then computed again, term by term.\n\
              __device__ __forceinline__ float rk_distance(float norms, float dot) {{\n\

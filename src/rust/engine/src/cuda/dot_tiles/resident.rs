@@ -160,11 +160,7 @@ pub fn functions(dots: &DotTile, src: &mut String) {
          \x20     for (int n = 0; n < 8; n++) {{\n\
          \x20       const uint4 b = yb[n * 32];\n\
          \x20       #pragma unroll\n\
-         \x20       for (int m = 0; m < 2; m++) {{\n\
-         \x20         rk_mma(acc[m][n], a_small[m], b.x, b.y);\n\
-         \x20         rk_mma(acc[m][n], a_big[m], b.z, b.w);\n\
-         \x20         rk_mma(acc[m][n], a_big[m], b.x, b.y);\n\
-         \x20       }}\n\
+         \x20       for (int m = 0; m < 2; m++) rk_mma3(acc[m][n], a_big[m], a_small[m], b.x, b.y, b.z, b.w);\n\
          \x20     }}\n\
          \x20   }}\n\
          \x20   // (every warp is done with buffer c % 2 before chunk c + 2 goes there)\n\

@@ -121,11 +121,7 @@ pub fn functions(dots: &DotTile, src: &mut String) {
          \x20     for (int n = 0; n < 8; n++) {{\n\
          \x20       const uint2 b0 = ys[(kk + t) * {ys_stride} + n * 8 + g], b1 = ys[(kk + t + 4) * {ys_stride} + n * 8 + g];\n\
          \x20       #pragma unroll\n\
-         \x20       for (int m = 0; m < 2; m++) {{\n\
-         \x20         rk_mma(acc[m][n], a_small[m], b0.x, b1.x);\n\
-         \x20         rk_mma(acc[m][n], a_big[m], b0.y, b1.y);\n\
-         \x20         rk_mma(acc[m][n], a_big[m], b0.x, b1.x);\n\
-         \x20       }}\n\
+         \x20       for (int m = 0; m < 2; m++) rk_mma3(acc[m][n], a_big[m], a_small[m], b0.x, b1.x, b0.y, b1.y);\n\
          \x20     }}\n\
          \x20   }}\n\
          \x20 }}\n\
