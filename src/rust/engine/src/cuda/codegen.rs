@@ -79,7 +79,9 @@ pub struct Kernel {
     pub state_len: usize,
     /// Values (and indices) per output row of the final results.
     pub width: usize,
-    /// Bytes of dynamic shared memory per block (tensor-core dots whose rows stay there).
+    /// Bytes of static and of dynamic shared memory per block (dynamic: tensor-core dots whose rows
+    /// stay there).
+    pub static_shared: usize,
     pub dynamic_shared: usize,
     /// The kernel to run before the reduction, and the memory it fills (tensor-core dots).
     pub prepare: Option<dot_tiles::Prepare>,
@@ -145,6 +147,9 @@ pub enum Variant {
     /// Dense, the formula's dot product or squared distance of large vectors computed on the
     /// tensor cores (`dot_tiles`).
     DotTiles,
+    /// `DotTiles` with the rows staged per tile, not kept in shared memory: for GPUs that cannot
+    /// give a block the shared memory of resident rows.
+    StreamedDotTiles,
 }
 
 /// Below this mean number of rows per (non-empty) block, ranges run the narrow kernel.
@@ -197,6 +202,7 @@ pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, vari
     let acc = Accumulator::new(formula, scheme);
     let dots = match variant {
         Variant::DotTiles => DotTile::find(formula, &plan, dtype),
+        Variant::StreamedDotTiles => DotTile::find(formula, &plan, dtype).map(DotTile::streamed),
         _ => None,
     };
     // The nodes to compute: with tensor-core dots, not those only the dots read.
@@ -406,6 +412,7 @@ pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, vari
         rows,
         state_len: acc.state_len(),
         width: acc.width(),
+        static_shared: dots.map_or(0, |dots| dots.shared_floats() * 4) + if shared { tile_len * shared_width * dtype.size() } else { 0 },
         dynamic_shared: dots.map_or(0, |dots| dots.dynamic_shared_bytes()),
         prepare: dots.and_then(|dots| dots.prepare()),
     }
@@ -1056,5 +1063,11 @@ mod tests {
         let kernel = generate_variant(&wide, Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local);
         assert!(kernel.prepare.is_none() && kernel.dynamic_shared == 0);
         assert!(kernel.source.contains("rk_dot_tile(in0, in1, n_out, n_red, blockIdx.x * 128, j0, j_end, rk_smem, rk_norms, rk_centre);"));
+        // The streamed variant (for GPUs whose blocks cannot hold resident rows) at any dimension.
+        let kernel = generate_variant(&knn, Dtype::F32, SumScheme::Auto, Variant::StreamedDotTiles, Selection::Local);
+        assert!(kernel.prepare.is_none() && kernel.dynamic_shared == 0 && kernel.static_shared > 30_000);
+        assert!(kernel.source.contains("rk_dot_tile(in0, in1, n_out, n_red, blockIdx.x * 128, j0, j_end, rk_smem, rk_norms, rk_centre);"));
+        let kernel = generate_variant(&gauss, Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local);
+        assert_eq!(kernel.static_shared, (128 + 64) * 4);
     }
 }

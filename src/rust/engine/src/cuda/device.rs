@@ -24,6 +24,8 @@ pub struct Device {
     /// Compute capability (major, minor).
     pub arch: (i32, i32),
     pub multiprocessors: usize,
+    /// The most shared memory a block may have (bytes, once allowed).
+    pub shared_per_block: usize,
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     nvrtc_version: (i32, i32),
@@ -86,7 +88,12 @@ impl Kernels {
         if let Some(c) = self.0.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok(c);
         }
-        let kernel = codegen::generate_variant(formula, dtype, scheme, variant, selection);
+        let mut kernel = codegen::generate_variant(formula, dtype, scheme, variant, selection);
+        if variant == Variant::DotTiles && kernel.static_shared + kernel.dynamic_shared > device.shared_per_block {
+            // (GPUs of compute capability 8.6 and 8.9 give a block at most 99 KB: rows of 128
+            // dimensions and a wide tile of other inputs may not fit)
+            kernel = codegen::generate_variant(formula, dtype, scheme, Variant::StreamedDotTiles, selection);
+        }
         let cache = cache_dir.map(DiskCache::open).transpose().map_err(Error::Invalid)?;
         let functions = device.functions(&kernel, cache.as_ref())?;
         super::launch::check_resources(device, &functions.reduce, &kernel)?;
@@ -185,6 +192,9 @@ impl Device {
         let multiprocessors = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(|e| driver_error("querying the device", e))? as usize;
+        let shared_per_block = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            .map_err(|e| driver_error("querying the device", e))? as usize;
         let name = ctx.name().unwrap_or_else(|_| "unknown device".into());
         let (mut major, mut minor) = (0, 0);
         // SAFETY: plain out-parameters.
@@ -197,6 +207,7 @@ impl Device {
             name,
             arch,
             multiprocessors,
+            shared_per_block,
             ctx,
             stream,
             nvrtc_version: (major, minor),

@@ -56,6 +56,9 @@ pub struct DotTile {
     pub inner: usize,
     pub dim: usize,
     pub squared: bool,
+    /// Whether the block's rows stay in shared memory (and `y` is prepared for the tensor cores),
+    /// or are staged per tile with `y` (`streamed`).
+    pub resident: bool,
 }
 
 /// The kernel that lays the reduced-index input of resident dots out for the tensor cores, which
@@ -106,7 +109,7 @@ impl DotTile {
                 return None;
             }
             let (outer, inner) = pair(args[0], args[1])?;
-            Some(DotTile { node: id, outer, inner, dim, squared })
+            Some(DotTile { node: id, outer, inner, dim, squared, resident: dim <= RESIDENT_MAX_DIM })
         })
     }
 
@@ -117,14 +120,14 @@ impl DotTile {
         formula.graph.reachable_above(&roots, Some(self.node))
     }
 
-    /// Whether the block's rows stay in shared memory (the prepared layout of `y`).
-    fn resident(&self) -> bool {
-        self.dim <= RESIDENT_MAX_DIM
+    /// The same dots with the rows staged per tile.
+    pub fn streamed(self) -> DotTile {
+        DotTile { resident: false, ..self }
     }
 
     /// The preparation the launcher runs first, for resident dots.
     pub fn prepare(&self) -> Option<Prepare> {
-        self.resident().then(|| Prepare {
+        self.resident.then(|| Prepare {
             name: resident::PREPARE_NAME,
             outer: self.outer,
             inner: self.inner,
@@ -135,7 +138,7 @@ impl DotTile {
 
     /// The kernel's parameters after the results: the prepared `y` and its norms.
     pub fn parameters(&self) -> Vec<String> {
-        match self.resident() {
+        match self.resident {
             true => vec!["const uint4* __restrict__ rk_split".into(), "const float* __restrict__ rk_split_norms".into()],
             false => vec![],
         }
@@ -155,7 +158,7 @@ impl DotTile {
 
     /// Floats of static shared memory the kernel declares for the dots.
     pub fn shared_floats(&self) -> usize {
-        match self.resident() {
+        match self.resident {
             true => resident::STATIC_FLOATS,
             false => streamed::shared_floats(self),
         }
@@ -163,7 +166,7 @@ impl DotTile {
 
     /// Bytes of dynamic shared memory the kernel needs.
     pub fn dynamic_shared_bytes(&self) -> usize {
-        match self.resident() {
+        match self.resident {
             true => resident::dynamic_floats(self.dim) * 4,
             false => 0,
         }
@@ -172,7 +175,7 @@ impl DotTile {
     /// The kernel's declarations and first statements: shared memory, the block's rows (resident)
     /// or centre (streamed), their norms.
     pub fn block_start(&self) -> String {
-        match self.resident() {
+        match self.resident {
             true => resident::block_start(self),
             false => streamed::block_start(self),
         }
@@ -180,7 +183,7 @@ impl DotTile {
 
     /// The statement that computes the dots of the tile from `j0`.
     pub fn tile(&self) -> String {
-        match self.resident() {
+        match self.resident {
             true => resident::tile(),
             false => streamed::tile(self),
         }
@@ -221,7 +224,7 @@ impl DotTile {
              \x20 return s;\n\
              }}\n"
         );
-        match self.resident() {
+        match self.resident {
             true => resident::functions(self, src),
             false => streamed::functions(self, src),
         }
