@@ -3,8 +3,8 @@
 //! run once before the reduction lays `y` out in the order of the B fragments, already split in
 //! TF32 numbers, with its norms. A tile is then copied asynchronously (`cp.async`), a chunk of
 //! dimensions in flight while the previous one is multiplied, and nothing is split or staged twice.
-//! On an H100 this took the Gaussian sum N = M = 1e5, D = 64 from 45 to 26 ms and the 10-NN of
-//! 2e5 points in D = 100 from 296 to 230 ms against the streamed dots (bench/RESULTS.md).
+//! On an H100 this took the Gaussian sum N = M = 1e5, D = 64 from 47.7 to 27.8 ms and the 10-NN
+//! of 2e5 points in D = 100 from 282 to 218 ms (kernel) against the streamed dots (bench/RESULTS.md).
 //! Distances are centred on the first row of `x` of the launch.
 
 use std::fmt::Write;
