@@ -230,3 +230,22 @@ impl DotTile {
         }
     }
 }
+
+/// The statements that end `rk_dot_tile`: each value `v` of a warp's fragments (`acc`, two 16-row by
+/// eight 8-column tiles, rows 32 w .. 32 w + 31 of warp w) written as `value` (an expression of `v`,
+/// `rr`, `cc`) where `DotTile::read` finds it, `rk_smem[rr * (COLUMNS + 1) + cc]`.
+fn store_dots(value: &str) -> String {
+    format!(
+        "\x20 #pragma unroll\n\
+         \x20 for (int m = 0; m < 2; m++)\n\
+         \x20   #pragma unroll\n\
+         \x20   for (int n = 0; n < 8; n++)\n\
+         \x20     #pragma unroll\n\
+         \x20     for (int e = 0; e < 4; e++) {{\n\
+         \x20       const int rr = warp * 32 + m * 16 + g + (e >> 1) * 8, cc = n * 8 + 2 * t + (e & 1);\n\
+         \x20       const float v = acc[m][n][e];\n\
+         \x20       rk_smem[rr * ({COLUMNS} + 1) + cc] = {value};\n\
+         \x20     }}\n\
+         \x20 __syncthreads();\n"
+    )
+}

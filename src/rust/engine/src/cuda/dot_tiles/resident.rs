@@ -63,10 +63,11 @@ pub fn functions(dots: &DotTile, src: &mut String) {
                  \x20   #pragma unroll\n\
                  \x20   for (int u = 0; u < 2; u++) column_norm[n][u] = split_norms[j0 + n * 8 + 2 * t + u];\n"
             ),
-            "rk_distance(row_norm[m][e >> 1] + column_norm[n][e & 1], acc[m][n][e])",
+            "rk_distance(row_norm[m][e >> 1] + column_norm[n][e & 1], v)",
         ),
-        false => (String::new(), "acc[m][n][e]"),
+        false => (String::new(), "v"),
     };
+    let store = super::store_dots(value);
     let _ = write!(
         src,
         "// The reduced-index vectors laid out for rk_dot_tile, and their squared norms. Per tile of {cols} columns\n\
@@ -168,16 +169,7 @@ pub fn functions(dots: &DotTile, src: &mut String) {
          \x20   if (c + 2 < chunks) rk_copy_chunk(tile, c + 2, buffers);\n\
          \x20 }}\n\
          {norms}\
-         \x20 #pragma unroll\n\
-         \x20 for (int m = 0; m < 2; m++)\n\
-         \x20   #pragma unroll\n\
-         \x20   for (int n = 0; n < 8; n++)\n\
-         \x20     #pragma unroll\n\
-         \x20     for (int e = 0; e < 4; e++) {{\n\
-         \x20       const int rr = warp * 32 + m * 16 + g + (e >> 1) * 8, cc = n * 8 + 2 * t + (e & 1);\n\
-         \x20       rk_smem[rr * ({cols} + 1) + cc] = {value};\n\
-         \x20     }}\n\
-         \x20 __syncthreads();\n\
+         {store}\
          }}\n",
         name = PREPARE_NAME,
     );

@@ -62,6 +62,7 @@ pub fn functions(dots: &DotTile, src: &mut String) {
         ),
         false => "v".to_string(),
     };
+    let store = super::store_dots(&value);
     let _ = write!(
         src,
         "// The block's centre (its first row) and the squared norm of the thread's row r, centred.\n\
@@ -127,17 +128,7 @@ pub fn functions(dots: &DotTile, src: &mut String) {
          \x20 }}\n\
          \x20 rk_norms[{rows} + threadIdx.x] = y_norm;\n\
          \x20 __syncthreads();\n\
-         \x20 #pragma unroll\n\
-         \x20 for (int m = 0; m < 2; m++)\n\
-         \x20   #pragma unroll\n\
-         \x20   for (int n = 0; n < 8; n++)\n\
-         \x20     #pragma unroll\n\
-         \x20     for (int e = 0; e < 4; e++) {{\n\
-         \x20       const int rr = warp * 32 + m * 16 + g + (e >> 1) * 8, cc = n * 8 + 2 * t + (e & 1);\n\
-         \x20       const float v = acc[m][n][e];\n\
-         \x20       rk_smem[rr * ({cols} + 1) + cc] = {value};\n\
-         \x20     }}\n\
-         \x20 __syncthreads();\n\
+         {store}\
          }}\n"
     );
 }
