@@ -168,10 +168,14 @@ bench-future: install
 		Rscript bench/future.R
 
 # make bench-gpus: several GPUs sharing each reduction against one (bench/several_gpus.R; needs
-# GPUs: GPUS=0,1, N=1e7 the goals' size, N=2e6 a quick run).
+# GPUs: GPUS=0,1,2,3 the list, COUNTS=1,2,4 how many of them share a call, N=1e7 the goals' size,
+# N=2e6 a quick run, CASES=gauss,knn,short,wide, REPS=3). Issue 20 on 8 GPUs, in two device calls
+# of under 10 minutes: COUNTS=1,2,4,8 REPS=1 CASES=gauss,knn,short M_SHORT=1e9, then CASES=wide.
 GPUS_N ?= 1e7
+GPUS_REPS ?= 3
 bench-gpus: install
-	N=$(GPUS_N) GPUS='$(GPUS)' REPS=3 BENCH_OUT='$(BENCH_OUT)' R_LIBS=$(LIB_DIR) Rscript bench/several_gpus.R
+	N=$(GPUS_N) GPUS='$(GPUS)' COUNTS='$(COUNTS)' CASES='$(CASES)' M_SHORT='$(M_SHORT)' REPS=$(GPUS_REPS) \
+		BENCH_OUT='$(BENCH_OUT)' R_LIBS=$(LIB_DIR) Rscript bench/several_gpus.R
 
 # make bench-tensor: tensor-core dot products against the FP32 kernel from R (bench/tensor_cores.R),
 # then the torch peers and cuBLAS's TF32 peak in the same call (bench/tensor_cores_peers.py; needs a GPU,

@@ -1,8 +1,9 @@
 # Several GPUs sharing each reduction (rkeops_use_gpu(device = c(0, 1)) or "all"). Everywhere: the
 # option takes several devices and says clearly what it expects. Where a GPU is found: results
-# shared by two GPUs (GPUs 0 and 1, or GPU 0 twice where there is one: its parts then run one after
-# the other, split and merged the same way) equal plain R in float64, for long outputs (blocks of
-# rows) and short ones (parts of the reduced range, merged), both axes, block-sparse ones and batches.
+# shared by several GPUs (RKEOPS_TEST_GPUS, e.g. "0,0,0,0"; else every GPU found, or GPU 0 twice
+# where there is one: its parts then share it, split and merged the same way) equal plain R in
+# float64, for long outputs (blocks of rows) and short ones (parts of the reduced range, merged),
+# both axes, block-sparse ones and batches.
 
 gpu <- rkeops:::gpu_status(0L)
 
@@ -33,14 +34,16 @@ test_that("the device option takes one or several GPUs and refuses anything else
   }
 })
 
-test_that("reductions shared by two GPUs equal plain R (rows split, reduced range split, ranges)", {
+test_that("reductions shared by several GPUs equal plain R (rows split, reduced range split, ranges)", {
   if (!isTRUE(gpu$available)) {
     message("NO GPU (", gpu$message, "): reductions shared by several GPUs are not computed here")
     expect_false(gpu$available)
     return(invisible())
   }
   count <- rkeops:::rust_result(.Call(rkeops:::wrap__gpu_count))$count
-  gpus <- if (count >= 2L) c(0L, 1L) else c(0L, 0L)
+  listed <- Sys.getenv("RKEOPS_TEST_GPUS")
+  gpus <- if (nzchar(listed)) as.integer(strsplit(listed, ",")[[1]]) else
+    if (count >= 2L) seq_len(count) - 1L else c(0L, 0L)
   old <- get_rkeops_options()
   on.exit(do.call(set_rkeops_options, old))
   set_rkeops_options(backend = "GPU", precision = "float64", device = gpus)
@@ -53,7 +56,8 @@ test_that("reductions shared by two GPUs equal plain R (rows split, reduced rang
   args <- c("x = Vi(3)", "y = Vj(3)", "b = Vj(1)", "a = Vi(1)")
   shared <- function(formula, inputs) {
     res <- keops_kernel(formula, args)(inputs)
-    expect_match(rkeops:::last_run()$backend, "^GPUs 0, [01] ", info = formula)
+    expect_match(rkeops:::last_run()$backend, paste0("^GPUs ", paste(gpus, collapse = ", "), " "),
+                 info = formula)
     res
   }
   inputs <- list(x, y, by, bx)
@@ -77,7 +81,7 @@ test_that("reductions shared by two GPUs equal plain R (rows split, reduced rang
   # the same on one GPU
   set_rkeops_options(device = gpus[1])
   one <- keops_kernel("ArgKMin_Reduction(SqDist(x, y), 5, 1)", args)(inputs)
-  expect_match(rkeops:::last_run()$backend, "^GPU 0 ")
+  expect_match(rkeops:::last_run()$backend, paste0("^GPU ", gpus[1], " "))
   expect_identical(one, nn_i)
 
   # a block-sparse reduction, split at its blocks of rows
@@ -107,9 +111,9 @@ test_that("reductions shared by two GPUs equal plain R (rows split, reduced rang
 
   # loops and matrices kept on a GPU run on the first GPU of the list
   xd <- keops_device(x)
-  expect_output(print(xd), "kept on GPU 0 in float64")
+  expect_output(print(xd), paste("kept on GPU", gpus[1], "in float64"))
   expect_equal(keops_kernel("Sum_Reduction(Exp(-SqDist(x, y)) * b, 0)", args[1:3])(list(xd, y, by)),
                exp(-D2) %*% by, tolerance = 1e-12)
-  expect_match(rkeops:::last_run()$backend, "^GPU 0 ")
+  expect_match(rkeops:::last_run()$backend, paste0("^GPU ", gpus[1], " "))
   keops_device_free(xd)
 })

@@ -328,16 +328,22 @@ fn gpu_block_sparse_equals_cpu() {
     }
 }
 
-/// The GPUs that share a reduction in the tests: 0 and 1 where there are two, else GPU 0 twice
-/// (its two parts then run one after the other: the splitting and merging are the same).
+/// The GPUs that share a reduction in the tests: `RKEOPS_TEST_GPUS` (ordinals separated by
+/// commas: "0,0,0,0" splits into 4 parts on one GPU), else every GPU found where there are
+/// several, else GPU 0 twice (its parts then share it: the splitting and merging are the same).
 fn several_gpus() -> Vec<usize> {
+    if let Ok(list) = std::env::var("RKEOPS_TEST_GPUS") {
+        let gpus: Vec<usize> = list.split(',').map(|d| d.trim().parse().expect("RKEOPS_TEST_GPUS: ordinals, e.g. 0,1")).collect();
+        assert!(gpus.len() >= 2, "RKEOPS_TEST_GPUS lists {gpus:?}: at least two");
+        return gpus;
+    }
     match device::count() {
-        Ok(n) if n >= 2 => vec![0, 1],
+        Ok(n) if n >= 2 => (0..n).collect(),
         _ => vec![0, 0],
     }
 }
 
-/// A reduction shared by two GPUs equals the same on one: every reduction, both axes, long outputs
+/// A reduction shared by several GPUs (`several_gpus`) equals the same on one: every reduction, both axes, long outputs
 /// (blocks of rows) and short ones (parts of the reduced range, states merged), float64 and
 /// float32, the summation schemes, and block-sparse reductions (split at their blocks).
 #[test]
@@ -490,6 +496,72 @@ fn gpu_processes_inputs_larger_than_its_memory_in_blocks() {
             let g = op.run(&inputs, &options).unwrap_or_else(|e| panic!("{text}: {e}"));
             let c = run(&op, &inputs, Precision::F64, Backend::Cpu, SumScheme::Auto);
             compare(&text, &g, &c, Precision::F64);
+        }
+    }
+}
+
+/// A reduction of more pairs than a first launch takes runs in steps over the reduced range,
+/// the output rows' inputs uploaded at the first step only: equal to the CPU on blocks of its
+/// output rows (computed there alone), both axes, float64.
+#[test]
+fn gpu_long_reductions_in_steps_equal_the_cpu() {
+    let _gpu = sharing_the_gpu();
+    if let Err(why) = device::availability(0) {
+        println!("NO GPU: long reductions in steps are not checked here ({why})");
+        return;
+    }
+    // 3e10 pairs: more than the 2^33 of a first step.
+    let (n, m) = (100_003usize, 300_007usize);
+    let (x, a, y, b) = (random(3 * n, 41), random(2 * n, 42), random(3 * m, 43), random(m, 44));
+    let args: Vec<String> = ["x = Vi(3)", "a = Vi(2)", "y = Vj(3)", "b = Vj(1)"].map(String::from).to_vec();
+    // The rows `rows` of the column-major `n x d` matrix `v`, column-major.
+    let rows_of = |v: &[f64], n: usize, d: usize, rows: &std::ops::Range<usize>| -> Vec<f64> {
+        (0..d).flat_map(|c| v[c * n + rows.start..c * n + rows.end].to_vec()).collect()
+    };
+    for text in [
+        "Sum_Reduction(Exp(-SqDist(x,y)) * (b + Sum(a)), 0)",
+        "ArgKMin_Reduction(SqDist(x,y) + Elem(a,1), 3, 0)",
+        "LogSumExp_Reduction(Sum(a) * b - SqDist(x,y), 1)",
+    ] {
+        let op = Operator::new(text, &args).unwrap();
+        let inputs = [
+            Input { data: &x, nrow: n, ncol: 3 },
+            Input { data: &a, nrow: n, ncol: 2 },
+            Input { data: &y, nrow: m, ncol: 3 },
+            Input { data: &b, nrow: m, ncol: 1 },
+        ];
+        let g = run(&op, &inputs, Precision::F64, Backend::Gpu(0), SumScheme::Auto);
+        let outer_i = op.formula.reduction.axis == 0;
+        let n_out = if outer_i { n } else { m };
+        for rows in [0..1000, n_out / 2..n_out / 2 + 1000, n_out - 1000..n_out] {
+            let mut some = inputs;
+            let picked: Vec<Vec<f64>> = inputs
+                .iter()
+                .map(|input| match (input.nrow == n) == outer_i {
+                    true => rows_of(input.data, input.nrow, input.ncol, &rows),
+                    false => input.data.to_vec(),
+                })
+                .collect();
+            // (the output rows' inputs cut to `rows`; n != m tells the variables apart)
+            for (input, data) in some.iter_mut().zip(&picked) {
+                if (input.nrow == n) == outer_i {
+                    *input = Input { data, nrow: rows.len(), ncol: input.ncol };
+                }
+            }
+            let c = run(&op, &some, Precision::F64, Backend::Cpu, SumScheme::Auto);
+            let width = g.k * g.dim;
+            let part = engine::Output {
+                values: g.values.as_ref().map(|v| rows_of(v, n_out, width, &rows)),
+                indices: g.indices.as_ref().map(|v| {
+                    (0..width).flat_map(|c| v[c * n_out + rows.start..c * n_out + rows.end].to_vec()).collect()
+                }),
+                nrow: rows.len(),
+                k: g.k,
+                dim: g.dim,
+                backend: g.backend.clone(),
+                timings: Vec::new(),
+            };
+            compare(&format!("{text}, output rows {rows:?}"), &part, &c, Precision::F64);
         }
     }
 }
@@ -900,7 +972,7 @@ fn gpu_long_reductions_stop_when_interrupted() {
     let op = Operator::new("Sum_Reduction(Exp(-SqDist(x,y))*w, 0)", &["x = Vi(3)", "y = Vj(3)", "w = Vj(1)"].map(String::from))
         .unwrap();
     let inputs = [Input { data: &x, nrow: n, ncol: 3 }, Input { data: &y, nrow: m, ncol: 3 }, Input { data: &b, nrow: m, ncol: 1 }];
-    // On one GPU and shared by two (blocks of rows), then by two with a shorter output (parts of
+    // On one GPU and shared by several (blocks of rows), then by several with a shorter output (parts of
     // the reduced range: 1e12 pairs, seconds).
     for (gpus, n) in [(vec![], n), (several_gpus(), n), (several_gpus(), 100_000)] {
         let options = RunOptions {

@@ -543,6 +543,9 @@ fn run_step<S: Stored, T: Real>(
             .device(regions.end)
             .map_err(|e| gpu_error(&format!("allocating {:.1} MB", regions.end as f64 / 1e6), e))?,
     };
+    // The output rows' inputs stay in the device buffer from the first step of a block of output
+    // rows to its last (its layout does not change): the next steps bring only reduced rows.
+    let outer_kept = !step.first && !device_grows && recorded.is_none() && data.target.is_none();
     let events = workspace.events;
     let host = workspace.host(fetch.end.max(regions.upload_end)).map_err(|e| {
         gpu_error(&format!("allocating {:.1} MB of page-locked host memory", regions.end as f64 / 1e6), e)
@@ -550,17 +553,24 @@ fn run_step<S: Stored, T: Real>(
 
     let clock = Instant::now();
     let outer = outer_category(formula);
+    // (byte ranges of the buffer's inputs that are already on the device)
+    let mut kept = Vec::new();
     for (p, (v, &offset)) in formula.variables.iter().zip(&regions.inputs).enumerate() {
         if data.resident[p].is_some() {
             continue;
         }
         let (n, rows) = match v.category {
             Category::Param => (1, 0..1),
+            c if c == outer && outer_kept => {
+                kept.push(offset..offset + rows_out * v.dim * std::mem::size_of::<S>());
+                continue;
+            }
             c if c == outer => (step.n_out, step.out.clone()),
             _ => (step.n_red, step.red.clone()),
         };
         pack::<S>(&mut host[offset..], data.inputs[p].data, n, &rows, v.dim);
     }
+    let uploads = all_but(0..regions.upload_end, &kept);
     let constants: Vec<T> = kernel.constants.iter().map(|&c| T::from_f64(c)).collect();
     pack_values(&mut host[regions.constants..], &constants);
     if let Some(ranged) = data.ranged {
@@ -586,8 +596,8 @@ fn run_step<S: Stored, T: Real>(
                 }
             } else {
                 result::event::record(events[0], stream).map_err(|e| gpu_error("timing", e))?;
-                if regions.upload_end > 0 {
-                    result::memcpy_htod_async(base, &host[..regions.upload_end], stream)
+                for bytes in &uploads {
+                    result::memcpy_htod_async(at(bytes.start), &host[bytes.clone()], stream)
                         .map_err(|e| gpu_error("copying the inputs", e))?;
                 }
                 result::event::record(events[1], stream).map_err(|e| gpu_error("timing", e))?;
@@ -758,6 +768,19 @@ fn pack<S: Stored>(bytes: &mut [u8], data: &[f64], n: usize, rows: &Range<usize>
     }
 }
 
+/// The non-empty ranges of `all` outside the sorted, disjoint ranges `out`.
+fn all_but(all: Range<usize>, out: &[Range<usize>]) -> Vec<Range<usize>> {
+    let mut ranges = Vec::with_capacity(out.len() + 1);
+    let mut start = all.start;
+    for r in out {
+        ranges.push(start..r.start);
+        start = r.end;
+    }
+    ranges.push(start..all.end);
+    ranges.retain(|r| !r.is_empty());
+    ranges
+}
+
 fn pack_values<X: Copy>(bytes: &mut [u8], values: &[X]) {
     view_mut(bytes, values.len()).copy_from_slice(values);
 }
@@ -822,4 +845,17 @@ pub fn check_resources(
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::all_but;
+
+    #[test]
+    fn uploads_leave_out_the_kept_ranges() {
+        assert_eq!(all_but(0..100, &[]), vec![0..100]);
+        assert_eq!(all_but(0..100, &[0..10, 30..40]), vec![10..30, 40..100]);
+        assert_eq!(all_but(0..100, &[10..20, 20..30, 90..100]), vec![0..10, 30..90]);
+        assert_eq!(all_but(0..0, &[]), Vec::<std::ops::Range<usize>>::new());
+    }
 }
