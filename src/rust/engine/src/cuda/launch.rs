@@ -553,24 +553,23 @@ fn run_step<S: Stored, T: Real>(
 
     let clock = Instant::now();
     let outer = outer_category(formula);
-    // (byte ranges of the buffer's inputs that are already on the device)
-    let mut kept = Vec::new();
+    // What travels: the bytes packed (a region is sized for the largest block of reduced rows,
+    // the step's may be smaller), then the numbers and the ranges.
+    let mut uploads = Vec::new();
     for (p, (v, &offset)) in formula.variables.iter().zip(&regions.inputs).enumerate() {
         if data.resident[p].is_some() {
             continue;
         }
         let (n, rows) = match v.category {
             Category::Param => (1, 0..1),
-            c if c == outer && outer_kept => {
-                kept.push(offset..offset + rows_out * v.dim * std::mem::size_of::<S>());
-                continue;
-            }
+            c if c == outer && outer_kept => continue,
             c if c == outer => (step.n_out, step.out.clone()),
             _ => (step.n_red, step.red.clone()),
         };
         pack::<S>(&mut host[offset..], data.inputs[p].data, n, &rows, v.dim);
+        uploads.push(offset..offset + rows.len() * v.dim * std::mem::size_of::<S>());
     }
-    let uploads = all_but(0..regions.upload_end, &kept);
+    uploads.push(regions.constants..regions.upload_end);
     let constants: Vec<T> = kernel.constants.iter().map(|&c| T::from_f64(c)).collect();
     pack_values(&mut host[regions.constants..], &constants);
     if let Some(ranged) = data.ranged {
@@ -596,7 +595,7 @@ fn run_step<S: Stored, T: Real>(
                 }
             } else {
                 result::event::record(events[0], stream).map_err(|e| gpu_error("timing", e))?;
-                for bytes in &uploads {
+                for bytes in uploads.iter().filter(|b| !b.is_empty()) {
                     result::memcpy_htod_async(at(bytes.start), &host[bytes.clone()], stream)
                         .map_err(|e| gpu_error("copying the inputs", e))?;
                 }
@@ -768,19 +767,6 @@ fn pack<S: Stored>(bytes: &mut [u8], data: &[f64], n: usize, rows: &Range<usize>
     }
 }
 
-/// The non-empty ranges of `all` outside the sorted, disjoint ranges `out`.
-fn all_but(all: Range<usize>, out: &[Range<usize>]) -> Vec<Range<usize>> {
-    let mut ranges = Vec::with_capacity(out.len() + 1);
-    let mut start = all.start;
-    for r in out {
-        ranges.push(start..r.start);
-        start = r.end;
-    }
-    ranges.push(start..all.end);
-    ranges.retain(|r| !r.is_empty());
-    ranges
-}
-
 fn pack_values<X: Copy>(bytes: &mut [u8], values: &[X]) {
     view_mut(bytes, values.len()).copy_from_slice(values);
 }
@@ -845,17 +831,4 @@ pub fn check_resources(
         )));
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::all_but;
-
-    #[test]
-    fn uploads_leave_out_the_kept_ranges() {
-        assert_eq!(all_but(0..100, &[]), vec![0..100]);
-        assert_eq!(all_but(0..100, &[0..10, 30..40]), vec![10..30, 40..100]);
-        assert_eq!(all_but(0..100, &[10..20, 20..30, 90..100]), vec![0..10, 30..90]);
-        assert_eq!(all_but(0..0, &[]), Vec::<std::ops::Range<usize>>::new());
-    }
 }
