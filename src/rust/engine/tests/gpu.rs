@@ -501,8 +501,10 @@ fn gpu_processes_inputs_larger_than_its_memory_in_blocks() {
 }
 
 /// A reduction of more pairs than a first launch takes runs in steps over the reduced range,
-/// the output rows' inputs uploaded at the first step only: equal to the CPU on blocks of its
-/// output rows (computed there alone), both axes, float64.
+/// the output rows' inputs uploaded at the first step only, the K-selections of a step starting
+/// from the K-th best value of the earlier ones: equal to the CPU on blocks of its output rows
+/// (computed there alone), both axes, float64, selections in local memory and in registers, and
+/// values that tie across the steps (integers).
 #[test]
 fn gpu_long_reductions_in_steps_equal_the_cpu() {
     let _gpu = sharing_the_gpu();
@@ -522,6 +524,10 @@ fn gpu_long_reductions_in_steps_equal_the_cpu() {
         "Sum_Reduction(Exp(-SqDist(x,y)) * (b + Sum(a)), 0)",
         "ArgKMin_Reduction(SqDist(x,y) + Elem(a,1), 3, 0)",
         "LogSumExp_Reduction(Sum(a) * b - SqDist(x,y), 1)",
+        // (registers: 100003 reduced rows <= 16384 per value)
+        "KMin_ArgKMin_Reduction(SqDist(x,y) - b, 7, 1)",
+        "Max_ArgMax_Reduction(x - y, 0)",
+        "ArgKMin_Reduction(Floor(8 * SqDist(x,y)), 6, 0)",
     ] {
         let op = Operator::new(text, &args).unwrap();
         let inputs = [

@@ -606,7 +606,9 @@ fn run_step<S: Stored, T: Real>(
         let mut pointers: Vec<u64> =
             regions.inputs.iter().zip(data.resident).map(|(&o, r)| r.map_or(at(o), |m| m.pointer())).collect();
         let values = data.target.map_or(at(regions.values), DeviceMatrix::pointer);
-        pointers.extend([at(regions.constants), at(regions.states), values, at(regions.indices)]);
+        // (the running states of the earlier steps seed the K-selections: see codegen's Reducer::init)
+        let running = if step.first { 0 } else { at(regions.running.start) };
+        pointers.extend([at(regions.constants), at(regions.states), values, at(regions.indices), running]);
         let blocks = match data.ranged {
             Some(ranged) => {
                 pointers.extend([at(regions.work), at(regions.red)]);
@@ -638,7 +640,8 @@ fn run_step<S: Stored, T: Real>(
         };
         // SAFETY: the arguments match the generated signature: five ints, one pointer per input
         // (the step's rows, as the kernel indexes them), the numbers, the states of `chunks` x
-        // `rows_out` rows and the results of `rows_out` rows (then the prepared dots').
+        // `rows_out` rows, the results of `rows_out` rows and their running states or null (then
+        // the ranges', then the prepared dots').
         unsafe { launch(device, &compiled.functions.reduce, config, &ints, &pointers) }
             .map_err(|e| gpu_error("launching the kernel", e))?;
         if let Some(r) = recorded.as_mut() {
