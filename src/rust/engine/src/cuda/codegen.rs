@@ -835,7 +835,8 @@ impl Reducer<'_> {
                 // K-th best value of the earlier ones, where there are K: a value that does not pass
                 // it cannot enter the row's list, so that the list starts full of markers of that
                 // value (index -2, stored as empty slots; the merge keeps the K best of both lists).
-                // Without it, each step filled its list again: 10-NN of 1e7 points, 17 % slower.
+                // Without it, each step filled its list again (10-NN of 1e7 points on an H200: 61.1
+                // against 46.3 s of kernel).
                 let (half, len) = (n, self.acc.state_len());
                 emit(g, &format!(
                     "  if (rk_running != 0 && row@ < row_end) {{\n\
