@@ -517,9 +517,9 @@ fn gpu_long_reductions_in_steps_equal_the_cpu() {
     let (x, a, y, b) = (random(3 * n, 41), random(2 * n, 42), random(3 * m, 43), random(m, 44));
     let args: Vec<String> = ["x = Vi(3)", "a = Vi(2)", "y = Vj(3)", "b = Vj(1)"].map(String::from).to_vec();
     // The rows `rows` of the column-major `n x d` matrix `v`, column-major.
-    let rows_of = |v: &[f64], n: usize, d: usize, rows: &std::ops::Range<usize>| -> Vec<f64> {
+    fn rows_of<X: Copy>(v: &[X], n: usize, d: usize, rows: &std::ops::Range<usize>) -> Vec<X> {
         (0..d).flat_map(|c| v[c * n + rows.start..c * n + rows.end].to_vec()).collect()
-    };
+    }
     for text in [
         "Sum_Reduction(Exp(-SqDist(x,y)) * (b + Sum(a)), 0)",
         "ArgKMin_Reduction(SqDist(x,y) + Elem(a,1), 3, 0)",
@@ -558,9 +558,7 @@ fn gpu_long_reductions_in_steps_equal_the_cpu() {
             let width = g.k * g.dim;
             let part = engine::Output {
                 values: g.values.as_ref().map(|v| rows_of(v, n_out, width, &rows)),
-                indices: g.indices.as_ref().map(|v| {
-                    (0..width).flat_map(|c| v[c * n_out + rows.start..c * n_out + rows.end].to_vec()).collect()
-                }),
+                indices: g.indices.as_ref().map(|v| rows_of(v, n_out, width, &rows)),
                 nrow: rows.len(),
                 k: g.k,
                 dim: g.dim,
