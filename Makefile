@@ -129,7 +129,7 @@ FUZZ_SECONDS ?= 300
 FUZZ_START ?= 1
 fuzz:
 	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_START=$(FUZZ_START) cargo test --release --manifest-path $(CARGO_MANIFEST) \
-		-p rkeops-engine --test fuzz -- --nocapture
+		-p rkeops-engine --test engine_tests fuzz:: -- --nocapture
 
 bench-cpu: install
 	NMAX=$(NMAX) BUDGET=$(BUDGET) REPS=$(REPS) BENCH_OUT='$(BENCH_OUT)' CASES='$(CASES)' \

@@ -3,7 +3,7 @@
 
 use engine::{Backend, Input, Operator, Precision, RunOptions};
 
-mod common;
+use crate::common;
 use common::random;
 
 const ARGS: [&str; 6] = ["x = Vi(3)", "y = Vj(3)", "b = Vj(2)", "A = Pm(6)", "S = Pm(9)", "p = Pm(1)"];

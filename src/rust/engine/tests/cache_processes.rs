@@ -65,7 +65,7 @@ fn four_processes_share_one_fresh_cache() {
     let mut children: Vec<_> = (0..PROCESSES)
         .map(|_| {
             Command::new(&exe)
-                .args(["--exact", "four_processes_share_one_fresh_cache", "--nocapture", "--test-threads=1"])
+                .args(["--exact", "cache_processes::four_processes_share_one_fresh_cache", "--nocapture", "--test-threads=1"])
                 .env(WORKER, &dir)
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())

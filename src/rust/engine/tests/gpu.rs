@@ -10,9 +10,8 @@ use engine::cuda::device;
 use engine::formula::Formula;
 use engine::{Backend, BlockRanges, Input, Operator, Precision, Ranges, RunOptions, SumScheme};
 
-mod common;
-#[path = "common/ranges.rs"]
-mod common_ranges;
+use crate::common;
+use crate::common_ranges;
 use common::random;
 use common_ranges::random_ranges;
 

@@ -13,7 +13,7 @@ use engine::cache::DiskCache;
 use engine::cuda::device;
 use engine::{Backend, Input, Operator, Output, Precision, RunOptions};
 
-mod common;
+use crate::common;
 use common::random;
 
 /// Set (to the cache directory) in the child processes only: the worker test does its work then.
@@ -24,7 +24,7 @@ const SALT_ENV: &str = "RKEOPS_CACHE_WORKER_SALT";
 const SYNC_ENV: &str = "RKEOPS_CACHE_WORKER_SYNC";
 /// Which worker this is (0..WORKERS).
 const ID_ENV: &str = "RKEOPS_CACHE_WORKER_ID";
-const WORKER_TEST: &str = "four_processes_compile_and_run_the_same_new_formulas_on_one_fresh_cache";
+const WORKER_TEST: &str = "gpu_shared_cache::four_processes_compile_and_run_the_same_new_formulas_on_one_fresh_cache";
 const WORKERS: usize = 4;
 /// Sizes that are not multiples of any tile (64, 128, 256) nor of a warp.
 const N: usize = 1003;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use engine::{Backend, Error, Input, Operator, Precision, RunOptions};
 
-mod common;
+use crate::common;
 use common::random;
 
 const GAUSS: &str = "Sum_Reduction(Exp(-SqDist(x,y))*b, 0)";

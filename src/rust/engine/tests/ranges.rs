@@ -7,9 +7,8 @@ use std::ops::Range;
 
 use engine::{Backend, BlockRanges, Input, Operator, Output, Precision, Ranges, RunOptions};
 
-mod common;
-#[path = "common/ranges.rs"]
-mod common_ranges;
+use crate::common;
+use crate::common_ranges;
 use common::random;
 use common_ranges::random_ranges;
 

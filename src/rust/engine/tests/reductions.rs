@@ -4,7 +4,7 @@
 
 use engine::{Backend, Input, Operator, Output, Precision, RunOptions, SumScheme};
 
-mod common;
+use crate::common;
 use common::random;
 
 struct Data {

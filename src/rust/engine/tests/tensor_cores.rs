@@ -9,7 +9,7 @@ use engine::cuda::device;
 use engine::formula::Formula;
 use engine::{Backend, Input, Operator, RunOptions};
 
-mod common;
+use crate::common;
 use common::random;
 
 const ARGS: [&str; 4] = ["x = Vi(D)", "y = Vj(D)", "b = Vj(1)", "g = Pm(1)"];

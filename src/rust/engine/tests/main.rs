@@ -1,0 +1,19 @@
+//! The engine's integration tests, in one binary: each file of this folder is a module, so that
+//! `cargo test` links the engine once, not once per file. Run one file's tests with a filter:
+//! `cargo test --release -p rkeops-engine --test engine_tests fuzz::` (tests/README of the
+//! GPU host: the same binary with `gpu::`, `tensor_cores::`, `gpu_shared_cache::`).
+
+mod common;
+#[path = "common/ranges.rs"]
+mod common_ranges;
+
+mod autodiff;
+mod cache_processes;
+mod clustering;
+mod fuzz;
+mod gpu;
+mod gpu_shared_cache;
+mod interrupts;
+mod ranges;
+mod reductions;
+mod tensor_cores;
