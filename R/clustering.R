@@ -15,10 +15,7 @@ clustering_stop <- function(fun, ...) {
 }
 
 # `res`, the result of one of the engine's clustering helpers, or its error raised from `fun`.
-clustering_result <- function(fun, res) {
-  if (is.list(res) && !is.null(res$error)) clustering_stop(fun, res$error)
-  res
-}
+clustering_result <- function(fun, res) rust_result(res, fun)
 
 # x as a double matrix with finite values (a vector is one column).
 clustering_points <- function(x, fun, arg = "x") {

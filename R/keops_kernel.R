@@ -529,17 +529,13 @@ kernel_cache_dir <- function() {
   memo$dir
 }
 
-# The Rust side reports failures as list(error = message), and Ctrl-C as list(error, interrupted =
-# TRUE): a condition that tryCatch(interrupt = ) catches like R's own, and that is an error for the
-# rest (a script stops there).
-rust_result <- function(res) {
-  if (!is.list(res)) return(res)   # a value that is not a list (an external pointer) is a success
-  if (isTRUE(res$interrupted)) {
-    stop(structure(class = c("interrupt", "error", "condition"),
-                   list(message = res$error, call = NULL)))
-  }
-  if (!is.null(res$error)) stop(res$error, call. = FALSE)
-  res
+# The Rust side reports failures as list(error = message, kind, arg): raised as the rkeops error of
+# that kind (see checks.R; Ctrl-C, kind "interrupt", is also a condition that tryCatch(interrupt = )
+# catches like R's own). `fun`: the R function whose name starts the message ("fun(): message").
+rust_result <- function(res, fun = NULL) {
+  # (a value that is not a list, an external pointer, is a success)
+  if (!is.list(res) || is.null(res$error)) return(res)
+  rkeops_abort(if (!is.null(fun)) paste0(fun, "(): "), res$error, kind = res$kind, arg = res$arg)
 }
 
 # Checks the list of inputs (count, names, types) and converts each to a double vector or matrix.
