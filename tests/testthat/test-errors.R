@@ -21,14 +21,16 @@ test_that("control: the operator used below works on valid inputs", {
   expect_identical(dim(op(setNames(inp, c("pts", "ctr", "wts")))), c(11L, 2L))
 })
 
-test_that("errors are ordinary R errors (simpleError)", {
+test_that("errors are ordinary R errors, of rkeops' classes (?rkeops_errors), without a call", {
   set.seed(302)
   op <- keops_kernel(FORM, ARGS)
   err <- tryCatch(op(good()[1:2]), error = function(e) e)
-  expect_s3_class(err, "simpleError")
+  expect_identical(class(err), c("rkeops_error_input", "rkeops_error", "error", "condition"))
+  expect_null(conditionCall(err))
   err <- tryCatch(keops_kernel("Sum_Reduction(Exp(-x)*, 0)", "x = Vi(1)"),
                   error = function(e) e)
-  expect_s3_class(err, "simpleError")
+  expect_identical(class(err), c("rkeops_error_formula", "rkeops_error", "error", "condition"))
+  expect_null(conditionCall(err))
 })
 
 test_that("wrong number of inputs", {
