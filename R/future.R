@@ -199,13 +199,10 @@ future_reduce <- function(formula, args, sum_scheme, info, inputs, ranges, one) 
   backends <- unique(vapply(done, function(d) as.character(d$backend)[1L], ""))
   # (what last_run() reports: the processes that computed the blocks and the threads of each block,
   # NA for all the cores, for checks and benchmarks)
-  .rkeops_env$last_run <- list(
-    backend = sprintf("future (%d block%s): %s", blocks, if (blocks > 1L) "s" else "",
-                      paste(backends, collapse = ", ")),
-    timings = timings, processes = unique(vapply(done, `[[`, 1L, "process")),
-    ncore = vapply(done, `[[`, 1L, "ncore")
-  )
-  if (!is.null(.rkeops_env$phase_log)) log_phases(timings)
+  record_run(sprintf("future (%d block%s): %s", blocks, if (blocks > 1L) "s" else "",
+                     paste(backends, collapse = ", ")),
+             timings, processes = unique(vapply(done, `[[`, 1L, "process")),
+             ncore = vapply(done, `[[`, 1L, "ncore"))
   if (is.null(one)) value else batch_of_one_value(value, one$as_list)
 }
 

@@ -139,13 +139,10 @@ keops_iterate <- function(ops, input, iterations) {
                        ranges = ranges_for_engine(ranges))
   }
   states <- lapply(states, function(x) if (is.matrix(x)) x else matrix(x, ncol = 1L))
-  opts <- .rkeops_env$options
-  threads <- if (is.null(opts$ncore)) 0L else opts$ncore
-  cache_dir <- if (opts$backend == "CPU") "" else kernel_cache_dir()
+  o <- engine_options()
   res <- rust_result(.Call(wrap__keops_iterate_run, steps, states, as.integer(iterations),
-                           opts$precision, threads, opts$backend, opts$device, cache_dir))
-  .rkeops_env$last_run <- list(backend = res$backend, timings = res$timings)
-  if (!is.null(.rkeops_env$phase_log)) log_phases(res$timings)
+                           o$precision, o$threads, o$backend, o$device, o$cache_dir))
+  record_run(res$backend, res$timings)
   out <- res$states
   if (batched) {
     for (name in iterated) out[[name]] <- batch_value(out[[name]], shapes[[name]]$rows, shapes[[name]]$as_list)

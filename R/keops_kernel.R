@@ -276,17 +276,11 @@ make_kernel <- function(formula, args, sum_scheme, shown = NULL) {
 # the output rows are a batch of members of equal size laid end to end, whose results come back as
 # `n x ... x B` arrays, `members[b]` (member b's first reduced row) subtracted from its indices.
 engine_run <- function(formula, args, sum_scheme, inputs, ranges, members = NULL) {
-  opts <- .rkeops_env$options
-  # 0 threads: the engine uses every core (parallel::detectCores() would cost a millisecond a call).
-  threads <- if (is.null(opts$ncore)) 0L else opts$ncore
-  # The CPU backend compiles nothing: no cache directory to look up.
-  cache_dir <- if (opts$backend == "CPU") "" else kernel_cache_dir()
-  res <- .Call(wrap__keops_run, formula, args, inputs, opts$precision,
-               threads, sum_scheme, opts$backend, opts$device, cache_dir,
-               ranges_for_engine(ranges), members)
+  o <- engine_options()
+  res <- .Call(wrap__keops_run, formula, args, inputs, o$precision, o$threads, sum_scheme, o$backend,
+               o$device, o$cache_dir, ranges_for_engine(ranges), members)
   if (!is.null(res$error)) rust_result(res)
-  .rkeops_env$last_run <- list(backend = res$backend, timings = res$timings)
-  if (!is.null(.rkeops_env$phase_log)) log_phases(res$timings)
+  record_run(res$backend, res$timings)
   result_value(res)
 }
 
@@ -491,55 +485,6 @@ grad_kernel <- function(call, formula, args, sum_scheme) {
     if (!is.null(names(input)) && all(nzchar(names(input)))) input <- input[all_info$names]
     batch_gradient(inner, k, e, grad, unname(input)[order], ranges, inner_dim)
   }, info, match(e, all_info$names))
-}
-
-# What computed the last reduction, and the seconds spent in each of its phases (conversion,
-# compilation, transfers, kernel, ...): a tool for benchmarks and for checking the backend.
-last_run <- function() .rkeops_env$last_run
-
-# Evaluates `expr` and returns list(value, calls, phases): the number of reductions it ran and the
-# seconds of each engine phase summed over them, by name (the names are the engine's; they differ
-# between backends). For benchmarks of whole algorithms (bench/iterative.R). Nested uses: the inner
-# one counts its calls only.
-phase_totals <- function(expr) {
-  log <- new.env(parent = emptyenv())
-  log$calls <- 0L
-  log$phases <- numeric(0)
-  old <- .rkeops_env$phase_log
-  .rkeops_env$phase_log <- log
-  on.exit(.rkeops_env$phase_log <- old)
-  value <- expr
-  list(value = value, calls = log$calls, phases = log$phases)
-}
-
-log_phases <- function(timings) {
-  log <- .rkeops_env$phase_log
-  log$calls <- log$calls + 1L
-  for (name in names(timings)) {
-    before <- log$phases[name]
-    log$phases[name] <- if (is.na(before)) timings[[name]] else before + timings[[name]]
-  }
-}
-
-# rkeops_cache_dir() costs tens of microseconds (tools::R_user_dir()); it is computed again only
-# when one of the environment variables it depends on changes.
-kernel_cache_dir <- function() {
-  env <- Sys.getenv(c("RKEOPS_CACHE_DIR", "R_USER_CACHE_DIR", "XDG_CACHE_HOME", "HOME"))
-  memo <- .rkeops_env$cache_dir_memo
-  if (is.null(memo) || !identical(memo$env, env)) {
-    memo <- list(env = env, dir = rkeops_cache_dir())
-    .rkeops_env$cache_dir_memo <- memo
-  }
-  memo$dir
-}
-
-# The Rust side reports failures as list(error = message, kind, arg): raised as the rkeops error of
-# that kind (see checks.R; Ctrl-C, kind "interrupt", is also a condition that tryCatch(interrupt = )
-# catches like R's own). `fun`: the R function whose name starts the message ("fun(): message").
-rust_result <- function(res, fun = NULL) {
-  # (a value that is not a list, an external pointer, is a success)
-  if (!is.list(res) || is.null(res$error)) return(res)
-  rkeops_abort(if (!is.null(fun)) paste0(fun, "(): "), res$error, kind = res$kind, arg = res$arg)
 }
 
 # Checks the list of inputs (count, names, types) and converts each to a double vector or matrix.
