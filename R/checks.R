@@ -11,8 +11,9 @@
 #' a condition of classes `c("rkeops_error_<kind>", "rkeops_error", "error",
 #' "condition")`, so that a program can catch one kind of failure, e.g.
 #' `tryCatch(op(input), rkeops_error_gpu = function(e) ...)` to fall back to
-#' the CPU, without reading the message. The kinds are:
+#' the CPU, without reading the message.
 #'
+#' The kinds of errors:
 #' * `formula`: a formula that cannot be parsed or used (syntax, unknown
 #'   names, dimensions that do not match, bad declarations in `args`), or a
 #'   LazyTensor operation that cannot be built;
