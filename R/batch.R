@@ -42,23 +42,24 @@ batch_size <- function(x) {
 
 # A batched input stacked for the engine: list(data, rows), `data` the members' rows end to end
 # (for a parameter, one row per member) and `rows` the rows of each member; `label` names the input
-# in errors.
-batch_stack <- function(x, category, dim, label) {
+# in errors, `name` is its variable's.
+batch_stack <- function(x, category, dim, label, name) {
   if (!is.list(x)) {
     d <- dim(x)
     if (!(is.numeric(x) || is.logical(x)) || is.object(x)) {
-      stop(label, ": expected a numeric array (n x d x B) or a list of matrices", call. = FALSE)
+      rkeops_abort(label, ": expected a numeric array (n x d x B) or a list of matrices",
+                   kind = "input", arg = name)
     }
     if (category == "Pm") {
       if (d[1L] * d[2L] != dim) {
-        stop(label, ": a batch of parameters Pm(", dim, ") needs a 1 x ", dim, " x B array, not ",
-             paste(d, collapse = " x "), call. = FALSE)
+        rkeops_abort(label, ": a batch of parameters Pm(", dim, ") needs a 1 x ", dim, " x B array, not ",
+                     paste(d, collapse = " x "), kind = "input", arg = name)
       }
       return(list(data = t(matrix(as.double(x), dim, d[3L])), rows = rep(1L, d[3L])))
     }
     if (d[2L] != dim || d[1L] == 0L) {
-      stop(label, ", member 1: expected a matrix with ", dim, " column", if (dim > 1L) "s",
-           " and at least one row, not ", d[1L], " x ", d[2L], call. = FALSE)
+      rkeops_abort(label, ", member 1: expected a matrix with ", dim, " column", if (dim > 1L) "s",
+                   " and at least one row, not ", d[1L], " x ", d[2L], kind = "input", arg = name)
     }
     # (one copy: each allocation of a large vector costs page faults)
     data <- if (dim == 1L) x else aperm(x, c(1L, 3L, 2L))
@@ -70,20 +71,20 @@ batch_stack <- function(x, category, dim, label) {
     m <- x[[b]]
     if (is.data.frame(m)) m <- as.matrix(m)
     if (!(is.numeric(m) || is.logical(m)) || is.object(m) || length(dim(m)) > 2L) {
-      stop(label, ", member ", b, ": expected a numeric ", if (category == "Pm") "vector" else "matrix",
-           call. = FALSE)
+      rkeops_abort(label, ", member ", b, ": expected a numeric ", if (category == "Pm") "vector" else "matrix",
+                   kind = "input", arg = name)
     }
     if (category == "Pm") {
       if (length(m) != dim) {
-        stop(label, ", member ", b, ": a parameter Pm(", dim, ") needs ", dim, " values, not ",
-             length(m), call. = FALSE)
+        rkeops_abort(label, ", member ", b, ": a parameter Pm(", dim, ") needs ", dim, " values, not ",
+                     length(m), kind = "input", arg = name)
       }
       return(matrix(as.double(m), 1L, dim))
     }
     if (!is.matrix(m)) m <- matrix(m, ncol = 1L)   # a vector: one value per point
     if (ncol(m) != dim || nrow(m) == 0L) {
-      stop(label, ", member ", b, ": expected a matrix with ", dim, " column", if (dim > 1L) "s",
-           " and at least one row, not ", nrow(m), " x ", ncol(m), call. = FALSE)
+      rkeops_abort(label, ", member ", b, ": expected a matrix with ", dim, " column", if (dim > 1L) "s",
+                   " and at least one row, not ", nrow(m), " x ", ncol(m), kind = "input", arg = name)
     }
     m
   })
@@ -102,38 +103,40 @@ batch_layout <- function(input, info, axis) {
   cats <- info$categories
   labels <- sprintf("input %d ('%s')", seq_len(n), info$names)
   if (length(input) != n) {
-    stop("expected ", n, " inputs (", paste(info$names, collapse = ", "), "), got ", length(input),
-         call. = FALSE)
+    rkeops_abort("expected ", n, " inputs (", paste(info$names, collapse = ", "), "), got ", length(input),
+                 kind = "input", arg = "input")
   }
   if (!is.null(names(input)) && all(nzchar(names(input)))) {
     if (!setequal(names(input), info$names)) {
-      stop("input names must name each variable once (", paste(info$names, collapse = ", "), ")",
-           call. = FALSE)
+      rkeops_abort("input names must name each variable once (", paste(info$names, collapse = ", "), ")",
+                   kind = "input", arg = "input")
     }
     input <- input[info$names]
   }
   for (k in seq_len(n)) {
     if (inherits(input[[k]], "keops_device_matrix")) {
-      stop(labels[k], " is kept on the GPU (keops_device()): a batched call takes its inputs from ",
-           "R memory", call. = FALSE)
+      rkeops_abort(labels[k], " is kept on the GPU (keops_device()): a batched call takes its inputs from ",
+                   "R memory", kind = "input", arg = info$names[k])
     }
   }
   sizes <- vapply(input, batch_size, 1L)
   if (any(sizes == 0L, na.rm = TRUE)) {
-    stop(labels[which(sizes == 0L)[1L]], " is an empty batch (a list or array of no member)", call. = FALSE)
+    rkeops_abort(labels[which(sizes == 0L)[1L]], " is an empty batch (a list or array of no member)",
+                 kind = "input", arg = info$names[which(sizes == 0L)[1L]])
   }
   B <- max(c(1L, sizes), na.rm = TRUE)
   wrong <- which(!is.na(sizes) & sizes != 1L & sizes != B)
   if (length(wrong)) {
     k <- wrong[1L]
-    stop("the batched inputs must have the same number of members (or one, shared by all): ",
-         labels[k], " has ", sizes[k], ", ", labels[match(B, sizes)], " has ", B, call. = FALSE)
+    rkeops_abort("the batched inputs must have the same number of members (or one, shared by all): ",
+                 labels[k], " has ", sizes[k], ", ", labels[match(B, sizes)], " has ", B,
+                 kind = "input", arg = info$names[k])
   }
   batched <- !is.na(sizes) & sizes == B & B > 1L
   as_list <- any(vapply(input, function(x) is.list(x) && !is.object(x), NA))
   stacks <- vector("list", n)
   for (k in which(!is.na(sizes))) {
-    st <- batch_stack(input[[k]], cats[k], info$dims[k], labels[k])
+    st <- batch_stack(input[[k]], cats[k], info$dims[k], labels[k], info$names[k])
     # A batch of one member is shared: its only member is the input.
     if (batched[k]) stacks[[k]] <- st else input[[k]] <- if (cats[k] == "Pm") as.vector(st$data) else st$data
   }
@@ -141,8 +144,8 @@ batch_layout <- function(input, info, axis) {
   side_rows <- function(side) {
     ks <- which(cats == side)
     if (length(ks) == 0L) {
-      stop("a batched reduction needs at least one ", side, " variable (the members are blocks ",
-           "of i and j rows)", call. = FALSE)
+      rkeops_abort("a batched reduction needs at least one ", side, " variable (the members are blocks ",
+                   "of i and j rows)", kind = "input", arg = "input")
     }
     rows <- NULL
     for (k in ks[batched[ks]]) {
@@ -152,16 +155,16 @@ batch_layout <- function(input, info, axis) {
         first <- k
       } else if (!identical(r, rows)) {
         b <- which(r != rows)[1L]
-        stop("member ", b, " has ", rows[b], " rows in ", labels[first], " but ", r[b], " in ",
-             labels[k], call. = FALSE)
+        rkeops_abort("member ", b, " has ", rows[b], " rows in ", labels[first], " but ", r[b], " in ",
+                     labels[k], kind = "input", arg = info$names[k])
       }
     }
     for (k in ks[!batched[ks]]) {
       r <- NROW(input[[k]])
       if (is.null(rows)) rows <- rep(r, B)
       if (any(rows != r)) {
-        stop(labels[k], " is shared by every member, so it needs as many rows as each member (",
-             rows[rows != r][1L], "), not ", r, call. = FALSE)
+        rkeops_abort(labels[k], " is shared by every member, so it needs as many rows as each member (",
+                     rows[rows != r][1L], "), not ", r, kind = "input", arg = info$names[k])
       }
     }
     rows
@@ -283,8 +286,8 @@ batch_forward <- function(formula, sum_scheme, info, input, ranges, inner_dim) {
   reduced <- layout$rows[[if (info$axis == 0L) "Vj" else "Vi"]]
   if (info$reduction %in% c("KMin", "ArgKMin", "KMinArgKMin") && info$k > min(reduced)) {
     b <- which.min(reduced)
-    stop("K = ", info$k, " is larger than the number of ", if (info$axis == 0L) "j" else "i",
-         "-rows reduced over in member ", b, " (", reduced[b], ")", call. = FALSE)
+    rkeops_abort("K = ", info$k, " is larger than the number of ", if (info$axis == 0L) "j" else "i",
+                 "-rows reduced over in member ", b, " (", reduced[b], ")", kind = "input")
   }
   out_rows <- layout$rows[[if (info$axis == 0L) "Vi" else "Vj"]]
   # Indices count from the start of each member's reduced rows.
@@ -397,12 +400,12 @@ batch_unsupported <- function(ranges, inner_dim) {
   if (is.list(inner_dim)) ranges <- inner_dim
   if (is.null(inner_dim) || is.list(inner_dim)) inner_dim <- "col"
   if (!is.null(ranges)) {
-    stop("'ranges' cannot be combined with batched inputs yet: the batch is itself a set of ",
-         "blocks; call each member with its ranges", call. = FALSE)
+    rkeops_abort("'ranges' cannot be combined with batched inputs yet: the batch is itself a set of ",
+                 "blocks; call each member with its ranges", kind = "input", arg = "ranges")
   }
   if (!identical(inner_dim, "col")) {
-    stop("inner_dim = \"row\" cannot be combined with batched inputs: give each member with one ",
-         "row per point", call. = FALSE)
+    rkeops_abort("inner_dim = \"row\" cannot be combined with batched inputs: give each member with one ",
+                 "row per point", kind = "input", arg = "inner_dim")
   }
 }
 
@@ -428,13 +431,13 @@ with_batches <- function(plain, batched, info, at) {
 # Vi(x), Vj(x) or Pm(x) of a batch `x` (see above): kept as given, checked when reduced.
 lazy_batch_variable <- function(x, cat, label, is_complex) {
   if (is_complex || (is.list(x) && any(vapply(x, is.complex, NA))) || is.complex(x)) {
-    stop(sprintf("%s(): '%s' is a batch: batches of complex numbers are not supported", cat, label),
-         call. = FALSE)
+    rkeops_abort(sprintf("%s(): '%s' is a batch: batches of complex numbers are not supported", cat, label),
+                 kind = "input", arg = label)
   }
   dim <- batch_var_dim(x, cat)
   if (is.na(dim) || dim < 1L) {
-    stop(sprintf("%s(): '%s' must be a batch of numeric %s (a list, or an array whose third index is the member)",
-                 cat, label, if (cat == "Pm") "vectors" else "matrices"), call. = FALSE)
+    rkeops_abort(sprintf("%s(): '%s' must be a batch of numeric %s (a list, or an array whose third index is the member)",
+                         cat, label, if (cat == "Pm") "vectors" else "matrices"), kind = "input", arg = label)
   }
   new_lazy("@0@", list(x), cat, dim, dims = dim)
 }

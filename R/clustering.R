@@ -9,27 +9,24 @@
 # Internal checks
 # ---------------------------------------------------------------------------
 
-# Stop with "fun(): message", as the other functions of the package do.
-clustering_stop <- function(fun, ...) {
-  stop(fun, "(): ", ..., call. = FALSE)
+# An input error "fun(): message" about argument `arg`, as the other functions of the package raise.
+clustering_stop <- function(fun, ..., arg) {
+  rkeops_abort(fun, "(): ", ..., kind = "input", arg = arg)
 }
 
 # `res`, the result of one of the engine's clustering helpers, or its error raised from `fun`.
-clustering_result <- function(fun, res) {
-  if (is.list(res) && !is.null(res$error)) clustering_stop(fun, res$error)
-  res
-}
+clustering_result <- function(fun, res) rust_result(res, fun)
 
 # x as a double matrix with finite values (a vector is one column).
 clustering_points <- function(x, fun, arg = "x") {
   if (is.data.frame(x)) x <- as.matrix(x)
   if (!is.numeric(x) || length(dim(x)) > 2L) {
-    clustering_stop(fun, "'", arg, "' must be a numeric matrix or vector")
+    clustering_stop(fun, "'", arg, "' must be a numeric matrix or vector", arg = arg)
   }
   if (!is.matrix(x)) x <- matrix(x, ncol = 1L)
   if (storage.mode(x) != "double") storage.mode(x) <- "double"
   if (!all(is.finite(x))) {
-    clustering_stop(fun, "'", arg, "' must not contain NA, NaN or infinite values")
+    clustering_stop(fun, "'", arg, "' must not contain NA, NaN or infinite values", arg = arg)
   }
   x
 }
@@ -37,14 +34,16 @@ clustering_points <- function(x, fun, arg = "x") {
 # Cluster labels: positive whole numbers, one per row of x, as integers.
 clustering_labels <- function(labels, n, fun) {
   if (!is.numeric(labels)) {
-    clustering_stop(fun, "'labels' must be a vector of positive whole numbers")
+    clustering_stop(fun, "'labels' must be a vector of positive whole numbers", arg = "labels")
   }
   if (length(labels) != n) {
-    clustering_stop(fun, "'labels' must have one value per point of 'x' (", n, "), not ", length(labels))
+    clustering_stop(fun, "'labels' must have one value per point of 'x' (", n, "), not ", length(labels),
+                    arg = "labels")
   }
   if (!all(is.finite(labels)) || any(labels < 1) || any(labels != round(labels)) ||
       any(labels > .Machine$integer.max)) {
-    clustering_stop(fun, "'labels' must be positive whole numbers (cluster 1, 2, ...), without NA")
+    clustering_stop(fun, "'labels' must be positive whole numbers (cluster 1, 2, ...), without NA",
+                    arg = "labels")
   }
   as.integer(as.vector(labels))
 }
@@ -54,23 +53,24 @@ clustering_labels <- function(labels, n, fun) {
 # integer matrix.
 clustering_blocks <- function(r, arg, fun) {
   if (!is.matrix(r) || !is.numeric(r) || ncol(r) != 2L) {
-    clustering_stop(fun, "'", arg, "' must be a numeric matrix with 2 columns (first, last row of each block)")
+    clustering_stop(fun, "'", arg, "' must be a numeric matrix with 2 columns (first, last row of each block)",
+                    arg = arg)
   }
   if (!all(is.finite(r)) || any(r != round(r)) || any(abs(r) > .Machine$integer.max)) {
-    clustering_stop(fun, "'", arg, "' must hold whole numbers, without NA")
+    clustering_stop(fun, "'", arg, "' must hold whole numbers, without NA", arg = arg)
   }
   r <- matrix(as.integer(r), ncol = 2L)
   if (any(r[, 1L] < 1L)) {
-    clustering_stop(fun, "'", arg, "' must hold 1-based rows: a first row is below 1")
+    clustering_stop(fun, "'", arg, "' must hold 1-based rows: a first row is below 1", arg = arg)
   }
   if (any(r[, 2L] < r[, 1L] - 1L)) {
     clustering_stop(fun, "'", arg, "' has a block with last < first - 1 ",
-                    "(an empty block is written first, first - 1)")
+                    "(an empty block is written first, first - 1)", arg = arg)
   }
   k <- nrow(r)
   if (k > 1L && any(r[-1L, 1L] <= r[-k, 2L])) {
     clustering_stop(fun, "the blocks of '", arg, "' must be sorted and must not overlap ",
-                    "(each first row after the previous block's last row)")
+                    "(each first row after the previous block's last row)", arg = arg)
   }
   r
 }
@@ -84,15 +84,16 @@ clustering_blocks <- function(r, arg, fun) {
 new_keops_ranges <- function(ranges_i, slices_i, redranges_j, ranges_j, slices_j, redranges_i) {
   check_ranges <- function(r, name) {
     if (!is.matrix(r) || !is.integer(r) || ncol(r) != 2L || anyNA(r)) {
-      stop("new_keops_ranges(): '", name, "' must be an integer matrix with 2 columns", call. = FALSE)
+      rkeops_abort("new_keops_ranges(): '", name, "' must be an integer matrix with 2 columns",
+                   kind = "input", arg = name)
     }
   }
   check_slices <- function(s, blocks, red, name) {
     if (!is.integer(s) || !is.null(dim(s)) || length(s) != nrow(blocks) || anyNA(s) ||
         any(diff(c(0L, s)) < 0L) || length(s) > 0L && s[length(s)] != nrow(red) ||
         length(s) == 0L && nrow(red) != 0L) {
-      stop("new_keops_ranges(): '", name, "' must be a non-decreasing integer vector, one value per block, ",
-           "ending at the number of reduced ranges", call. = FALSE)
+      rkeops_abort("new_keops_ranges(): '", name, "' must be a non-decreasing integer vector, one value per block, ",
+                   "ending at the number of reduced ranges", kind = "input", arg = name)
     }
   }
   check_ranges(ranges_i, "ranges_i")
@@ -225,10 +226,10 @@ grid_cluster <- function(x, size) {
   n <- nrow(x)
   d <- ncol(x)
   if (!is.numeric(size) || length(size) == 0L || !all(is.finite(size)) || any(size <= 0)) {
-    clustering_stop(fun, "'size' must be positive finite numbers")
+    clustering_stop(fun, "'size' must be positive finite numbers", arg = "size")
   }
   if (length(size) != 1L && length(size) != d) {
-    clustering_stop(fun, "'size' must have length 1 or ncol(x) = ", d, ", not ", length(size))
+    clustering_stop(fun, "'size' must have length 1 or ncol(x) = ", d, ", not ", length(size), arg = "size")
   }
   if (n == 0L) return(integer(0))
   clustering_result(fun, .Call(wrap__keops_grid_labels, x, rep_len(as.double(size), d)))
@@ -263,14 +264,15 @@ grid_cluster <- function(x, size) {
 sort_clusters <- function(x, labels) {
   fun <- "sort_clusters"
   if (!is.numeric(labels) || is.factor(labels) || anyNA(labels)) {
-    clustering_stop(fun, "'labels' must be a numeric vector without NA")
+    clustering_stop(fun, "'labels' must be a numeric vector without NA", arg = "labels")
   }
   is_rows <- is.matrix(x) || is.data.frame(x)
   if (!is_rows && (!is.atomic(x) || length(dim(x)) > 1L)) {
-    clustering_stop(fun, "'x' must be a matrix, a data frame or a vector")
+    clustering_stop(fun, "'x' must be a matrix, a data frame or a vector", arg = "x")
   }
   if (length(labels) != NROW(x)) {
-    clustering_stop(fun, "'labels' must have one value per point of 'x' (", NROW(x), "), not ", length(labels))
+    clustering_stop(fun, "'labels' must have one value per point of 'x' (", NROW(x), "), not ", length(labels),
+                    arg = "labels")
   }
   perm <- order(as.vector(labels), method = "radix")
   list(x = if (is_rows) x[perm, , drop = FALSE] else x[perm],
@@ -327,10 +329,11 @@ cluster_ranges_centroids <- function(x, labels, weights = NULL) {
   labels <- clustering_labels(labels, n, fun)
   if (!is.null(weights)) {
     if (!is.numeric(weights) || length(weights) != n) {
-      clustering_stop(fun, "'weights' must be NULL or a numeric vector with one value per point of 'x' (", n, ")")
+      clustering_stop(fun, "'weights' must be NULL or a numeric vector with one value per point of 'x' (", n, ")",
+                      arg = "weights")
     }
     if (!all(is.finite(weights)) || any(weights < 0)) {
-      clustering_stop(fun, "'weights' must be non-negative finite numbers")
+      clustering_stop(fun, "'weights' must be non-negative finite numbers", arg = "weights")
     }
     weights <- as.double(weights)
   }
@@ -397,15 +400,15 @@ from_matrix <- function(ranges_i, ranges_j, keep) {
   ranges_i <- clustering_blocks(ranges_i, "ranges_i", fun)
   ranges_j <- clustering_blocks(ranges_j, "ranges_j", fun)
   if (!is.matrix(keep) || !(is.logical(keep) || is.numeric(keep))) {
-    clustering_stop(fun, "'keep' must be a logical (or 0/1) matrix")
+    clustering_stop(fun, "'keep' must be a logical (or 0/1) matrix", arg = "keep")
   }
   if (nrow(keep) != nrow(ranges_i) || ncol(keep) != nrow(ranges_j)) {
     clustering_stop(fun, "'keep' must be ", nrow(ranges_i), " x ", nrow(ranges_j),
-                    " (blocks of i x blocks of j), not ", nrow(keep), " x ", ncol(keep))
+                    " (blocks of i x blocks of j), not ", nrow(keep), " x ", ncol(keep), arg = "keep")
   }
   if (is.numeric(keep)) {
     if (any(!is.na(keep) & keep != 0 & keep != 1)) {
-      clustering_stop(fun, "'keep' must hold TRUE/FALSE or 0/1")
+      clustering_stop(fun, "'keep' must hold TRUE/FALSE or 0/1", arg = "keep")
     }
     keep <- keep != 0
   }
@@ -414,7 +417,7 @@ from_matrix <- function(ranges_i, ranges_j, keep) {
   keep[, ranges_j[, 2L] < ranges_j[, 1L]] <- FALSE
   if (anyNA(keep)) {
     clustering_stop(fun, "'keep' is NA for a pair of non-empty blocks ",
-                    "(NA is allowed only in the rows and columns of empty blocks)")
+                    "(NA is allowed only in the rows and columns of empty blocks)", arg = "keep")
   }
   p <- which(keep, arr.ind = TRUE)
   clustering_ranges_of_pairs(ranges_i, ranges_j, p[, 1L], p[, 2L], fun)
@@ -446,14 +449,15 @@ from_pairs <- function(ranges_i, ranges_j, pairs) {
   ranges_i <- clustering_blocks(ranges_i, "ranges_i", fun)
   ranges_j <- clustering_blocks(ranges_j, "ranges_j", fun)
   if (!is.matrix(pairs) || !is.numeric(pairs) || ncol(pairs) != 2L) {
-    clustering_stop(fun, "'pairs' must be a numeric matrix with 2 columns (block of i, block of j)")
+    clustering_stop(fun, "'pairs' must be a numeric matrix with 2 columns (block of i, block of j)",
+                    arg = "pairs")
   }
   k <- pairs[, 1L]
   l <- pairs[, 2L]
   if (anyNA(pairs) || !is.integer(pairs) && any(pairs != round(pairs)) ||
       length(k) > 0L && (min(k) < 1 || max(k) > nrow(ranges_i) || min(l) < 1 || max(l) > nrow(ranges_j))) {
     clustering_stop(fun, "'pairs' must hold block numbers: 1 to ", nrow(ranges_i),
-                    " in column 1, 1 to ", nrow(ranges_j), " in column 2, without NA")
+                    " in column 1, 1 to ", nrow(ranges_j), " in column 2, without NA", arg = "pairs")
   }
   clustering_ranges_of_pairs(ranges_i, ranges_j, as.integer(k), as.integer(l), fun)
 }
@@ -478,7 +482,8 @@ from_pairs <- function(ranges_i, ranges_j, pairs) {
 #' identical(swap_axes(r), from_matrix(bj, bi, t(keep)))
 swap_axes <- function(ranges) {
   if (!inherits(ranges, "keops_ranges")) {
-    clustering_stop("swap_axes", "'ranges' must be a keops_ranges object (made by from_matrix())")
+    clustering_stop("swap_axes", "'ranges' must be a keops_ranges object (made by from_matrix())",
+                    arg = "ranges")
   }
   new_keops_ranges(ranges$ranges_j, ranges$slices_j, ranges$redranges_i,
                    ranges$ranges_i, ranges$slices_i, ranges$redranges_j)

@@ -35,18 +35,18 @@
 keops_device <- function(x) {
   if (is.data.frame(x)) x <- as.matrix(x)
   if (!is.numeric(x) && !is.logical(x) || length(dim(x)) > 2L) {
-    stop("keops_device(): 'x' must be a numeric matrix or vector", call. = FALSE)
+    rkeops_abort("keops_device(): 'x' must be a numeric matrix or vector", kind = "input", arg = "x")
   }
   if (storage.mode(x) != "double") storage.mode(x) <- "double"
   opts <- get_rkeops_options()
   if (identical(opts$backend, "CPU")) {
-    stop("keops_device(): the CPU backend is in use (rkeops_use_gpu() to use a GPU)", call. = FALSE)
+    rkeops_abort("keops_device(): the CPU backend is in use (rkeops_use_gpu() to use a GPU)", kind = "gpu")
   }
   # (with several GPUs, the first: loops and reductions with device matrices run there)
   device <- opts$device[1L]
   status <- gpu_status(device)
   if (!isTRUE(status$available)) {
-    stop("keops_device(): GPU ", device, " cannot be used: ", status$message, call. = FALSE)
+    rkeops_abort("keops_device(): GPU ", device, " cannot be used: ", status$message, kind = "gpu")
   }
   ptr <- rust_result(.Call(wrap__keops_device_put, x, opts$precision, device))
   d <- if (is.matrix(x)) dim(x) else c(length(x), 1L)
@@ -58,7 +58,7 @@ keops_device <- function(x) {
 #' @export
 keops_device_free <- function(x) {
   if (!inherits(x, "keops_device_matrix")) {
-    stop("keops_device_free(): 'x' must be made by keops_device()", call. = FALSE)
+    rkeops_abort("keops_device_free(): 'x' must be made by keops_device()", kind = "input", arg = "x")
   }
   rust_result(.Call(wrap__keops_device_free, x))
   invisible(x)

@@ -118,10 +118,7 @@
 #'   future::plan(old_plan)
 #' }
 rkeops_use_future <- function(enable = TRUE, blocks = NULL, ncore = NULL) {
-  if (!is.logical(enable) || length(enable) != 1L || is.na(enable)) {
-    stop("rkeops_use_future(): 'enable' must be TRUE or FALSE, not ", .rkeops_show(enable),
-         call. = FALSE)
-  }
+  check_flag(enable, "enable", "rkeops_use_future", show_value = TRUE)
   blocks <- future_count(blocks, "blocks", "the number of blocks (NULL: one per worker of the plan)")
   ncore <- future_count(ncore, "ncore", "the CPU threads of each worker (NULL: what the worker may use)")
   if (enable) future_packages_check()
@@ -134,10 +131,9 @@ rkeops_use_future <- function(enable = TRUE, blocks = NULL, ncore = NULL) {
 # NULL, or a positive whole number as an integer; an error naming the argument otherwise.
 future_count <- function(x, name, what) {
   if (is.null(x)) return(NULL)
-  if (!is.numeric(x) || length(x) != 1L || is.na(x) || !is.finite(x) || x != round(x) || x < 1 ||
-      x > .Machine$integer.max) {
-    stop("rkeops_use_future(): '", name, "' must be NULL or a positive whole number (", what,
-         "), not ", .rkeops_show(x), call. = FALSE)
+  if (!is_whole(x, 1, .Machine$integer.max)) {
+    rkeops_abort("rkeops_use_future(): '", name, "' must be NULL or a positive whole number (", what,
+                 "), not ", .rkeops_show(x), kind = "input", arg = name)
   }
   as.integer(x)
 }
@@ -147,10 +143,10 @@ future_count <- function(x, name, what) {
 future_packages_check <- function(have = function(p) requireNamespace(p, quietly = TRUE)) {
   missing <- Filter(function(p) !have(p), c("future", "future.apply"))
   if (length(missing) > 0L) {
-    stop("rkeops_use_future() needs the package", if (length(missing) > 1L) "s", " ",
-         paste(missing, collapse = " and "), ", not installed: install.packages(c(",
-         paste0("\"", missing, "\"", collapse = ", "), ")) (Debian: apt-get install ",
-         paste0("r-cran-", missing, collapse = " "), ")", call. = FALSE)
+    rkeops_abort("rkeops_use_future() needs the package", if (length(missing) > 1L) "s", " ",
+                 paste(missing, collapse = " and "), ", not installed: install.packages(c(",
+                 paste0("\"", missing, "\"", collapse = ", "), ")) (Debian: apt-get install ",
+                 paste0("r-cran-", missing, collapse = " "), ")", kind = "input")
   }
   invisible(TRUE)
 }
@@ -167,9 +163,9 @@ future_reduce <- function(formula, args, sum_scheme, info, inputs, ranges, one) 
   for (k in seq_along(inputs)) {
     x <- inputs[[k]]
     if (inherits(x, "keops_device_matrix")) {
-      stop("input '", info$names[k], "' is kept on a GPU of this process (keops_device()): the ",
-           "blocks of rkeops_use_future() go to other processes; give it as an R matrix, or call ",
-           "rkeops_use_future(FALSE)", call. = FALSE)
+      rkeops_abort("input '", info$names[k], "' is kept on a GPU of this process (keops_device()): the ",
+                   "blocks of rkeops_use_future() go to other processes; give it as an R matrix, or call ",
+                   "rkeops_use_future(FALSE)", kind = "input", arg = info$names[k])
     }
     # (a batch of one member, n x d x 1, is the matrix of that member; see batch_of_one())
     if (length(dim(x)) == 3L) {
@@ -203,13 +199,10 @@ future_reduce <- function(formula, args, sum_scheme, info, inputs, ranges, one) 
   backends <- unique(vapply(done, function(d) as.character(d$backend)[1L], ""))
   # (what last_run() reports: the processes that computed the blocks and the threads of each block,
   # NA for all the cores, for checks and benchmarks)
-  .rkeops_env$last_run <- list(
-    backend = sprintf("future (%d block%s): %s", blocks, if (blocks > 1L) "s" else "",
-                      paste(backends, collapse = ", ")),
-    timings = timings, processes = unique(vapply(done, `[[`, 1L, "process")),
-    ncore = vapply(done, `[[`, 1L, "ncore")
-  )
-  if (!is.null(.rkeops_env$phase_log)) log_phases(timings)
+  record_run(sprintf("future (%d block%s): %s", blocks, if (blocks > 1L) "s" else "",
+                     paste(backends, collapse = ", ")),
+             timings, processes = unique(vapply(done, `[[`, 1L, "process")),
+             ncore = vapply(done, `[[`, 1L, "ncore"))
   if (is.null(one)) value else batch_of_one_value(value, one$as_list)
 }
 
@@ -217,8 +210,8 @@ future_reduce <- function(formula, args, sum_scheme, info, inputs, ranges, one) 
 future_workers <- function() {
   w <- future::nbrOfWorkers()
   if (!is.finite(w)) {
-    stop("the future plan has no fixed number of workers (", class(future::plan())[1L], "): give ",
-         "the number of blocks, rkeops_use_future(blocks = )", call. = FALSE)
+    rkeops_abort("the future plan has no fixed number of workers (", class(future::plan())[1L], "): give ",
+                 "the number of blocks, rkeops_use_future(blocks = )", kind = "input", arg = "blocks")
   }
   as.integer(max(1, w))
 }
@@ -231,16 +224,17 @@ future_rows <- function(inputs, info, cat) {
   if (length(at) == 0L) return(1L)
   for (k in at) {
     if (is.null(dim(inputs[[k]])) && info$dims[k] > 1L) {
-      stop(sprintf("input '%s': expected a matrix with %d columns (%s(%d)), got 1 column",
-                   info$names[k], info$dims[k], cat, info$dims[k]), call. = FALSE)
+      rkeops_abort(sprintf("input '%s': expected a matrix with %d columns (%s(%d)), got 1 column",
+                           info$names[k], info$dims[k], cat, info$dims[k]),
+                   kind = "input", arg = info$names[k])
     }
   }
   rows <- vapply(at, function(k) NROW(inputs[[k]]), 1L)
   bad <- which(rows != rows[1L])
   if (length(bad) > 0L) {
-    stop(sprintf("input '%s': has %d rows, but '%s' has %d: all %s-variables (%s) must have the same number of rows",
-                 info$names[at[bad[1L]]], rows[bad[1L]], info$names[at[1L]], rows[1L],
-                 tolower(substr(cat, 2L, 2L)), cat), call. = FALSE)
+    rkeops_abort(sprintf("input '%s': has %d rows, but '%s' has %d: all %s-variables (%s) must have the same number of rows",
+                         info$names[at[bad[1L]]], rows[bad[1L]], info$names[at[1L]], rows[1L],
+                         tolower(substr(cat, 2L, 2L)), cat), kind = "input", arg = info$names[at[bad[1L]]])
   }
   rows[1L]
 }

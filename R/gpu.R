@@ -68,10 +68,7 @@ rkeops_cache_dir <- function() {
 #' n <- clean_rkeops()   # the number of kernels removed: 0 without a GPU
 #' if (is.na(old)) Sys.unsetenv("RKEOPS_CACHE_DIR") else Sys.setenv(RKEOPS_CACHE_DIR = old)
 clean_rkeops <- function(verbose = TRUE, all = TRUE, remove_cache_dir = FALSE) {
-  for (arg in c("verbose", "all", "remove_cache_dir")) {
-    value <- get(arg)
-    if (!isTRUE(value) && !isFALSE(value)) stop("clean_rkeops(): '", arg, "' must be TRUE or FALSE", call. = FALSE)
-  }
+  for (arg in c("verbose", "all", "remove_cache_dir")) check_flag(get(arg), arg, "clean_rkeops")
   dir <- get_rkeops_cache_dir()
   removed <- 0L
   if (dir.exists(dir)) {

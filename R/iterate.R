@@ -52,51 +52,50 @@
 keops_iterate <- function(ops, input, iterations) {
   if (!is.list(ops) || is.object(ops) || length(ops) == 0L || is.null(names(ops)) ||
       !all(nzchar(names(ops))) || anyDuplicated(names(ops))) {
-    stop("'ops' must be a named list of operators made by keops_kernel(), each name the variable ",
-         "its result replaces", call. = FALSE)
+    rkeops_abort("'ops' must be a named list of operators made by keops_kernel(), each name the variable ",
+                 "its result replaces", kind = "input", arg = "ops")
   }
   specs <- lapply(names(ops), function(name) {
     spec <- attr(ops[[name]], "rkeops")
     if (!is.function(ops[[name]]) || is.null(spec$info$reduction) || is.null(spec$formula)) {
-      stop("ops$", name, " must be an operator made by keops_kernel()", call. = FALSE)
+      rkeops_abort("ops$", name, " must be an operator made by keops_kernel()", kind = "input", arg = "ops")
     }
     spec
   })
-  if (!is.numeric(iterations) || length(iterations) != 1L || is.na(iterations) || iterations < 0 ||
-      iterations != round(iterations) || iterations > .Machine$integer.max) {
-    stop("'iterations' must be a whole number >= 0, not ", .rkeops_show(iterations), call. = FALSE)
-  }
+  check_whole(iterations, "iterations", min = 0, max = .Machine$integer.max, show_value = TRUE)
   if (!is.list(input) || is.object(input) || (length(input) > 0L && (is.null(names(input)) ||
       !all(nzchar(names(input))) || anyDuplicated(names(input))))) {
-    stop("'input' must be a list that names the value of each variable of the operators",
-         call. = FALSE)
+    rkeops_abort("'input' must be a list that names the value of each variable of the operators",
+                 kind = "input", arg = "input")
   }
   iterated <- names(ops)
   for (s in seq_along(specs)) {
     missing <- setdiff(specs[[s]]$info$names, names(input))
     if (length(missing)) {
-      stop("input: no value for '", missing[1L], "', a variable of ops$", iterated[s], call. = FALSE)
+      rkeops_abort("input: no value for '", missing[1L], "', a variable of ops$", iterated[s],
+                   kind = "input", arg = "input")
     }
   }
   for (name in iterated) {
     if (is.null(input[[name]])) {
-      stop("input: no initial value for '", name, "' (the variable that ops$", name, " replaces)",
-           call. = FALSE)
+      rkeops_abort("input: no initial value for '", name, "' (the variable that ops$", name, " replaces)",
+                   kind = "input", arg = "input")
     }
     read_as <- unlist(lapply(specs, function(sp) sp$info$categories[sp$info$names == name]))
     if (length(read_as) == 0L) {
-      stop("ops$", name, ": '", name, "' is not a variable of any of the operators, so its value ",
-           "would not change the loop: compute it once after keops_iterate()", call. = FALSE)
+      rkeops_abort("ops$", name, ": '", name, "' is not a variable of any of the operators, so its value ",
+                   "would not change the loop: compute it once after keops_iterate()",
+                   kind = "input", arg = "ops")
     }
     if (any(read_as == "Pm")) {
-      stop("'", name, "' is a parameter (Pm) of an operator: the result of ops$", name,
-           " has one value per row, so it must be a Vi or Vj variable", call. = FALSE)
+      rkeops_abort("'", name, "' is a parameter (Pm) of an operator: the result of ops$", name,
+                   " has one value per row, so it must be a Vi or Vj variable", kind = "input", arg = "ops")
     }
   }
   for (name in names(input)) {
     if (inherits(input[[name]], "keops_device_matrix")) {
-      stop("input '", name, "' is kept on the GPU (keops_device()): keops_iterate() copies its ",
-           "inputs to the device once itself; pass the matrix", call. = FALSE)
+      rkeops_abort("input '", name, "' is kept on the GPU (keops_device()): keops_iterate() copies its ",
+                   "inputs to the device once itself; pass the matrix", kind = "input", arg = name)
     }
   }
   sizes <- vapply(input, batch_size, 1L)
@@ -140,13 +139,10 @@ keops_iterate <- function(ops, input, iterations) {
                        ranges = ranges_for_engine(ranges))
   }
   states <- lapply(states, function(x) if (is.matrix(x)) x else matrix(x, ncol = 1L))
-  opts <- .rkeops_env$options
-  threads <- if (is.null(opts$ncore)) 0L else opts$ncore
-  cache_dir <- if (opts$backend == "CPU") "" else kernel_cache_dir()
+  o <- engine_options()
   res <- rust_result(.Call(wrap__keops_iterate_run, steps, states, as.integer(iterations),
-                           opts$precision, threads, opts$backend, opts$device, cache_dir))
-  .rkeops_env$last_run <- list(backend = res$backend, timings = res$timings)
-  if (!is.null(.rkeops_env$phase_log)) log_phases(res$timings)
+                           o$precision, o$threads, o$backend, o$device, o$cache_dir))
+  record_run(res$backend, res$timings)
   out <- res$states
   if (batched) {
     for (name in iterated) out[[name]] <- batch_value(out[[name]], shapes[[name]]$rows, shapes[[name]]$as_list)

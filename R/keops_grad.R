@@ -72,7 +72,8 @@
 keops_grad <- function(op, var) {
   spec <- attr(op, "rkeops")
   if (!is.function(op) || is.null(spec)) {
-    stop("'op' must be an operator made by keops_kernel() or keops_grad()", call. = FALSE)
+    rkeops_abort("'op' must be an operator made by keops_kernel() or keops_grad()",
+                 kind = "input", arg = "op")
   }
   k <- grad_variable(var, spec$info)
   # rkeops 2 counted positions from 0: keops_grad(op, 1) meant its second variable. Said once, to
@@ -190,8 +191,8 @@ grad_operator <- function(op, k, eta) {
       matrix(0, rows, dim)
     }, shown, spec$sum_scheme))
   } else {
-    stop("keops_grad() does not differentiate ", info$reduction, "_Reduction of a ",
-         info$dim, "-dimensional formula yet", call. = FALSE)
+    rkeops_abort("keops_grad() does not differentiate ", info$reduction, "_Reduction of a ",
+                 info$dim, "-dimensional formula yet", kind = "formula")
   }
   new_axis <- if (category == "Vi" || category == "Pm") 0L else 1L
   formula <- sprintf("Sum_Reduction(%s, %d)", paste(terms, collapse = " + "), new_axis)
@@ -228,18 +229,18 @@ grad_variable <- function(var, info) {
   if (is.character(var) && length(var) == 1L && !is.na(var)) {
     k <- match(var, info$names)
     if (is.na(k)) {
-      stop("'var' = \"", var, "\" is not a variable of the operator (",
-           paste(info$names, collapse = ", "), ")", call. = FALSE)
+      rkeops_abort("'var' = \"", var, "\" is not a variable of the operator (",
+                   paste(info$names, collapse = ", "), ")", kind = "input", arg = "var")
     }
     return(k)
   }
-  if (is.numeric(var) && length(var) == 1L && !is.na(var) && var == round(var) && var >= 1 && var <= n) {
+  if (is_whole(var, 1, n)) {
     return(as.integer(var))
   }
   if (identical(as.numeric(var), 0)) {
-    stop("'var' = 0: positions are 1-based here (rkeops 2 counted from 0); the first variable is ",
-         "var = 1, or better its name, var = \"", info$names[1L], "\"", call. = FALSE)
+    rkeops_abort("'var' = 0: positions are 1-based here (rkeops 2 counted from 0); the first variable is ",
+                 "var = 1, or better its name, var = \"", info$names[1L], "\"", kind = "input", arg = "var")
   }
-  stop("'var' must be the name of a variable (", paste(info$names, collapse = ", "),
-       ") or its position, from 1 to ", n, call. = FALSE)
+  rkeops_abort("'var' must be the name of a variable (", paste(info$names, collapse = ", "),
+               ") or its position, from 1 to ", n, kind = "input", arg = "var")
 }

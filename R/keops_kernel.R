@@ -214,16 +214,17 @@
 #'           tolerance = 1e-5)
 keops_kernel <- function(formula, args, sum_scheme = "auto") {
   if (!is.character(formula) || length(formula) != 1L || is.na(formula)) {
-    stop("'formula' must be a single string, such as \"Sum_Reduction(Exp(-SqDist(x, y)) * b, 0)\"",
-         call. = FALSE)
+    rkeops_abort("'formula' must be a single string, such as \"Sum_Reduction(Exp(-SqDist(x, y)) * b, 0)\"",
+                 kind = "input", arg = "formula")
   }
   if (missing(args) || !is.character(args) || anyNA(args)) {
-    stop("'args' must be a character vector of declarations such as c(\"x = Vi(3)\", \"y = Vj(3)\")",
-         call. = FALSE)
+    rkeops_abort("'args' must be a character vector of declarations such as c(\"x = Vi(3)\", \"y = Vj(3)\")",
+                 kind = "input", arg = "args")
   }
   schemes <- c("auto", "direct_sum", "block_sum", "kahan_scheme")
   if (!is.character(sum_scheme) || length(sum_scheme) != 1L || !sum_scheme %in% schemes) {
-    stop("'sum_scheme' must be one of ", paste0("\"", schemes, "\"", collapse = ", "), call. = FALSE)
+    rkeops_abort("'sum_scheme' must be one of ", paste0("\"", schemes, "\"", collapse = ", "),
+                 kind = "input", arg = "sum_scheme")
   }
   op <- make_kernel(formula, args, sum_scheme)
   # The package's own formulas (LazyTensor reductions, gradients) need no note; users' do.
@@ -275,17 +276,11 @@ make_kernel <- function(formula, args, sum_scheme, shown = NULL) {
 # the output rows are a batch of members of equal size laid end to end, whose results come back as
 # `n x ... x B` arrays, `members[b]` (member b's first reduced row) subtracted from its indices.
 engine_run <- function(formula, args, sum_scheme, inputs, ranges, members = NULL) {
-  opts <- .rkeops_env$options
-  # 0 threads: the engine uses every core (parallel::detectCores() would cost a millisecond a call).
-  threads <- if (is.null(opts$ncore)) 0L else opts$ncore
-  # The CPU backend compiles nothing: no cache directory to look up.
-  cache_dir <- if (opts$backend == "CPU") "" else kernel_cache_dir()
-  res <- .Call(wrap__keops_run, formula, args, inputs, opts$precision,
-               threads, sum_scheme, opts$backend, opts$device, cache_dir,
-               ranges_for_engine(ranges), members)
+  o <- engine_options()
+  res <- .Call(wrap__keops_run, formula, args, inputs, o$precision, o$threads, sum_scheme, o$backend,
+               o$device, o$cache_dir, ranges_for_engine(ranges), members)
   if (!is.null(res$error)) rust_result(res)
-  .rkeops_env$last_run <- list(backend = res$backend, timings = res$timings)
-  if (!is.null(.rkeops_env$phase_log)) log_phases(res$timings)
+  record_run(res$backend, res$timings)
   result_value(res)
 }
 
@@ -311,24 +306,26 @@ wrap_operator <- function(run, shown, sum_scheme, adjust = identity) {
 input_layout <- function(input, inner_dim, ranges) {
   if (is.null(inner_dim)) inner_dim <- "col"
   if (is.list(inner_dim)) {
-    if (!is.null(ranges)) stop("'ranges' is given twice (second argument and ranges = )", call. = FALSE)
+    if (!is.null(ranges)) {
+      rkeops_abort("'ranges' is given twice (second argument and ranges = )", kind = "input", arg = "ranges")
+    }
     ranges <- inner_dim
     inner_dim <- "col"
   }
   if (!is.character(inner_dim) || length(inner_dim) != 1L || !inner_dim %in% c("col", "row")) {
-    stop("'inner_dim' (the second argument of the operator) must be \"col\" (one row per point, ",
-         "the default) or \"row\" (one column per point), not ", .rkeops_show(inner_dim),
-         "; the inputs go in one list: op(list(x, y, ...))", call. = FALSE)
+    rkeops_abort("'inner_dim' (the second argument of the operator) must be \"col\" (one row per point, ",
+                 "the default) or \"row\" (one column per point), not ", .rkeops_show(inner_dim),
+                 "; the inputs go in one list: op(list(x, y, ...))", kind = "input", arg = "inner_dim")
   }
   if (inner_dim == "row") {
     if (!is.list(input) || is.data.frame(input)) {
-      stop("the operator takes one argument, a list of inputs", call. = FALSE)
+      rkeops_abort("the operator takes one argument, a list of inputs", kind = "input", arg = "input")
     }
     for (k in seq_along(input)) {
       x <- input[[k]]
       if (inherits(x, "keops_device_matrix")) {
-        stop("inner_dim = \"row\" cannot transpose input ", k, ", a matrix kept on the GPU: ",
-             "give it with one row per point and inner_dim = \"col\"", call. = FALSE)
+        rkeops_abort("inner_dim = \"row\" cannot transpose input ", k, ", a matrix kept on the GPU: ",
+                     "give it with one row per point and inner_dim = \"col\"", kind = "input", arg = "input")
       }
       # Vectors (one value per point, or a parameter) have no orientation: kept as they are.
       if (is.data.frame(x)) x <- as.matrix(x)
@@ -416,9 +413,9 @@ split_call <- function(text) {
 grad_kernel <- function(call, formula, args, sum_scheme) {
   form <- call$name
   if (length(call$args) != 3L) {
-    stop(form, "() takes 3 arguments: ", form, "(reduction, variable, ",
-         if (form == "Grad") "gradient input)" else "position of the gradient input)",
-         ", not ", length(call$args), call. = FALSE)
+    rkeops_abort(form, "() takes 3 arguments: ", form, "(reduction, variable, ",
+                 if (form == "Grad") "gradient input)" else "position of the gradient input)",
+                 ", not ", length(call$args), kind = "formula")
   }
   reduction <- call$args[1L]
   v <- call$args[2L]
@@ -427,8 +424,8 @@ grad_kernel <- function(call, formula, args, sum_scheme) {
   if (form == "Grad") {
     e <- call$args[3L]
     if (!is_name(e)) {
-      stop("in ", formula, ": the gradient input ", .rkeops_show(e), " must be the name of a ",
-           "variable declared in 'args'", call. = FALSE)
+      rkeops_abort("in ", formula, ": the gradient input ", .rkeops_show(e), " must be the name of a ",
+                   "variable declared in 'args'", kind = "formula")
     }
     # The declarations in input order (explicit positions resolved by the engine's parser).
     all_info <- rust_result(.Call(wrap__keops_parse, sprintf("Sum_Reduction(%s, 0)", e), args))
@@ -439,30 +436,31 @@ grad_kernel <- function(call, formula, args, sum_scheme) {
     pos <- suppressWarnings(as.numeric(call$args[3L]))
     inner <- make_kernel(reduction, args, sum_scheme)
     n <- length(attr(inner, "rkeops")$info$names)
-    if (is.na(pos) || pos != round(pos) || pos < 0 || pos > n) {
-      stop("in ", formula, ": the position of the gradient input must be a whole number from 0 ",
-           "to ", n, " (0-based, among the inputs), not ", .rkeops_show(call$args[3L]), call. = FALSE)
+    if (!is_whole(pos, 0, n)) {
+      rkeops_abort("in ", formula, ": the position of the gradient input must be a whole number from 0 ",
+                   "to ", n, " (0-based, among the inputs), not ", .rkeops_show(call$args[3L]),
+                   kind = "formula")
     }
   }
   spec <- attr(inner, "rkeops")
   if (is.null(spec)) {
-    stop("in ", formula, ": only gradients of Sum reductions can be differentiated again",
-         call. = FALSE)
+    rkeops_abort("in ", formula, ": only gradients of Sum reductions can be differentiated again",
+                 kind = "formula")
   }
   info <- spec$info
   if (!is_name(v) || !v %in% info$names) {
-    stop("in ", formula, ": ", .rkeops_show(v), " is not a variable of the reduction (",
-         paste(info$names, collapse = ", "), ")", call. = FALSE)
+    rkeops_abort("in ", formula, ": ", .rkeops_show(v), " is not a variable of the reduction (",
+                 paste(info$names, collapse = ", "), ")", kind = "formula")
   }
   out_category <- if (info$axis == 0L) "Vi" else "Vj"
   out_dim <- grad_input_dim(info)
   if (form == "Grad") {
     k <- match(e, all_info$names)
     if (all_info$categories[k] != out_category || all_info$dims[k] != out_dim) {
-      stop("in ", formula, ": the gradient input '", e, "' must be declared ",
-           sprintf("%s = %s(%d)", e, out_category, out_dim), ", shaped like the result of the ",
-           "reduction (axis ", info$axis, ": one row per ", if (info$axis == 0L) "i" else "j",
-           "), not ", sprintf("%s(%d)", all_info$categories[k], all_info$dims[k]), call. = FALSE)
+      rkeops_abort("in ", formula, ": the gradient input '", e, "' must be declared ",
+                   sprintf("%s = %s(%d)", e, out_category, out_dim), ", shaped like the result of the ",
+                   "reduction (axis ", info$axis, ": one row per ", if (info$axis == 0L) "i" else "j",
+                   "), not ", sprintf("%s(%d)", all_info$categories[k], all_info$dims[k]), kind = "formula")
     }
   } else {
     e <- "eta"
@@ -489,59 +487,6 @@ grad_kernel <- function(call, formula, args, sum_scheme) {
   }, info, match(e, all_info$names))
 }
 
-# What computed the last reduction, and the seconds spent in each of its phases (conversion,
-# compilation, transfers, kernel, ...): a tool for benchmarks and for checking the backend.
-last_run <- function() .rkeops_env$last_run
-
-# Evaluates `expr` and returns list(value, calls, phases): the number of reductions it ran and the
-# seconds of each engine phase summed over them, by name (the names are the engine's; they differ
-# between backends). For benchmarks of whole algorithms (bench/iterative.R). Nested uses: the inner
-# one counts its calls only.
-phase_totals <- function(expr) {
-  log <- new.env(parent = emptyenv())
-  log$calls <- 0L
-  log$phases <- numeric(0)
-  old <- .rkeops_env$phase_log
-  .rkeops_env$phase_log <- log
-  on.exit(.rkeops_env$phase_log <- old)
-  value <- expr
-  list(value = value, calls = log$calls, phases = log$phases)
-}
-
-log_phases <- function(timings) {
-  log <- .rkeops_env$phase_log
-  log$calls <- log$calls + 1L
-  for (name in names(timings)) {
-    before <- log$phases[name]
-    log$phases[name] <- if (is.na(before)) timings[[name]] else before + timings[[name]]
-  }
-}
-
-# rkeops_cache_dir() costs tens of microseconds (tools::R_user_dir()); it is computed again only
-# when one of the environment variables it depends on changes.
-kernel_cache_dir <- function() {
-  env <- Sys.getenv(c("RKEOPS_CACHE_DIR", "R_USER_CACHE_DIR", "XDG_CACHE_HOME", "HOME"))
-  memo <- .rkeops_env$cache_dir_memo
-  if (is.null(memo) || !identical(memo$env, env)) {
-    memo <- list(env = env, dir = rkeops_cache_dir())
-    .rkeops_env$cache_dir_memo <- memo
-  }
-  memo$dir
-}
-
-# The Rust side reports failures as list(error = message), and Ctrl-C as list(error, interrupted =
-# TRUE): a condition that tryCatch(interrupt = ) catches like R's own, and that is an error for the
-# rest (a script stops there).
-rust_result <- function(res) {
-  if (!is.list(res)) return(res)   # a value that is not a list (an external pointer) is a success
-  if (isTRUE(res$interrupted)) {
-    stop(structure(class = c("interrupt", "error", "condition"),
-                   list(message = res$error, call = NULL)))
-  }
-  if (!is.null(res$error)) stop(res$error, call. = FALSE)
-  res
-}
-
 # Checks the list of inputs (count, names, types) and converts each to a double vector or matrix.
 prepare_inputs <- function(input, info) {
   n <- length(info$names)
@@ -561,18 +506,20 @@ prepare_inputs <- function(input, info) {
   }
   expected <- paste(sprintf("%s = %s(%d)", info$names, info$categories, info$dims), collapse = ", ")
   if (!is.list(input) || is.data.frame(input)) {
-    stop("the operator takes one argument, a list of ", n, " inputs (", expected, ")", call. = FALSE)
+    rkeops_abort("the operator takes one argument, a list of ", n, " inputs (", expected, ")",
+                 kind = "input", arg = "input")
   }
   if (length(input) != n) {
-    stop("expected ", n, " inputs (", expected, "), got ", length(input), call. = FALSE)
+    rkeops_abort("expected ", n, " inputs (", expected, "), got ", length(input),
+                 kind = "input", arg = "input")
   }
   given <- names(input)
   if (!is.null(given) && any(nzchar(given))) {
     unknown <- setdiff(given, info$names)
     if (length(unknown) > 0L || any(!nzchar(given)) || anyDuplicated(given)) {
       bad <- if (length(unknown) > 0L) paste0("'", unknown, "'", collapse = ", ") else "some inputs"
-      stop("input names must name each variable once (", paste(info$names, collapse = ", "),
-           "): ", bad, " do not match", call. = FALSE)
+      rkeops_abort("input names must name each variable once (", paste(info$names, collapse = ", "),
+                   "): ", bad, " do not match", kind = "input", arg = "input")
     }
     input <- input[info$names]
   }
@@ -588,18 +535,21 @@ as_numeric_input <- function(x, name, category, dim) {
   } else {
     sprintf("a numeric matrix with %d column%s (%s(%d))", dim, if (dim == 1L) "" else "s", category, dim)
   }
-  if (is.null(x)) stop(sprintf("input '%s' is NULL; expected %s", name, what), call. = FALSE)
+  if (is.null(x)) {
+    rkeops_abort(sprintf("input '%s' is NULL; expected %s", name, what), kind = "input", arg = name)
+  }
   # A matrix kept on the GPU (keops_device()) goes to the engine as it is; the engine checks its
   # shape, precision and device.
   if (inherits(x, "keops_device_matrix")) return(x)
   if (is.data.frame(x)) x <- as.matrix(x)
   if (!(is.numeric(x) || is.logical(x)) || is.object(x) && !is.matrix(x)) {
-    stop(sprintf("input '%s' must be %s, not %s", name, what, class(x)[1L]), call. = FALSE)
+    rkeops_abort(sprintf("input '%s' must be %s, not %s", name, what, class(x)[1L]),
+                 kind = "input", arg = name)
   }
   d <- dim(x)
   if (length(d) > 2L) {
-    stop(sprintf("input '%s' is an array with %d dimensions; expected %s", name, length(d), what),
-         call. = FALSE)
+    rkeops_abort(sprintf("input '%s' is an array with %d dimensions; expected %s", name, length(d), what),
+                 kind = "input", arg = name)
   }
   if (length(d) == 1L) dim(x) <- NULL
   if (storage.mode(x) != "double") storage.mode(x) <- "double"

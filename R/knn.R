@@ -48,14 +48,15 @@ keops_knn <- function(x, y = x, k, metric = c("euclidean", "manhattan", "cosine"
   x <- knn_points(x, "x")
   y <- knn_points(y, "y")
   if (ncol(y) != ncol(x)) {
-    stop("keops_knn(): 'y' must have the columns of 'x' (", ncol(x), "), not ", ncol(y), call. = FALSE)
+    rkeops_abort("keops_knn(): 'y' must have the columns of 'x' (", ncol(x), "), not ", ncol(y),
+                 kind = "input", arg = "y")
   }
-  k <- whole_number(k, "k", "keops_knn", 1)
-  if (k > nrow(x)) stop("keops_knn(): 'k' must be at most nrow(x) = ", nrow(x), call. = FALSE)
-  metric <- match.arg(metric)
-  if (!is.logical(prune) || length(prune) != 1L) {
-    stop("keops_knn(): 'prune' must be NA, TRUE or FALSE", call. = FALSE)
+  k <- check_whole(k, "k", "keops_knn", 1)
+  if (k > nrow(x)) {
+    rkeops_abort("keops_knn(): 'k' must be at most nrow(x) = ", nrow(x), kind = "input", arg = "k")
   }
+  metric <- check_choice(metric, c("euclidean", "manhattan", "cosine"), "metric")
+  check_flag(prune, "prune", "keops_knn", na_ok = TRUE)
   if (metric == "cosine") {
     x <- knn_unit_rows(x, "x")
     y <- knn_unit_rows(y, "y")
@@ -83,18 +84,25 @@ keops_knn <- function(x, y = x, k, metric = c("euclidean", "manhattan", "cosine"
 knn_points <- function(x, arg) {
   if (is.data.frame(x)) x <- as.matrix(x)
   if (!is.numeric(x) || length(dim(x)) > 2L || length(x) == 0L) {
-    stop("keops_knn(): '", arg, "' must be a numeric matrix (one point per row) or vector", call. = FALSE)
+    rkeops_abort("keops_knn(): '", arg, "' must be a numeric matrix (one point per row) or vector",
+                 kind = "input", arg = arg)
   }
   if (!is.matrix(x)) x <- matrix(x, ncol = 1L)
   if (storage.mode(x) != "double") storage.mode(x) <- "double"
-  if (!all(is.finite(x))) stop("keops_knn(): '", arg, "' must not hold NA, NaN or infinite values", call. = FALSE)
+  if (!all(is.finite(x))) {
+    rkeops_abort("keops_knn(): '", arg, "' must not hold NA, NaN or infinite values",
+                 kind = "input", arg = arg)
+  }
   x
 }
 
 # Rows scaled to norm 1 (|u - v|^2 / 2 is then 1 - cos).
 knn_unit_rows <- function(x, arg) {
   norms <- sqrt(rowSums(x^2))
-  if (any(norms == 0)) stop("keops_knn(): 'metric = \"cosine\"' needs rows of '", arg, "' that are not 0", call. = FALSE)
+  if (any(norms == 0)) {
+    rkeops_abort("keops_knn(): 'metric = \"cosine\"' needs rows of '", arg, "' that are not 0",
+                 kind = "input", arg = arg)
+  }
   x / norms
 }
 

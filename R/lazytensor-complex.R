@@ -127,7 +127,8 @@ imag2complex <- function(x) {
 need_real <- function(x, fun) {
   need_lazy(x, "x", fun)
   if (is.ComplexLazyTensor(x)) {
-    stop(sprintf("%s(): 'x' must be a real LazyTensor, not a ComplexLazyTensor", fun), call. = FALSE)
+    rkeops_abort(sprintf("%s(): 'x' must be a real LazyTensor, not a ComplexLazyTensor", fun),
+                 kind = "input", arg = "x")
   }
   x
 }
@@ -185,7 +186,7 @@ lazy_pick <- function(x, ks) {
 complex_variable <- function(x, cat, label) {
   if (length(x) == 0L || length(dim(x)) > 2L) {
     what <- if (cat == "Pm") "a non-empty vector" else "a matrix or vector"
-    stop(sprintf("%s(): '%s' must be %s", cat, label, what), call. = FALSE)
+    rkeops_abort(sprintf("%s(): '%s' must be %s", cat, label, what), kind = "input", arg = label)
   }
   if (cat == "Pm") {
     x <- as.vector(x)
@@ -194,8 +195,9 @@ complex_variable <- function(x, cat, label) {
   } else {
     if (is.null(dim(x))) x <- matrix(x, ncol = 1L)
     d <- ncol(x)
-    if (d == 0L || nrow(x) == 0L) stop(sprintf("%s(): '%s' has no rows or no columns", cat, label),
-                                       call. = FALSE)
+    if (d == 0L || nrow(x) == 0L) {
+      rkeops_abort(sprintf("%s(): '%s' has no rows or no columns", cat, label), kind = "input", arg = label)
+    }
     r <- matrix(0, nrow(x), 2L * d)
     r[, 2L * seq_len(d) - 1L] <- Re(x)
     r[, 2L * seq_len(d)] <- Im(x)
@@ -209,7 +211,9 @@ as_complex_lazy <- function(x, label = "argument") {
   if (is.ComplexLazyTensor(x)) return(x)
   if (is.LazyTensor(x)) return(new_complex(x, lazy_zero()))
   if (is.complex(x) && is.null(dim(x)) && length(x) == 1L) {
-    if (!is.finite(x)) stop("a number mixed with a LazyTensor must be finite", call. = FALSE)
+    if (!is.finite(x)) {
+      rkeops_abort("a number mixed with a LazyTensor must be finite", kind = "input", arg = label)
+    }
     return(new_complex(as_lazy(Re(x), label), as_lazy(Im(x), label)))
   }
   if (is.complex(x) && is.null(dim(x)) && length(x) > 1L) return(complex_variable(x, "Pm", label))
@@ -223,9 +227,9 @@ complex_dims <- function(a, b, what) {
 
 # The error for what has no complex meaning.
 complex_undefined <- function(what) {
-  stop(sprintf(paste("%s is not defined for ComplexLazyTensors (it has no complex meaning):",
-                     "apply it to a real LazyTensor such as Re(z), Im(z), Mod(z) or Arg(z)"), what),
-       call. = FALSE)
+  rkeops_abort(sprintf(paste("%s is not defined for ComplexLazyTensors (it has no complex meaning):",
+                             "apply it to a real LazyTensor such as Re(z), Im(z), Mod(z) or Arg(z)"), what),
+               kind = "formula")
 }
 
 # Operators with at least one ComplexLazyTensor or complex number (called by Ops.LazyTensor()).
@@ -260,8 +264,8 @@ complex_ops <- function(e1, e2, g) {
 # (a | b) = sum_k Conj(a_k) b_k, so that (z | z) = sqnorm2(z), as (x | x) = sqnorm2(x) for real x.
 complex_scalar_product <- function(a, b) {
   if (a$dimres != b$dimres) {
-    stop(sprintf("the scalar product (x | y) needs two LazyTensors of the same dimension, got %d and %d",
-                 a$dimres, b$dimres), call. = FALSE)
+    rkeops_abort(sprintf("the scalar product (x | y) needs two LazyTensors of the same dimension, got %d and %d",
+                         a$dimres, b$dimres), kind = "formula")
   }
   pa <- complex_parts(a)
   pb <- complex_parts(b)
@@ -289,7 +293,7 @@ complex_power <- function(e1, e2) {
     return(complex_exp(as_complex_lazy(e2, "e2") * complex_log(z)))
   }
   if (is.numeric(e2) && length(e2) == 1L && is.null(dim(e2))) {
-    if (!is.finite(e2)) stop("'^': the exponent must be a finite number", call. = FALSE)
+    if (!is.finite(e2)) rkeops_abort("'^': the exponent must be a finite number", kind = "input", arg = "e2")
     if (e2 == 1) return(z)
     if (e2 == 2) return(complex_square(z))
     if (e2 == -1) return(complex_inv(z))
@@ -381,11 +385,7 @@ Math.ComplexLazyTensor <- function(x, ...) {
       l <- complex_log(x)
       base <- list(...)
       if (length(base)) {
-        base <- base[[1L]]
-        if (!is.numeric(base) || length(base) != 1L || !is.finite(base) || base <= 0 || base == 1) {
-          stop("log(): 'base' must be a positive number other than 1", call. = FALSE)
-        }
-        l <- l / log(base)
+        l <- l / log(check_log_base(base[[1L]]))
       }
       l
     },
@@ -452,7 +452,7 @@ complex_call <- function(name, xs, dimres = NULL, extra = NULL) {
     },
     WeightedSqNorm = , WeightedSqDist = {
       if (is.ComplexLazyTensor(xs[[1L]])) {
-        stop(sprintf("%s(): the weights 's' must be real", tolower(name)), call. = FALSE)
+        rkeops_abort(sprintf("%s(): the weights 's' must be real", tolower(name)), kind = "input", arg = "s")
       }
       diff <- if (name == "WeightedSqDist") zs[[2L]] - zs[[3L]] else zs[[2L]]
       p <- complex_parts(diff)
@@ -524,16 +524,18 @@ sum.ComplexLazyTensor <- function(x, index = NA, ranges = NULL, ...) {
 # z %*% b with z a ComplexLazyTensor, or a real LazyTensor and b complex (from `%*%`).
 complex_matvec <- function(x, b) {
   if (x$dimres != 1L) {
-    stop(sprintf("'%%*%%': the LazyTensor must have dimension 1, not %d", x$dimres), call. = FALSE)
+    rkeops_abort(sprintf("'%%*%%': the LazyTensor must have dimension 1, not %d", x$dimres),
+                 kind = "input", arg = "x")
   }
   if (!"Vj" %in% x$cats) {
-    stop("'%*%': the LazyTensor has no variable indexed by j (made with Vj())", call. = FALSE)
+    rkeops_abort("'%*%': the LazyTensor has no variable indexed by j (made with Vj())",
+                 kind = "input", arg = "x")
   }
   M <- NROW(x$vars[[which(x$cats == "Vj")[1L]]])
   if (is.null(dim(b))) b <- matrix(b, ncol = 1L)
   if (!(is.numeric(b) || is.complex(b)) || nrow(b) != M) {
-    stop(sprintf("'%%*%%': 'y' must be a numeric or complex matrix with %d rows (one per j), not %d",
-                 M, NROW(b)), call. = FALSE)
+    rkeops_abort(sprintf("'%%*%%': 'y' must be a numeric or complex matrix with %d rows (one per j), not %d",
+                         M, NROW(b)), kind = "input", arg = "y")
   }
   sum(as_complex_lazy(x) * as_complex_lazy(Vj(b), "y"), index = "j")
 }
@@ -551,8 +553,8 @@ print.ComplexLazyTensor <- function(x, ...) {
 no_complex <- function(xs, fun) {
   for (x in xs) {
     if (is.ComplexLazyTensor(x)) {
-      stop(sprintf("%s is not supported for ComplexLazyTensors: apply it to a real LazyTensor such as Re(z), Im(z), Mod(z) or Arg(z)",
-                   fun), call. = FALSE)
+      rkeops_abort(sprintf("%s is not supported for ComplexLazyTensors: apply it to a real LazyTensor such as Re(z), Im(z), Mod(z) or Arg(z)",
+                           fun), kind = "formula")
     }
   }
 }

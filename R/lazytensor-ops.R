@@ -4,8 +4,8 @@
 elementwise_dim <- function(dims, what) {
   d <- max(dims)
   if (any(dims != d & dims != 1L)) {
-    stop(sprintf("%s: dimensions %s do not match (they must be equal, or 1)", what,
-                 paste(dims, collapse = " and ")), call. = FALSE)
+    rkeops_abort(sprintf("%s: dimensions %s do not match (they must be equal, or 1)", what,
+                         paste(dims, collapse = " and ")), kind = "formula")
   }
   d
 }
@@ -23,15 +23,6 @@ lazy_call <- function(name, xs, dimres = NULL, extra = NULL) {
 lazy_unary <- function(x, name, fun, label = "x") {
   need_lazy(x, label, fun)
   lazy_call(name, list(need_lazy(x, label, fun)), dimres = x$dimres)
-}
-
-# A whole number (for positions, dimensions, exponents).
-whole_number <- function(n, label, fun, min = -Inf) {
-  if (!is.numeric(n) || length(n) != 1L || !is.finite(n) || n != round(n) || n < min) {
-    stop(sprintf("%s(): '%s' must be a whole number%s", fun, label,
-                 if (is.finite(min)) sprintf(" >= %d", as.integer(min)) else ""), call. = FALSE)
-  }
-  as.integer(n)
 }
 
 #' Arithmetic and comparison operators for LazyTensor objects
@@ -77,7 +68,7 @@ Ops.LazyTensor <- function(e1, e2) {
     x <- need_lazy(e1, "e1", g)
     if (g == "-") return(lazy_combine(list(x), function(a) paste0("(-", a, ")"), x$dimres))
     if (g == "+") return(x)
-    stop(sprintf("the unary operator '%s' is not defined for LazyTensors", g), call. = FALSE)
+    rkeops_abort(sprintf("the unary operator '%s' is not defined for LazyTensors", g), kind = "formula")
   }
   if (g == "^") return(lazy_power(e1, e2))
   a <- as_lazy(e1, "e1")
@@ -95,12 +86,12 @@ Ops.LazyTensor <- function(e1, e2) {
     ">=" = lazy_call("LessOrEqual", list(b, a)),
     "|" = {
       if (a$dimres != b$dimres) {
-        stop(sprintf("the scalar product (x | y) needs two LazyTensors of the same dimension, got %d and %d",
-                     a$dimres, b$dimres), call. = FALSE)
+        rkeops_abort(sprintf("the scalar product (x | y) needs two LazyTensors of the same dimension, got %d and %d",
+                             a$dimres, b$dimres), kind = "formula")
       }
       lazy_combine(list(a, b), function(u, v) paste0("(", u, " | ", v, ")"), 1L)
     },
-    stop(sprintf("the operator '%s' is not defined for LazyTensors", g), call. = FALSE)
+    rkeops_abort(sprintf("the operator '%s' is not defined for LazyTensors", g), kind = "formula")
   )
 }
 
@@ -151,17 +142,14 @@ Math.LazyTensor <- function(x, ...) {
     extra <- list(...)
     digits <- if (length(extra)) extra[[1L]] else 0
     if (is.LazyTensor(digits)) digits <- lazy_constant_value(digits, "round", "digits")
-    digits <- whole_number(digits, "digits", "round")
+    digits <- check_whole(digits, "digits", "round")
     return(lazy_call("Round", list(x), dimres = x$dimres, extra = digits))
   }
   if (!g %in% names(names)) {
-    stop(sprintf("%s() is not defined for LazyTensors", g), call. = FALSE)
+    rkeops_abort(sprintf("%s() is not defined for LazyTensors", g), kind = "formula")
   }
   if (g == "log" && ...length()) {
-    base <- ..1
-    if (!is.numeric(base) || length(base) != 1L || !is.finite(base) || base <= 0 || base == 1) {
-      stop("log(): 'base' must be a positive number other than 1", call. = FALSE)
-    }
+    base <- check_log_base(..1)
     return(lazy_unary(x, "Log", g) / log(base))
   }
   lazy_unary(x, names[[g]], g)
@@ -177,8 +165,8 @@ lazy_constant_value <- function(x, fun, label) {
     v <- x$vars[[1L]][[1L]]
   }
   if (is.na(v)) {
-    stop(sprintf("%s(): '%s' must be a number, or a LazyTensor made by Pm() of one number", fun, label),
-         call. = FALSE)
+    rkeops_abort(sprintf("%s(): '%s' must be a number, or a LazyTensor made by Pm() of one number", fun, label),
+                 kind = "input", arg = label)
   }
   v
 }
@@ -272,8 +260,8 @@ NULL
 # The plain R value of an elementwise function for R numbers (rkeops 2 computed these in R too).
 plain_elementwise <- function(x, fun, f, complex_ok = TRUE) {
   if (!(is.numeric(x) || is.logical(x) || (complex_ok && is.complex(x))) || is.data.frame(x)) {
-    stop(sprintf("%s(): 'x' must be a LazyTensor or a numeric vector, matrix or array, not %s", fun,
-                 class(x)[1L]), call. = FALSE)
+    rkeops_abort(sprintf("%s(): 'x' must be a LazyTensor or a numeric vector, matrix or array, not %s", fun,
+                         class(x)[1L]), kind = "input", arg = "x")
   }
   f(x)
 }
@@ -349,8 +337,8 @@ lazy_arg <- function(x, label, fun) {
   if ((is.numeric(x) || is.logical(x)) && is.null(dim(x)) && length(x) >= 1L) return(as_lazy(x, label))
   if (is.complex(x) && is.null(dim(x)) && length(x) >= 1L) return(as_complex_lazy(x, label))
   what <- if (is.matrix(x)) "a matrix (wrap it with Vi() or Vj())" else class(x)[1L]
-  stop(sprintf("%s(): '%s' must be a LazyTensor, a number or a numeric vector, not %s", fun, label, what),
-       call. = FALSE)
+  rkeops_abort(sprintf("%s(): '%s' must be a LazyTensor, a number or a numeric vector, not %s", fun, label, what),
+               kind = "input", arg = label)
 }
 
 #' @rdname lazytensor_elementwise
@@ -363,8 +351,8 @@ clamp <- function(x, a, b) {
 #' @export
 clampint <- function(x, a, b) {
   x <- lazy_arg(x, "x", "clampint")
-  a <- whole_number(a, "a", "clampint")
-  b <- whole_number(b, "b", "clampint")
+  a <- check_whole(a, "a", "clampint")
+  b <- check_whole(b, "b", "clampint")
   lazy_call("ClampInt", list(x), dimres = x$dimres, extra = c(a, b))
 }
 
@@ -459,8 +447,8 @@ normalize <- function(x) {
 # which broadcasts, instead of the engine's two-argument operation).
 pair_dim <- function(x, y, fun) {
   if (x$dimres != y$dimres && x$dimres != 1L && y$dimres != 1L) {
-    stop(sprintf("%s(): 'x' and 'y' must have the same dimension (or one of them 1), got %d and %d",
-                 fun, x$dimres, y$dimres), call. = FALSE)
+    rkeops_abort(sprintf("%s(): 'x' and 'y' must have the same dimension (or one of them 1), got %d and %d",
+                         fun, x$dimres, y$dimres), kind = "formula")
   }
   max(x$dimres, y$dimres)
 }
@@ -477,8 +465,8 @@ sqdist <- function(x, y) {
 
 weights_ok <- function(s, d, fun) {
   if (!s$dimres %in% c(1L, d, d * d)) {
-    stop(sprintf("%s(): 's' must have dimension 1, %d or %d, not %d", fun, d, d * d, s$dimres),
-         call. = FALSE)
+    rkeops_abort(sprintf("%s(): 's' must have dimension 1, %d or %d, not %d", fun, d, d * d, s$dimres),
+                 kind = "input", arg = "s")
   }
 }
 
@@ -545,10 +533,10 @@ weightedsqdist <- function(x, y, s) {
 #' @export
 elem <- function(x, m) {
   need_lazy(x, "x", "elem")
-  m <- whole_number(m, "m", "elem", 1)
+  m <- check_whole(m, "m", "elem", 1)
   if (m > x$dimres) {
-    stop(sprintf("elem(): 'm' = %d is beyond the dimension of 'x' (%d); positions are 1-based",
-                 m, x$dimres), call. = FALSE)
+    rkeops_abort(sprintf("elem(): 'm' = %d is beyond the dimension of 'x' (%d); positions are 1-based",
+                         m, x$dimres), kind = "input", arg = "m")
   }
   lazy_call("Elem", list(x), dimres = 1L, extra = m - 1L)
 }
@@ -557,10 +545,14 @@ elem <- function(x, m) {
 #' @export
 elemT <- function(x, m, n) {
   need_lazy(x, "x", "elemT")
-  if (x$dimres != 1L) stop("elemT(): 'x' must have dimension 1, not ", x$dimres, call. = FALSE)
-  m <- whole_number(m, "m", "elemT", 1)
-  n <- whole_number(n, "n", "elemT", 1)
-  if (m > n) stop(sprintf("elemT(): 'm' = %d must be at most 'n' = %d", m, n), call. = FALSE)
+  if (x$dimres != 1L) {
+    rkeops_abort("elemT(): 'x' must have dimension 1, not ", x$dimres, kind = "input", arg = "x")
+  }
+  m <- check_whole(m, "m", "elemT", 1)
+  n <- check_whole(n, "n", "elemT", 1)
+  if (m > n) {
+    rkeops_abort(sprintf("elemT(): 'm' = %d must be at most 'n' = %d", m, n), kind = "input", arg = "m")
+  }
   lazy_call("ElemT", list(x), dimres = n, extra = c(n, m - 1L))
 }
 
@@ -568,11 +560,11 @@ elemT <- function(x, m, n) {
 #' @export
 extract <- function(x, m, d) {
   need_lazy(x, "x", "extract")
-  m <- whole_number(m, "m", "extract", 1)
-  d <- whole_number(d, "d", "extract", 1)
+  m <- check_whole(m, "m", "extract", 1)
+  d <- check_whole(d, "d", "extract", 1)
   if (m + d - 1L > x$dimres) {
-    stop(sprintf("extract(): components %d to %d are beyond the dimension of 'x' (%d)",
-                 m, m + d - 1L, x$dimres), call. = FALSE)
+    rkeops_abort(sprintf("extract(): components %d to %d are beyond the dimension of 'x' (%d)",
+                         m, m + d - 1L, x$dimres), kind = "input", arg = "m")
   }
   lazy_call("Extract", list(x), dimres = d, extra = c(m - 1L, d))
 }
@@ -581,11 +573,11 @@ extract <- function(x, m, d) {
 #' @export
 extractT <- function(x, m, d) {
   need_lazy(x, "x", "extractT")
-  m <- whole_number(m, "m", "extractT", 1)
-  d <- whole_number(d, "d", "extractT", 1)
+  m <- check_whole(m, "m", "extractT", 1)
+  d <- check_whole(d, "d", "extractT", 1)
   if (m + x$dimres - 1L > d) {
-    stop(sprintf("extractT(): 'x' of dimension %d does not fit at position %d of a vector of dimension %d",
-                 x$dimres, m, d), call. = FALSE)
+    rkeops_abort(sprintf("extractT(): 'x' of dimension %d does not fit at position %d of a vector of dimension %d",
+                         x$dimres, m, d), kind = "input", arg = "x")
   }
   lazy_call("ExtractT", list(x), dimres = d, extra = c(m - 1L, d))
 }
@@ -602,8 +594,10 @@ concat <- function(x, y) {
 #' @export
 one_hot <- function(x, D) {
   need_lazy(x, "x", "one_hot")
-  if (x$dimres != 1L) stop("one_hot(): 'x' must have dimension 1, not ", x$dimres, call. = FALSE)
-  D <- whole_number(D, "D", "one_hot", 1)
+  if (x$dimres != 1L) {
+    rkeops_abort("one_hot(): 'x' must have dimension 1, not ", x$dimres, kind = "input", arg = "x")
+  }
+  D <- check_whole(D, "D", "one_hot", 1)
   lazy_call("OneHot", list(x), dimres = D, extra = D)
 }
 
@@ -660,8 +654,8 @@ lazy_matrix_product <- function(op, fun, m, v, args) {
   need_lazy(m, "m", fun)
   need_lazy(v, "v", fun)
   if (m$dimres %% v$dimres != 0L) {
-    stop(sprintf("%s(): the dimension of 'm' (%d) is not a multiple of that of 'v' (%d)",
-                 fun, m$dimres, v$dimres), call. = FALSE)
+    rkeops_abort(sprintf("%s(): the dimension of 'm' (%d) is not a multiple of that of 'v' (%d)",
+                         fun, m$dimres, v$dimres), kind = "formula")
   }
   lazy_call(op, args, dimres = m$dimres %/% v$dimres)
 }
@@ -720,23 +714,25 @@ NULL
 opbuilder_dim <- function(xs, dim_check_type, dim_res, opstr, fun) {
   dims <- vapply(xs, function(v) v$dimres, 1L)
   if (length(dim_check_type) != 1L || !(is.na(dim_check_type) || dim_check_type %in% c("same", "sameor1"))) {
-    stop(sprintf("%s(): 'dim_check_type' must be \"sameor1\", \"same\" or NA", fun), call. = FALSE)
+    rkeops_abort(sprintf("%s(): 'dim_check_type' must be \"sameor1\", \"same\" or NA", fun),
+                 kind = "input", arg = "dim_check_type")
   }
   if (!is.na(dim_check_type) && dim_check_type == "sameor1") elementwise_dim(dims, opstr)
   if (!is.na(dim_check_type) && dim_check_type == "same" && any(dims != dims[1L])) {
-    stop(sprintf("%s(): the operation '%s' needs arguments of the same dimension, got %s", fun, opstr,
-                 paste(dims, collapse = " and ")), call. = FALSE)
+    rkeops_abort(sprintf("%s(): the operation '%s' needs arguments of the same dimension, got %s", fun, opstr,
+                         paste(dims, collapse = " and ")), kind = "formula")
   }
-  if (length(dim_res) == 1L && is.na(dim_res)) max(dims) else whole_number(dim_res, "dim_res", fun, 1)
+  if (length(dim_res) == 1L && is.na(dim_res)) max(dims) else check_whole(dim_res, "dim_res", fun, 1)
 }
 
 opbuilder_checks <- function(opstr, res_type, fun) {
   if (!is.character(opstr) || length(opstr) != 1L || is.na(opstr) || !nzchar(opstr)) {
-    stop(sprintf("%s(): 'opstr' must be the name of an operation, such as \"Exp\"", fun), call. = FALSE)
+    rkeops_abort(sprintf("%s(): 'opstr' must be the name of an operation, such as \"Exp\"", fun),
+                 kind = "input", arg = "opstr")
   }
   if (length(res_type) != 1L || !is.na(res_type) && res_type != "LazyTensor") {
-    stop(sprintf("%s(): 'res_type' must be NA; complex LazyTensors are made by the complex functions (see ?ComplexLazyTensor)",
-                 fun), call. = FALSE)
+    rkeops_abort(sprintf("%s(): 'res_type' must be NA; complex LazyTensors are made by the complex functions (see ?ComplexLazyTensor)",
+                         fun), kind = "input", arg = "res_type")
   }
 }
 
@@ -747,9 +743,9 @@ unaryop.LazyTensor <- function(x, opstr, opt_arg = NA, opt_arg2 = NA, res_type =
   opbuilder_checks(opstr, res_type, fun)
   x <- lazy_arg(x, "x", fun)
   extra <- NULL
-  if (!(length(opt_arg) == 1L && is.na(opt_arg))) extra <- whole_number(opt_arg, "opt_arg", fun)
-  if (!(length(opt_arg2) == 1L && is.na(opt_arg2))) extra <- c(extra, whole_number(opt_arg2, "opt_arg2", fun))
-  d <- if (length(dim_res) == 1L && is.na(dim_res)) x$dimres else whole_number(dim_res, "dim_res", fun, 1)
+  if (!(length(opt_arg) == 1L && is.na(opt_arg))) extra <- check_whole(opt_arg, "opt_arg", fun)
+  if (!(length(opt_arg2) == 1L && is.na(opt_arg2))) extra <- c(extra, check_whole(opt_arg2, "opt_arg2", fun))
+  d <- if (length(dim_res) == 1L && is.na(dim_res)) x$dimres else check_whole(dim_res, "dim_res", fun, 1)
   lazy_call(opstr, list(x), dimres = d, extra = extra)
 }
 

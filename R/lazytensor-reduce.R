@@ -16,8 +16,8 @@ lazy_operator <- function(formula, args) {
 # The engine's axis for `index`: "i" reduces over i (axis 1), "j" over j (axis 0).
 lazy_axis <- function(index, fun) {
   if (!is.character(index) || length(index) != 1L || is.na(index) || !index %in% c("i", "j")) {
-    stop(sprintf("%s(): 'index' must be \"i\" (reduce over i) or \"j\" (reduce over j)", fun),
-         call. = FALSE)
+    rkeops_abort(sprintf("%s(): 'index' must be \"i\" (reduce over i) or \"j\" (reduce over j)", fun),
+                 kind = "input", arg = "index")
   }
   if (index == "i") 1L else 0L
 }
@@ -52,7 +52,8 @@ lazy_reduced_rows <- function(x, index) {
 
 need_dim1 <- function(x, fun, label = "x") {
   if (x$dimres != 1L) {
-    stop(sprintf("%s(): '%s' must have dimension 1, not %d", fun, label, x$dimres), call. = FALSE)
+    rkeops_abort(sprintf("%s(): '%s' must have dimension 1, not %d", fun, label, x$dimres),
+                 kind = "input", arg = label)
   }
 }
 
@@ -227,7 +228,7 @@ max_argmax <- function(x, index, ranges = NULL) {
 # padded the result, so we reduce with fewer and pad: Inf for values, NA for indices.
 lazy_kmin <- function(x, K, index, name, fun, ranges) {
   need_lazy(x, "x", fun)
-  K <- whole_number(K, "K", fun, 1)
+  K <- check_whole(K, "K", fun, 1)
   lazy_axis(index, fun)
   n <- lazy_reduced_rows(x, index)
   # (members of a batch with different numbers of rows: the engine says which member is too short)
@@ -277,7 +278,7 @@ logsumexp <- function(x, index, weight = NULL, ranges = NULL) {
 #' @export
 sumsoftmaxweight <- function(x, index, weight, ranges = NULL) {
   need_lazy(x, "x", "sumsoftmaxweight")
-  if (missing(weight)) stop("sumsoftmaxweight(): 'weight' is missing", call. = FALSE)
+  if (missing(weight)) rkeops_abort("sumsoftmaxweight(): 'weight' is missing", kind = "input", arg = "weight")
   # Before rkeops 2's order was adopted, this function took (x, weight, index): such a call puts
   # the weight where the index goes and "i" or "j" where the weight goes.
   if (!missing(index) && !is.character(index) && is.character(weight) && length(weight) == 1L &&
@@ -298,8 +299,8 @@ sumsoftmaxweight <- function(x, index, weight, ranges = NULL) {
 # rkeops 2's *_reduction() names: the same reductions, with an index that must be given.
 need_index <- function(index, fun) {
   if (missing(index) || length(index) != 1L || is.na(index)) {
-    stop(sprintf("%s(): 'index' must be \"i\" (reduce over i) or \"j\" (reduce over j); it cannot be NA",
-                 fun), call. = FALSE)
+    rkeops_abort(sprintf("%s(): 'index' must be \"i\" (reduce over i) or \"j\" (reduce over j); it cannot be NA",
+                         fun), kind = "input", arg = "index")
   }
   lazy_axis(index, fun)
   index
@@ -311,7 +312,10 @@ sum_reduction <- function(x, index, ranges = NULL) {
   need_lazy(x, "x", "sum_reduction")
   index <- need_index(index, "sum_reduction")
   if (is.ComplexLazyTensor(x)) {
-    if (!is.null(ranges)) stop("sum_reduction(): 'ranges' is not supported for ComplexLazyTensors", call. = FALSE)
+    if (!is.null(ranges)) {
+      rkeops_abort("sum_reduction(): 'ranges' is not supported for ComplexLazyTensors",
+                   kind = "input", arg = "ranges")
+    }
     return(sum(x, index = index))
   }
   sum.LazyTensor(x, index, ranges)
@@ -401,12 +405,14 @@ sumsoftmaxweight_reduction <- function(x, index, weight, ranges = NULL) {
 reduction.LazyTensor <- function(x, opstr, index, opt_arg = NULL, ranges = NULL) {
   need_lazy(x, "x", "reduction.LazyTensor")
   if (!is.character(opstr) || length(opstr) != 1L || is.na(opstr)) {
-    stop("reduction.LazyTensor(): 'opstr' must be the name of a reduction, such as \"Sum\"", call. = FALSE)
+    rkeops_abort("reduction.LazyTensor(): 'opstr' must be the name of a reduction, such as \"Sum\"",
+                 kind = "input", arg = "opstr")
   }
   index <- need_index(index, "reduction.LazyTensor")
   no_opt <- function() {
     if (!is.null(opt_arg)) {
-      stop(sprintf("reduction.LazyTensor(): the reduction \"%s\" takes no 'opt_arg'", opstr), call. = FALSE)
+      rkeops_abort(sprintf("reduction.LazyTensor(): the reduction \"%s\" takes no 'opt_arg'", opstr),
+                   kind = "input", arg = "opt_arg")
     }
   }
   switch(opstr,
@@ -422,16 +428,22 @@ reduction.LazyTensor <- function(x, opstr, index, opt_arg = NULL, ranges = NULL)
     KMin_ArgKMin = Kmin_argKmin(x, opt_arg, index, ranges),
     LogSumExp = logsumexp(x, index, opt_arg, ranges),
     LogSumExpWeight = {
-      if (is.null(opt_arg)) stop("reduction.LazyTensor(): \"LogSumExpWeight\" needs the weight in 'opt_arg'", call. = FALSE)
+      if (is.null(opt_arg)) {
+        rkeops_abort("reduction.LazyTensor(): \"LogSumExpWeight\" needs the weight in 'opt_arg'",
+                     kind = "input", arg = "opt_arg")
+      }
       logsumexp(x, index, opt_arg, ranges)
     },
     SumSoftMaxWeight = {
-      if (is.null(opt_arg)) stop("reduction.LazyTensor(): \"SumSoftMaxWeight\" needs the weight in 'opt_arg'", call. = FALSE)
+      if (is.null(opt_arg)) {
+        rkeops_abort("reduction.LazyTensor(): \"SumSoftMaxWeight\" needs the weight in 'opt_arg'",
+                     kind = "input", arg = "opt_arg")
+      }
       sumsoftmaxweight(x, index, opt_arg, ranges)
     },
-    stop(sprintf(paste("reduction.LazyTensor(): unknown reduction \"%s\"; use one of Sum, Min, Max, ArgMin,",
-                       "ArgMax, Min_ArgMin, Max_ArgMax, KMin, ArgKMin, KMin_ArgKMin, LogSumExp,",
-                       "LogSumExpWeight, SumSoftMaxWeight"), opstr), call. = FALSE)
+    rkeops_abort(sprintf(paste("reduction.LazyTensor(): unknown reduction \"%s\"; use one of Sum, Min, Max, ArgMin,",
+                               "ArgMax, Min_ArgMin, Max_ArgMax, KMin, ArgKMin, KMin_ArgKMin, LogSumExp,",
+                               "LogSumExpWeight, SumSoftMaxWeight"), opstr), kind = "input", arg = "opstr")
   )
 }
 
@@ -454,8 +466,8 @@ lazy_matvec <- function(K, fun) {
   function(b, ranges = NULL) {
     # A vector is one column as it is (a dim attribute would copy it).
     if (!is.numeric(b) || length(dim(b)) > 2L || length(b) == 0L || (!is.na(M) && NROW(b) != M)) {
-      stop(sprintf("%s: 'y' must be a numeric matrix with %s rows (one per j), not %d", fun,
-                   if (is.na(M)) "one or more" else M, NROW(b)), call. = FALSE)
+      rkeops_abort(sprintf("%s: 'y' must be a numeric matrix with %s rows (one per j), not %d", fun,
+                           if (is.na(M)) "one or more" else M, NROW(b)), kind = "input", arg = "y")
     }
     if (NCOL(b) != op_cols) {
       op_cols <<- NCOL(b)
@@ -500,8 +512,8 @@ lazy_matvec <- function(K, fun) {
 `%*%` <- function(x, y) {
   if (is.LazyTensor(y)) {
     if (!is.LazyTensor(x)) {
-      stop("'%*%': with a LazyTensor on the right, the left side must be a LazyTensor too ",
-           "(wrap a matrix with Vi() or Vj())", call. = FALSE)
+      rkeops_abort("'%*%': with a LazyTensor on the right, the left side must be a LazyTensor too ",
+                   "(wrap a matrix with Vi() or Vj())", kind = "input", arg = "x")
     }
     return(sum(x * y, index = "j"))
   }
@@ -565,15 +577,16 @@ grad <- function(f, gradin, opstr = "Sum", var, index) {
   no_complex(list(f, gradin), "grad()")
   axis <- lazy_axis(index, "grad")
   if (!is.character(opstr) || length(opstr) != 1L || is.na(opstr)) {
-    stop("grad(): 'opstr' must be the name of a reduction, such as \"Sum\"", call. = FALSE)
+    rkeops_abort("grad(): 'opstr' must be the name of a reduction, such as \"Sum\"",
+                 kind = "input", arg = "opstr")
   }
   pos <- grad_position(f, var)
   if (is.LazyTensor(gradin)) {
     # rkeops 2 took e as a LazyTensor indexed like the result: Vi(e) for a reduction over j.
     side <- if (index == "j") "Vi" else "Vj"
     if (length(gradin$vars) != 1L || gradin$formula != "@0@" || gradin$cats != side) {
-      stop(sprintf("grad(): 'gradin' must be a matrix, or one wrapped by %s() (the result of a reduction over %s has one row per %s)",
-                   side, index, substr(side, 2, 2)), call. = FALSE)
+      rkeops_abort(sprintf("grad(): 'gradin' must be a matrix, or one wrapped by %s() (the result of a reduction over %s has one row per %s)",
+                           side, index, substr(side, 2, 2)), kind = "input", arg = "gradin")
     }
     gradin <- gradin$vars[[1L]]
   }
@@ -588,32 +601,33 @@ grad_position <- function(f, var) {
   n <- length(f$vars)
   if (is.LazyTensor(var)) {
     if (length(var$vars) != 1L || var$formula != "@0@") {
-      stop("grad(): 'var' must be a variable made by Vi(), Vj() or Pm()", call. = FALSE)
+      rkeops_abort("grad(): 'var' must be a variable made by Vi(), Vj() or Pm()", kind = "input", arg = "var")
     }
     pos <- 0L
     for (k in seq_along(f$vars)) {
       if (f$cats[k] == var$cats[1L] && identical(f$vars[[k]], var$vars[[1L]])) pos <- k
     }
-    if (pos == 0L) stop("grad(): 'var' is not a variable of 'f'", call. = FALSE)
+    if (pos == 0L) rkeops_abort("grad(): 'var' is not a variable of 'f'", kind = "input", arg = "var")
     return(pos)
   }
   if (is.character(var) && length(var) == 1L && grepl("^V[0-9]+$", var)) {
     pos <- as.integer(substring(var, 2L)) + 1L
     if (pos > n) {
-      stop(sprintf("grad(): 'var' = \"%s\" is not a variable of 'f' (V0 to V%d)", var, n - 1L), call. = FALSE)
+      rkeops_abort(sprintf("grad(): 'var' = \"%s\" is not a variable of 'f' (V0 to V%d)", var, n - 1L),
+                   kind = "input", arg = "var")
     }
     return(pos)
   }
   if (is.numeric(var) && length(var) == 1L && !is.na(var) && var == 0) {
-    stop("grad(): 'var' = 0: positions are 1-based (rkeops 2 counted from 0); write var = 1 for the ",
-         "first variable, or give the variable itself", call. = FALSE)
+    rkeops_abort("grad(): 'var' = 0: positions are 1-based (rkeops 2 counted from 0); write var = 1 for the ",
+                 "first variable, or give the variable itself", kind = "input", arg = "var")
   }
-  if (is.numeric(var) && length(var) == 1L && !is.na(var) && var == round(var) && var >= 1 && var <= n) {
+  if (is_whole(var, 1, n)) {
     .rkeops_warn_once("grad_var_position", paste(
       "grad(): a numeric 'var' is a 1-based position among the variables of 'f'",
       "(rkeops 2 counted from 0); give the variable itself to be unambiguous"))
     return(as.integer(var))
   }
-  stop("grad(): 'var' must be a LazyTensor variable of 'f', its name (V0 to V", n - 1L,
-       ") or its position, from 1 to ", n, call. = FALSE)
+  rkeops_abort("grad(): 'var' must be a LazyTensor variable of 'f', its name (V0 to V", n - 1L,
+               ") or its position, from 1 to ", n, kind = "input", arg = "var")
 }

@@ -90,14 +90,15 @@ LazyTensor <- function(x, index = NA, is_complex = FALSE) {
     return(x)
   }
   if (length(index) != 1L || !(is.na(index) || index %in% c("i", "j"))) {
-    stop("LazyTensor(): 'index' must be \"i\", \"j\" or NA (a parameter)", call. = FALSE)
+    rkeops_abort("LazyTensor(): 'index' must be \"i\", \"j\" or NA (a parameter)",
+                 kind = "input", arg = "index")
   }
   label <- deparse1(substitute(x))
   if (is.na(index) && (length(dim(x)) == 2L || is.data.frame(x))) {
     # rkeops 2 stops here too: a matrix is one row per i or per j, never a parameter.
-    stop(sprintf(paste("LazyTensor(): '%s' is a matrix, so 'index' must say how it is indexed:",
-                       "\"i\" (one row per i, as Vi(x)) or \"j\" (as Vj(x)); for a parameter,",
-                       "give a vector: Pm(as.vector(x))"), label), call. = FALSE)
+    rkeops_abort(sprintf(paste("LazyTensor(): '%s' is a matrix, so 'index' must say how it is indexed:",
+                               "\"i\" (one row per i, as Vi(x)) or \"j\" (as Vj(x)); for a parameter,",
+                               "give a vector: Pm(as.vector(x))"), label), kind = "input", arg = "index")
   }
   cat <- if (is.na(index)) "Pm" else if (index == "i") "Vi" else "Vj"
   lazy_variable(x, cat, label, is_complex)
@@ -121,23 +122,18 @@ Pm <- function(x, is_complex = FALSE) {
   lazy_variable(x, "Pm", deparse1(substitute(x)), complex_flag(is_complex, "Pm"))
 }
 
-complex_flag <- function(is_complex, fun) {
-  if (!is.logical(is_complex) || length(is_complex) != 1L || is.na(is_complex)) {
-    stop(sprintf("%s(): 'is_complex' must be TRUE or FALSE", fun), call. = FALSE)
-  }
-  is_complex
-}
+complex_flag <- function(is_complex, fun) check_flag(is_complex, "is_complex", fun)
 
 lazy_variable <- function(x, cat, label, is_complex = FALSE) {
-  if (is.LazyTensor(x)) stop("'", label, "' is already a LazyTensor", call. = FALSE)
+  if (is.LazyTensor(x)) rkeops_abort("'", label, "' is already a LazyTensor", kind = "input", arg = label)
   if (is.data.frame(x)) x <- as.matrix(x)
   if (!is.na(batch_size(x))) return(lazy_batch_variable(x, cat, label, is_complex))   # see batch.R
   if (is_complex && (is.numeric(x) || is.logical(x))) storage.mode(x) <- "complex"  # keeps dim
   if (is.complex(x)) return(complex_variable(x, cat, label))   # see lazytensor-complex.R
   if (inherits(x, "keops_device_matrix")) {                     # kept on the GPU, see device.R
     if (is_complex) {
-      stop(sprintf("%s(): 'is_complex = TRUE' needs data in R memory, not a device matrix", cat),
-           call. = FALSE)
+      rkeops_abort(sprintf("%s(): 'is_complex = TRUE' needs data in R memory, not a device matrix", cat),
+                   kind = "input", arg = "is_complex")
     }
     dim <- if (cat == "Pm") prod(dim(x)) else dim(x)[2L]
     return(new_lazy("@0@", list(x), cat, dim, dims = dim))
@@ -145,7 +141,7 @@ lazy_variable <- function(x, cat, label, is_complex = FALSE) {
   d <- dim(x)
   if (!(is.numeric(x) || is.logical(x)) || length(x) == 0L || length(d) > 2L) {
     what <- if (cat == "Pm") "a non-empty numeric vector" else "a numeric matrix or vector"
-    stop(sprintf("%s(): '%s' must be %s", cat, label, what), call. = FALSE)
+    rkeops_abort(sprintf("%s(): '%s' must be %s", cat, label, what), kind = "input", arg = label)
   }
   # The data is kept as it is whenever the engine can read it (a double vector or matrix): any
   # change here (a dim attribute, other attributes removed) would copy all of it at every call.
@@ -160,7 +156,7 @@ lazy_variable <- function(x, cat, label, is_complex = FALSE) {
       dim <- 1L                                  # a vector is one column, without copying it
     } else {
       if (d[1L] == 0L || d[2L] == 0L) {
-        stop(sprintf("%s(): '%s' has no rows or no columns", cat, label), call. = FALSE)
+        rkeops_abort(sprintf("%s(): '%s' has no rows or no columns", cat, label), kind = "input", arg = label)
       }
       # Only dim and dimnames may stay (the engine reads neither names nor classes).
       if (is.object(x) || length(attributes(x)) > 1L &&
@@ -193,7 +189,7 @@ lazy_var_dim <- function(v, cat) {
 # digits to round-trip; negative ones in parentheses.
 lazy_number <- function(x) {
   if (!is.numeric(x) && !is.logical(x) || length(x) != 1L || !is.finite(x)) {
-    stop("a number mixed with a LazyTensor must be a single finite number", call. = FALSE)
+    rkeops_abort("a number mixed with a LazyTensor must be a single finite number", kind = "input")
   }
   x <- as.double(x)
   a <- abs(x)
@@ -217,14 +213,15 @@ as_lazy <- function(x, label = "argument") {
   if ((is.numeric(x) || is.logical(x)) && is.null(dim(x)) && length(x) > 1L) {
     return(lazy_variable(x, "Pm", label))
   }
-  stop(sprintf("'%s' must be a LazyTensor or a number, not %s", label, class(x)[1L]), call. = FALSE)
+  rkeops_abort(sprintf("'%s' must be a LazyTensor or a number, not %s", label, class(x)[1L]),
+               kind = "input", arg = label)
 }
 
 # Requires a LazyTensor, naming the argument in the error.
 need_lazy <- function(x, label, fun) {
   if (!is.LazyTensor(x)) {
-    stop(sprintf("%s(): '%s' must be a LazyTensor (made with Vi(), Vj(), Pm() or LazyTensor()), not %s",
-                 fun, label, class(x)[1L]), call. = FALSE)
+    rkeops_abort(sprintf("%s(): '%s' must be a LazyTensor (made with Vi(), Vj(), Pm() or LazyTensor()), not %s",
+                         fun, label, class(x)[1L]), kind = "input", arg = label)
   }
   x
 }

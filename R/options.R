@@ -35,16 +35,12 @@
 # message naming the option and what was expected. `name` is one of our names
 # (aliases are mapped before).
 .rkeops_check_option <- function(name, value) {
-  is_count <- function(x, min) {
-    is.numeric(x) && length(x) == 1L && !is.na(x) && is.finite(x) &&
-      x == round(x) && x >= min
-  }
   switch(name,
     backend = {
       if (!is.character(value) || length(value) != 1L || is.na(value) ||
           !value %in% c("auto", "CPU", "GPU")) {
-        stop("rkeops option 'backend' must be one of \"auto\", \"CPU\" or ",
-             "\"GPU\", not ", .rkeops_show(value), ".", call. = FALSE)
+        rkeops_abort("rkeops option 'backend' must be one of \"auto\", \"CPU\" or ",
+                     "\"GPU\", not ", .rkeops_show(value), ".", kind = "input", arg = "backend")
       }
       value
     },
@@ -53,19 +49,19 @@
           !value %in% c("float16", "float32", "float64")) {
         hint <- if (identical(value, "float")) " (rkeops 1's \"float\" is \"float32\")" else
           if (identical(value, "double")) " (rkeops 1's \"double\" is \"float64\")" else ""
-        stop("rkeops option 'precision' must be \"float16\", \"float32\" or \"float64\", ",
-             "not ", .rkeops_show(value), hint, ".", call. = FALSE)
+        rkeops_abort("rkeops option 'precision' must be \"float16\", \"float32\" or \"float64\", ",
+                     "not ", .rkeops_show(value), hint, ".", kind = "input", arg = "precision")
       }
       value
     },
     device = {
       # -1 was rkeops 2's "default GPU", the first one.
       if (!is.numeric(value) || length(value) == 0L ||
-          !all(vapply(value, is_count, logical(1), min = -1))) {
-        stop("rkeops option 'device' (rkeops 2: 'device_id') must be a GPU index, a whole ",
-             "number: 0 for the first GPU (-1 also means the first GPU, as in rkeops 2), ",
-             "or several, which share each computation (e.g. c(0, 1)), not ",
-             .rkeops_show(value), ".", call. = FALSE)
+          !all(vapply(value, is_whole, logical(1), min = -1))) {
+        rkeops_abort("rkeops option 'device' (rkeops 2: 'device_id') must be a GPU index, a whole ",
+                     "number: 0 for the first GPU (-1 also means the first GPU, as in rkeops 2), ",
+                     "or several, which share each computation (e.g. c(0, 1)), not ",
+                     .rkeops_show(value), ".", kind = "input", arg = "device")
       }
       pmax(as.integer(value), 0L)
     },
@@ -74,48 +70,48 @@
       if (is.null(value) || identical(as.numeric(value), 0)) {
         return(NULL)
       }
-      if (!is_count(value, 1)) {
-        stop("rkeops option 'ncore' must be NULL or 0 (use all the cores) or a ",
-             "positive integer (a number of CPU threads), not ",
-             .rkeops_show(value), ".", call. = FALSE)
+      if (!is_whole(value, 1)) {
+        rkeops_abort("rkeops option 'ncore' must be NULL or 0 (use all the cores) or a ",
+                     "positive integer (a number of CPU threads), not ",
+                     .rkeops_show(value), ".", kind = "input", arg = "ncore")
       }
       as.integer(value)
     },
     verbosity = {
       if (!.rkeops_is_flag(value)) {
-        stop("rkeops option 'verbosity' must be TRUE or FALSE (or 1 or 0), not ",
-             .rkeops_show(value), ".", call. = FALSE)
+        rkeops_abort("rkeops option 'verbosity' must be TRUE or FALSE (or 1 or 0), not ",
+                     .rkeops_show(value), ".", kind = "input", arg = "verbosity")
       }
       as.logical(value)
     },
     debug = {
       if (!.rkeops_is_flag(value)) {
-        stop("rkeops option 'debug' must be TRUE or FALSE (or 1 or 0), not ",
-             .rkeops_show(value), ".", call. = FALSE)
+        rkeops_abort("rkeops option 'debug' must be TRUE or FALSE (or 1 or 0), not ",
+                     .rkeops_show(value), ".", kind = "input", arg = "debug")
       }
       as.logical(value)
     },
     formula_only = {
       if (!.rkeops_is_flag(value)) {
-        stop("rkeops option 'formula_only' must be FALSE, not ", .rkeops_show(value), ".",
-             call. = FALSE)
+        rkeops_abort("rkeops option 'formula_only' must be FALSE, not ", .rkeops_show(value), ".",
+                     kind = "input", arg = "formula_only")
       }
       if (as.logical(value)) {
-        stop("rkeops option 'formula_only' = TRUE (return formulas instead of computing) is not ",
-             "supported: reductions always compute here. Print a LazyTensor to see its formula.",
-             call. = FALSE)
+        rkeops_abort("rkeops option 'formula_only' = TRUE (return formulas instead of computing) is not ",
+                     "supported: reductions always compute here. Print a LazyTensor to see its formula.",
+                     kind = "input", arg = "formula_only")
       }
       FALSE
     },
     cache_dir = .rkeops_check_cache_dir(value),
     {
       if (name %in% names(.rkeops1_options)) {
-        stop("rkeops option '", name, "' was an option of rkeops 1; it is replaced by ",
-             .rkeops1_options[[name]], ".", call. = FALSE)
+        rkeops_abort("rkeops option '", name, "' was an option of rkeops 1; it is replaced by ",
+                     .rkeops1_options[[name]], ".", kind = "input", arg = name)
       }
-      stop("unknown rkeops option ", .rkeops_show(name), "; the options are: ",
-           paste(c(names(.rkeops_default_options()), .rkeops_alias_options), collapse = ", "),
-           ".", call. = FALSE)
+      rkeops_abort("unknown rkeops option ", .rkeops_show(name), "; the options are: ",
+                   paste(c(names(.rkeops_default_options()), .rkeops_alias_options), collapse = ", "),
+                   ".", kind = "input", arg = name)
     }
   )
 }
@@ -204,8 +200,8 @@ get_rkeops_options <- function(option = NULL, tag = NULL) {
   if (!is.character(option) || length(option) == 0L || anyNA(option) ||
       !all(option %in% known)) {
     bad <- if (is.character(option)) setdiff(option, known) else option
-    stop("unknown rkeops option ", .rkeops_show(if (length(bad) == 1L) bad else option),
-         "; the options are: ", paste(known, collapse = ", "), ".", call. = FALSE)
+    rkeops_abort("unknown rkeops option ", .rkeops_show(if (length(bad) == 1L) bad else option),
+                 "; the options are: ", paste(known, collapse = ", "), ".", kind = "input", arg = "option")
   }
   value_of <- function(name) {
     switch(name,
@@ -287,9 +283,9 @@ set_rkeops_options <- function(...) {
   }
   nms <- names(new)
   if (is.null(nms) || any(is.na(nms) | nms == "")) {
-    stop("all the arguments of set_rkeops_options() must be named, e.g. ",
-         "set_rkeops_options(precision = \"float64\"), or be one list of named values, e.g. ",
-         "set_rkeops_options(list(precision = \"float64\")).", call. = FALSE)
+    rkeops_abort("all the arguments of set_rkeops_options() must be named, e.g. ",
+                 "set_rkeops_options(precision = \"float64\"), or be one list of named values, e.g. ",
+                 "set_rkeops_options(list(precision = \"float64\")).", kind = "input")
   }
   # Check every value before changing anything.
   opts <- old

@@ -9,14 +9,14 @@ ranges_parts <- c("ranges_i", "slices_i", "redranges_j", "ranges_j", "slices_j",
 ranges_for_engine <- function(ranges) {
   if (is.null(ranges) || inherits(ranges, "keops_engine_ranges")) return(ranges)
   if (!is.list(ranges) || !all(ranges_parts %in% names(ranges))) {
-    stop("'ranges' must be made by from_matrix() (or be a list with elements ",
-         paste(ranges_parts, collapse = ", "), ")", call. = FALSE)
+    rkeops_abort("'ranges' must be made by from_matrix() (or be a list with elements ",
+                 paste(ranges_parts, collapse = ", "), ")", kind = "input", arg = "ranges")
   }
   whole <- function(x, name) {
     # (from_matrix() and from_pairs() give integers: only NA to look for)
     if (is.integer(x) && !anyNA(x)) return(x)
     if (!is.numeric(x) || anyNA(x) || any(x != round(x)) || any(abs(x) > .Machine$integer.max)) {
-      stop("'ranges$", name, "' must hold whole numbers, without NA", call. = FALSE)
+      rkeops_abort("'ranges$", name, "' must hold whole numbers, without NA", kind = "input", arg = "ranges")
     }
     as.integer(x)
   }
@@ -24,13 +24,14 @@ ranges_for_engine <- function(ranges) {
     x <- ranges[[name]]
     if (startsWith(name, "slices")) {
       if (!is.null(dim(x)) && length(dim(x)) != 1L) {
-        stop("'ranges$", name, "' must be a vector (one value per block)", call. = FALSE)
+        rkeops_abort("'ranges$", name, "' must be a vector (one value per block)",
+                     kind = "input", arg = "ranges")
       }
       return(whole(x, name))
     }
     if (!is.matrix(x) || ncol(x) != 2L) {
-      stop("'ranges$", name, "' must be a matrix with 2 columns (first and last index, 1-based)",
-           call. = FALSE)
+      rkeops_abort("'ranges$", name, "' must be a matrix with 2 columns (first and last index, 1-based)",
+                   kind = "input", arg = "ranges")
     }
     x <- whole(x, name)
     n <- length(x) / 2L

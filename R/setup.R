@@ -17,22 +17,22 @@
     return(NULL)
   }
   if (!is.character(value) || length(value) != 1L || is.na(value) || !nzchar(value)) {
-    stop("rkeops option 'cache_dir' must be NULL (the default directory) or the path of a ",
-         "directory (a string), not ", .rkeops_show(value), ".", call. = FALSE)
+    rkeops_abort("rkeops option 'cache_dir' must be NULL (the default directory) or the path of a ",
+                 "directory (a string), not ", .rkeops_show(value), ".", kind = "input", arg = "cache_dir")
   }
   path <- path.expand(value)
   if (file.exists(path) && !dir.exists(path)) {
-    stop("rkeops option 'cache_dir': ", .rkeops_show(value), " is a file, not a directory.",
-         call. = FALSE)
+    rkeops_abort("rkeops option 'cache_dir': ", .rkeops_show(value), " is a file, not a directory.",
+                 kind = "cache")
   }
   # The engine refuses a directory that others can write to (they could plant GPU code): say it now.
   if (dir.exists(path)) {
     mode <- as.integer(file.info(path)$mode)
     if (!is.na(mode) && bitwAnd(mode, strtoi("022", 8L)) != 0L) {
-      stop("rkeops option 'cache_dir': other users can write to ", .rkeops_show(value),
-           " (mode ", format(as.octmode(mode)), "); rkeops keeps compiled code there and ",
-           "refuses such a directory. Use a private one (Sys.chmod(path, \"700\")) or a new path ",
-           "(created private on first use).", call. = FALSE)
+      rkeops_abort("rkeops option 'cache_dir': other users can write to ", .rkeops_show(value),
+                   " (mode ", format(as.octmode(mode)), "); rkeops keeps compiled code there and ",
+                   "refuses such a directory. Use a private one (Sys.chmod(path, \"700\")) or a new path ",
+                   "(created private on first use).", kind = "cache")
     }
   }
   path
@@ -111,9 +111,7 @@ get_rkeops_cache_dir <- function() {
 #' @rdname get_rkeops_cache_dir
 #' @export
 set_rkeops_cache_dir <- function(cache_dir = NULL, verbose = TRUE) {
-  if (!isTRUE(verbose) && !isFALSE(verbose)) {
-    stop("'verbose' must be TRUE or FALSE", call. = FALSE)
-  }
+  check_flag(verbose, "verbose")
   path <- .rkeops_check_cache_dir(cache_dir)
   old <- get_rkeops_cache_dir()
   .rkeops_set_cache_dir(path)
@@ -128,9 +126,7 @@ set_rkeops_cache_dir <- function(cache_dir = NULL, verbose = TRUE) {
 #' @rdname get_rkeops_cache_dir
 #' @export
 stat_rkeops_cache_dir <- function(verbose = TRUE, startup = FALSE) {
-  if (!isTRUE(verbose) && !isFALSE(verbose)) {
-    stop("'verbose' must be TRUE or FALSE", call. = FALSE)
-  }
+  check_flag(verbose, "verbose")
   dir <- get_rkeops_cache_dir()
   files <- list.files(dir, recursive = TRUE, full.names = TRUE, all.files = TRUE)
   bytes <- sum(file.size(files), na.rm = TRUE)
@@ -164,9 +160,7 @@ stat_rkeops_cache_dir <- function(verbose = TRUE, startup = FALSE) {
 #' check_rkeops()
 #' set_rkeops_cache_dir(NULL, verbose = FALSE)   # back to the usual directory
 check_rkeops <- function(verbose = TRUE) {
-  if (!isTRUE(verbose) && !isFALSE(verbose)) {
-    stop("'verbose' must be TRUE or FALSE", call. = FALSE)
-  }
+  check_flag(verbose, "verbose")
   precision <- get_rkeops_options("precision")
   tolerance <- c(float16 = 1e-2, float32 = 1e-5, float64 = 1e-12)[[precision]]
   # Fixed data (no use of the random seed): 37 x 3 and 53 x 3 points, weights 53 x 2.

@@ -102,29 +102,29 @@ solve.LazyTensor <- function(a, b, alpha = 0, eps = 1e-6, maxiter = 10 * NROW(b)
   dims <- dim(a)
   N <- dims[2L]
   if (anyNA(dims)) {
-    stop("solve(): 'a' must be a square symbolic matrix with i and j variables, such as ",
-         "exp(-sqdist(Vi(x), Vj(x)))", call. = FALSE)
+    rkeops_abort("solve(): 'a' must be a square symbolic matrix with i and j variables, such as ",
+                 "exp(-sqdist(Vi(x), Vj(x)))", kind = "input", arg = "a")
   }
   if (dims[1L] != N) {
-    stop(sprintf("solve(): 'a' must be a square symbolic matrix, not %d x %d", dims[1L], N), call. = FALSE)
+    rkeops_abort(sprintf("solve(): 'a' must be a square symbolic matrix, not %d x %d", dims[1L], N),
+                 kind = "input", arg = "a")
   }
   if (is.data.frame(b)) b <- as.matrix(b)
   if (!(is.numeric(b) || is.logical(b)) || length(dim(b)) > 2L || NROW(b) != N || length(b) == 0L) {
-    stop(sprintf("solve(): 'b' must be a numeric matrix (or vector) with %d rows, one per j", N), call. = FALSE)
+    rkeops_abort(sprintf("solve(): 'b' must be a numeric matrix (or vector) with %d rows, one per j", N),
+                 kind = "input", arg = "b")
   }
   if (is.null(dim(b))) b <- matrix(b, ncol = 1L)
   storage.mode(b) <- "double"
-  if (!all(is.finite(b))) stop("solve(): 'b' must not hold NA, NaN or infinite values", call. = FALSE)
-  if (!is.numeric(alpha) || length(alpha) != 1L || !is.finite(alpha) || alpha < 0) {
-    stop("solve(): 'alpha' must be a single non-negative number", call. = FALSE)
+  if (!all(is.finite(b))) {
+    rkeops_abort("solve(): 'b' must not hold NA, NaN or infinite values", kind = "input", arg = "b")
   }
-  if (!is.numeric(eps) || length(eps) != 1L || !is.finite(eps) || eps <= 0) {
-    stop("solve(): 'eps' must be a single positive number", call. = FALSE)
-  }
-  maxiter <- whole_number(maxiter, "maxiter", "solve", 0)
+  check_number(alpha, "alpha", "solve", "non-negative")
+  check_number(eps, "eps", "solve", "positive")
+  maxiter <- check_whole(maxiter, "maxiter", "solve", 0)
   precond <- solve_precond_arg(precond)
-  if (!is.null(rank)) rank <- min(whole_number(rank, "rank", "solve", 1), N)
-  if (!isTRUE(info) && !isFALSE(info)) stop("solve(): 'info' must be TRUE or FALSE", call. = FALSE)
+  if (!is.null(rank)) rank <- min(check_whole(rank, "rank", "solve", 1), N)
+  check_flag(info, "info", "solve")
   alpha <- as.double(alpha)
   op <- function(v) matvec(v, ranges) + alpha * v
 
@@ -176,7 +176,7 @@ nystrom_max_rank <- 2000L
 solve_precond_arg <- function(precond) {
   if (identical(precond, c("nystrom", "none"))) return("nystrom")
   if (!is.character(precond) || length(precond) != 1L || is.na(precond) || !precond %in% c("nystrom", "none")) {
-    stop("solve(): 'precond' must be \"nystrom\" or \"none\"", call. = FALSE)
+    rkeops_abort("solve(): 'precond' must be \"nystrom\" or \"none\"", kind = "input", arg = "precond")
   }
   precond
 }
@@ -450,15 +450,16 @@ kernel_columns <- function(K, S, block = 16L) {
 solve_grad <- function(w, gradin, var) {
   sys <- attr(w, "solve")
   if (!inherits(sys, "keops_solve_system")) {
-    stop("grad(): 'f' must be the result of solve(K, b, ..., info = TRUE) to differentiate a solve", call. = FALSE)
+    rkeops_abort("grad(): 'f' must be the result of solve(K, b, ..., info = TRUE) to differentiate a solve",
+                 kind = "input", arg = "f")
   }
   K <- sys$K
   dw <- dim(w)
   if (is.data.frame(gradin)) gradin <- as.matrix(gradin)
   if (!(is.numeric(gradin) || is.logical(gradin)) || length(gradin) != prod(dw) ||
       !(is.null(dim(gradin)) && dw[2L] == 1L || identical(as.integer(dim(gradin)), as.integer(dw)))) {
-    stop(sprintf("grad(): 'gradin' must be a numeric %d x %d matrix, shaped like the solution", dw[1L], dw[2L]),
-         call. = FALSE)
+    rkeops_abort(sprintf("grad(): 'gradin' must be a numeric %d x %d matrix, shaped like the solution", dw[1L], dw[2L]),
+                 kind = "input", arg = "gradin")
   }
   e <- matrix(as.double(gradin), dw[1L], dw[2L])
   x <- matrix(as.vector(w), dw[1L], dw[2L])   # without the attributes
@@ -483,11 +484,11 @@ solve_grad_positions <- function(K, var) {
   n <- length(K$vars)
   if (is.LazyTensor(var)) {
     if (length(var$vars) != 1L || var$formula != "@0@") {
-      stop("grad(): 'var' must be a variable made by Vi(), Vj() or Pm()", call. = FALSE)
+      rkeops_abort("grad(): 'var' must be a variable made by Vi(), Vj() or Pm()", kind = "input", arg = "var")
     }
     hit <- which(vapply(seq_len(n), function(k) K$cats[k] == var$cats[1L] && identical(K$vars[[k]], var$vars[[1L]]),
                         TRUE))
-  } else if (is.numeric(var) && is.null(dim(var)) && length(var) == 1L && var == round(var) && var >= 1 && var <= n) {
+  } else if (is.null(dim(var)) && is_whole(var, 1, n)) {
     hit <- as.integer(var)
   } else if (is.numeric(var) || is.logical(var)) {
     data <- var
@@ -502,8 +503,8 @@ solve_grad_positions <- function(K, var) {
     hit <- integer(0)
   }
   if (length(hit) == 0L) {
-    stop("grad(): 'var' must be \"b\", \"alpha\", a variable of K (made by Vi(), Vj() or Pm() from its data), ",
-         "its position from 1 to ", n, ", or the data of variables of K", call. = FALSE)
+    rkeops_abort("grad(): 'var' must be \"b\", \"alpha\", a variable of K (made by Vi(), Vj() or Pm() from its data), ",
+                 "its position from 1 to ", n, ", or the data of variables of K", kind = "input", arg = "var")
   }
   hit
 }

@@ -326,13 +326,16 @@ check_formula <- function(body, args, fun, i = list(), j = list(), p = list(),
 # errors
 # ---------------------------------------------------------------------------
 
-#' Evaluate `expr`, expect an R error and return its message. Errors that
-#' look like mistakes in R code rather than deliberate input validation
-#' (missing function / object, unused argument) make the expectation fail.
-expect_keops_error <- function(expr, ...) {
+#' Evaluate `expr`, expect an R error of class `class` (an rkeops error, see
+#' ?rkeops_errors) and return its message. Errors that look like mistakes in
+#' R code rather than deliberate input validation (missing function / object,
+#' unused argument) make the expectation fail.
+expect_keops_error <- function(expr, ..., class = "rkeops_error") {
   err <- tryCatch({ force(expr); NULL }, error = function(e) e)
   expect(!is.null(err), "expected an error, but none was raised")
   if (is.null(err)) return(invisible(""))
+  expect(inherits(err, class), sprintf("the error is of class %s, not %s: %s", paste(class(err), collapse = "/"),
+                                       class, conditionMessage(err)))
   msg <- conditionMessage(err)
   sloppy <- grepl("could not find function|unused argument|object '.*' not found|subscript out of bounds",
                   msg)

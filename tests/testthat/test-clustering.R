@@ -177,20 +177,20 @@ test_that("grid_cluster() does not overflow with many cells per dimension", {
 
 test_that("grid_cluster() checks its arguments", {
   x <- matrix(runif(12), 4)
-  expect_error(grid_cluster(matrix(letters[1:4], 2), 1), "'x'")
-  expect_error(grid_cluster(list(1, 2), 1), "'x'")
-  expect_error(grid_cluster(c(1, NA, 3), 1), "'x'.*NA")
-  expect_error(grid_cluster(c(1, NaN, 3), 1), "'x'")
-  expect_error(grid_cluster(c(1, Inf, 3), 1), "'x'")
-  expect_error(grid_cluster(array(1, c(2, 2, 2)), 1), "'x'")
-  expect_error(grid_cluster(x, 0), "'size'")
-  expect_error(grid_cluster(x, -1), "'size'")
-  expect_error(grid_cluster(x, NA), "'size'")
-  expect_error(grid_cluster(x, Inf), "'size'")
-  expect_error(grid_cluster(x, "1"), "'size'")
-  expect_error(grid_cluster(x, numeric(0)), "'size'")
-  expect_error(grid_cluster(x, c(1, 2)), "'size'.*length")
-  expect_error(grid_cluster(c(-1e300, 1e300), 1e-300), "'size'")
+  expect_error(grid_cluster(matrix(letters[1:4], 2), 1), "'x'", class = "rkeops_error_input")
+  expect_error(grid_cluster(list(1, 2), 1), "'x'", class = "rkeops_error_input")
+  expect_error(grid_cluster(c(1, NA, 3), 1), "'x'.*NA", class = "rkeops_error_input")
+  expect_error(grid_cluster(c(1, NaN, 3), 1), "'x'", class = "rkeops_error_input")
+  expect_error(grid_cluster(c(1, Inf, 3), 1), "'x'", class = "rkeops_error_input")
+  expect_error(grid_cluster(array(1, c(2, 2, 2)), 1), "'x'", class = "rkeops_error_input")
+  expect_error(grid_cluster(x, 0), "'size'", class = "rkeops_error_input")
+  expect_error(grid_cluster(x, -1), "'size'", class = "rkeops_error_input")
+  expect_error(grid_cluster(x, NA), "'size'", class = "rkeops_error_input")
+  expect_error(grid_cluster(x, Inf), "'size'", class = "rkeops_error_input")
+  expect_error(grid_cluster(x, "1"), "'size'", class = "rkeops_error_input")
+  expect_error(grid_cluster(x, numeric(0)), "'size'", class = "rkeops_error_input")
+  expect_error(grid_cluster(x, c(1, 2)), "'size'.*length", class = "rkeops_error_input")
+  expect_error(grid_cluster(c(-1e300, 1e300), 1e-300), "'size'", class = "rkeops_error_input")
 })
 
 # ---------------------------------------------------------------------------
@@ -220,11 +220,11 @@ test_that("sort_clusters() sorts stably and round-trips through order(perm)", {
 })
 
 test_that("sort_clusters() checks its arguments", {
-  expect_error(sort_clusters(matrix(1:6, 3), 1:2), "'labels'")
-  expect_error(sort_clusters(1:4, 1:5), "'labels'")
-  expect_error(sort_clusters(1:3, c(1, NA, 2)), "'labels'")
-  expect_error(sort_clusters(1:3, c("a", "b", "c")), "'labels'")
-  expect_error(sort_clusters(list(1, 2, 3), 1:3), "'x'")
+  expect_error(sort_clusters(matrix(1:6, 3), 1:2), "'labels'", class = "rkeops_error_input")
+  expect_error(sort_clusters(1:4, 1:5), "'labels'", class = "rkeops_error_input")
+  expect_error(sort_clusters(1:3, c(1, NA, 2)), "'labels'", class = "rkeops_error_input")
+  expect_error(sort_clusters(1:3, c("a", "b", "c")), "'labels'", class = "rkeops_error_input")
+  expect_error(sort_clusters(list(1, 2, 3), 1:3), "'x'", class = "rkeops_error_input")
 })
 
 # ---------------------------------------------------------------------------
@@ -307,17 +307,20 @@ test_that("cluster_ranges_centroids() matches the loop, weighted, with empty clu
 
 test_that("cluster_ranges_centroids() checks its arguments", {
   x <- matrix(runif(10), 5)
-  expect_error(cluster_ranges_centroids(x, 1:4), "'labels'")
-  expect_error(cluster_ranges_centroids(x, c(1, 2, 0, 1, 1)), "'labels'")
-  expect_error(cluster_ranges_centroids(x, c(1, 2, 1.5, 1, 1)), "'labels'")
-  expect_error(cluster_ranges_centroids(x, c(1, 2, NA, 1, 1)), "'labels'")
-  expect_error(cluster_ranges_centroids(x, letters[1:5]), "'labels'")
-  expect_error(cluster_ranges_centroids(matrix("a", 5, 2), 1:5), "'x'")
-  expect_error(cluster_ranges_centroids(c(1, NaN, 2, 3, 4), 1:5), "'x'")
-  expect_error(cluster_ranges_centroids(x, 1:5, weights = 1:4), "'weights'")
-  expect_error(cluster_ranges_centroids(x, 1:5, weights = c(1, 1, -1, 1, 1)), "'weights'")
-  expect_error(cluster_ranges_centroids(x, 1:5, weights = c(1, 1, NA, 1, 1)), "'weights'")
-  expect_error(cluster_ranges_centroids(x, c(1, 1, 2, 2, 2), weights = c(0, 0, 1, 1, 1)), "'weights'.*cluster 1")
+  expect_error(cluster_ranges_centroids(x, 1:4), "'labels'", class = "rkeops_error_input")
+  expect_error(cluster_ranges_centroids(x, c(1, 2, 0, 1, 1)), "'labels'", class = "rkeops_error_input")
+  expect_error(cluster_ranges_centroids(x, c(1, 2, 1.5, 1, 1)), "'labels'", class = "rkeops_error_input")
+  expect_error(cluster_ranges_centroids(x, c(1, 2, NA, 1, 1)), "'labels'", class = "rkeops_error_input")
+  expect_error(cluster_ranges_centroids(x, letters[1:5]), "'labels'", class = "rkeops_error_input")
+  expect_error(cluster_ranges_centroids(matrix("a", 5, 2), 1:5), "'x'", class = "rkeops_error_input")
+  expect_error(cluster_ranges_centroids(c(1, NaN, 2, 3, 4), 1:5), "'x'", class = "rkeops_error_input")
+  expect_error(cluster_ranges_centroids(x, 1:5, weights = 1:4), "'weights'", class = "rkeops_error_input")
+  expect_error(cluster_ranges_centroids(x, 1:5, weights = c(1, 1, -1, 1, 1)), "'weights'",
+               class = "rkeops_error_input")
+  expect_error(cluster_ranges_centroids(x, 1:5, weights = c(1, 1, NA, 1, 1)), "'weights'",
+               class = "rkeops_error_input")
+  expect_error(cluster_ranges_centroids(x, c(1, 1, 2, 2, 2), weights = c(0, 0, 1, 1, 1)), "'weights'.*cluster 1",
+               class = "rkeops_error_input")
 })
 
 # ---------------------------------------------------------------------------
@@ -389,7 +392,7 @@ test_that("from_matrix() handles empty rows of keep and empty blocks", {
   keep_na[, 4] <- NA
   expect_identical(from_matrix(rb, rb, keep_na), from_matrix(rb, rb, keep))
   keep_na[1, 1] <- NA
-  expect_error(from_matrix(rb, rb, keep_na), "'keep'.*NA")
+  expect_error(from_matrix(rb, rb, keep_na), "'keep'.*NA", class = "rkeops_error_input")
   # No block at all, or nothing kept.
   r <- check_from_matrix(matrix(0L, 0, 2), rb, matrix(TRUE, 0, 5), 0, 11)
   expect_identical(r$slices_j, integer(5))
@@ -412,12 +415,17 @@ test_that("from_pairs() leaves out the pairs of empty blocks and checks its argu
   expect_identical(from_pairs(rb, rb, rbind(c(2, 1), c(1, 3), c(3, 2))),
                    from_matrix(rb, rb, rbind(c(FALSE, FALSE, TRUE), c(FALSE, FALSE, FALSE), c(FALSE, FALSE, FALSE))))
   expect_identical(from_pairs(rb, rb, matrix(integer(0), 0, 2)), from_matrix(rb, rb, matrix(FALSE, 3, 3)))
-  expect_error(from_pairs(rb, rb, c(1, 2)), "from_pairs\\(\\): 'pairs' must be a numeric matrix with 2 columns")
-  expect_error(from_pairs(rb, rb, rbind(c(1, 4))), "'pairs' must hold block numbers: 1 to 3 in column 1, 1 to 3 in column 2")
-  expect_error(from_pairs(rb, rb, rbind(c(0, 1))), "'pairs' must hold block numbers")
-  expect_error(from_pairs(rb, rb, rbind(c(1.5, 1))), "'pairs' must hold block numbers")
-  expect_error(from_pairs(rb, rb, rbind(c(NA, 1))), "'pairs' must hold block numbers")
-  expect_error(from_pairs(rb[3:1, ], rb, rbind(c(1, 1))), "'ranges_i'.*sorted")
+  expect_error(from_pairs(rb, rb, c(1, 2)), "from_pairs\\(\\): 'pairs' must be a numeric matrix with 2 columns",
+               class = "rkeops_error_input")
+  expect_error(from_pairs(rb, rb, rbind(c(1, 4))), "'pairs' must hold block numbers: 1 to 3 in column 1, 1 to 3 in column 2",
+               class = "rkeops_error_input")
+  expect_error(from_pairs(rb, rb, rbind(c(0, 1))), "'pairs' must hold block numbers",
+               class = "rkeops_error_input")
+  expect_error(from_pairs(rb, rb, rbind(c(1.5, 1))), "'pairs' must hold block numbers",
+               class = "rkeops_error_input")
+  expect_error(from_pairs(rb, rb, rbind(c(NA, 1))), "'pairs' must hold block numbers",
+               class = "rkeops_error_input")
+  expect_error(from_pairs(rb[3:1, ], rb, rbind(c(1, 1))), "'ranges_i'.*sorted", class = "rkeops_error_input")
 })
 
 test_that("swap_axes() exchanges the two parts; twice is the identity", {
@@ -434,7 +442,7 @@ test_that("swap_axes() exchanges the two parts; twice is the identity", {
   expect_identical(s$slices_i, r$slices_j)
   expect_identical(s$redranges_j, r$redranges_i)
   expect_identical(ref_mask(s$ranges_i, s$slices_i, s$redranges_j, 37, 41), t(ref_keep_mask(ri, rj, keep, 41, 37)))
-  expect_error(swap_axes(unclass(r)), "'ranges'")
+  expect_error(swap_axes(unclass(r)), "'ranges'", class = "rkeops_error_input")
 })
 
 test_that("the print method counts blocks, kept pairs and entries", {
@@ -460,18 +468,21 @@ test_that("the print method counts blocks, kept pairs and entries", {
 test_that("from_matrix() checks its arguments", {
   rb <- cbind(c(1, 4), c(3, 8))
   keep <- matrix(TRUE, 2, 2)
-  expect_error(from_matrix(cbind(rb, 1), rb, keep), "'ranges_i'")
-  expect_error(from_matrix(rb, c(1, 3), keep), "'ranges_j'")
-  expect_error(from_matrix(rb + 0.5, rb, keep), "'ranges_i'")
-  expect_error(from_matrix(rb, rbind(c(1, NA), c(4, 8)), keep), "'ranges_j'")
-  expect_error(from_matrix(rb, cbind(c(0, 4), c(3, 8)), keep), "'ranges_j'")
-  expect_error(from_matrix(cbind(c(1, 3), c(3, 8)), rb, keep), "'ranges_i'.*overlap")
-  expect_error(from_matrix(cbind(c(4, 1), c(8, 3)), rb, keep), "'ranges_i'.*sorted")
-  expect_error(from_matrix(rb, cbind(c(1, 6), c(3, 4)), keep), "'ranges_j'")
-  expect_error(from_matrix(matrix(letters[1:4], 2), rb, keep), "'ranges_i'")
-  expect_error(from_matrix(rb, rb, matrix(TRUE, 2, 3)), "'keep'.*2 x 2")
-  expect_error(from_matrix(rb, rb, c(TRUE, TRUE, TRUE, TRUE)), "'keep'")
-  expect_error(from_matrix(rb, rb, matrix(c(0, 1, 2, 1), 2)), "'keep'")
-  expect_error(from_matrix(rb, rb, matrix("TRUE", 2, 2)), "'keep'")
-  expect_error(from_matrix(rb, rb, matrix(c(TRUE, NA, TRUE, TRUE), 2)), "'keep'.*NA")
+  expect_error(from_matrix(cbind(rb, 1), rb, keep), "'ranges_i'", class = "rkeops_error_input")
+  expect_error(from_matrix(rb, c(1, 3), keep), "'ranges_j'", class = "rkeops_error_input")
+  expect_error(from_matrix(rb + 0.5, rb, keep), "'ranges_i'", class = "rkeops_error_input")
+  expect_error(from_matrix(rb, rbind(c(1, NA), c(4, 8)), keep), "'ranges_j'", class = "rkeops_error_input")
+  expect_error(from_matrix(rb, cbind(c(0, 4), c(3, 8)), keep), "'ranges_j'", class = "rkeops_error_input")
+  expect_error(from_matrix(cbind(c(1, 3), c(3, 8)), rb, keep), "'ranges_i'.*overlap",
+               class = "rkeops_error_input")
+  expect_error(from_matrix(cbind(c(4, 1), c(8, 3)), rb, keep), "'ranges_i'.*sorted",
+               class = "rkeops_error_input")
+  expect_error(from_matrix(rb, cbind(c(1, 6), c(3, 4)), keep), "'ranges_j'", class = "rkeops_error_input")
+  expect_error(from_matrix(matrix(letters[1:4], 2), rb, keep), "'ranges_i'", class = "rkeops_error_input")
+  expect_error(from_matrix(rb, rb, matrix(TRUE, 2, 3)), "'keep'.*2 x 2", class = "rkeops_error_input")
+  expect_error(from_matrix(rb, rb, c(TRUE, TRUE, TRUE, TRUE)), "'keep'", class = "rkeops_error_input")
+  expect_error(from_matrix(rb, rb, matrix(c(0, 1, 2, 1), 2)), "'keep'", class = "rkeops_error_input")
+  expect_error(from_matrix(rb, rb, matrix("TRUE", 2, 2)), "'keep'", class = "rkeops_error_input")
+  expect_error(from_matrix(rb, rb, matrix(c(TRUE, NA, TRUE, TRUE), 2)), "'keep'.*NA",
+               class = "rkeops_error_input")
 })

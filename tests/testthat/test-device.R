@@ -9,10 +9,10 @@ no_gpu_checks <- function() {
   old <- get_rkeops_options()
   on.exit(set_rkeops_options(backend = old$backend))
   set_rkeops_options(backend = "auto")
-  expect_error(keops_device(matrix(1, 3, 3)), "GPU 0 cannot be used")
+  expect_error(keops_device(matrix(1, 3, 3)), "GPU 0 cannot be used", class = "rkeops_error_gpu")
   set_rkeops_options(backend = "CPU")
-  expect_error(keops_device(matrix(1, 3, 3)), "CPU backend is in use")
-  expect_error(keops_device_free(matrix(1, 3, 3)), "made by keops_device")
+  expect_error(keops_device(matrix(1, 3, 3)), "CPU backend is in use", class = "rkeops_error_gpu")
+  expect_error(keops_device_free(matrix(1, 3, 3)), "made by keops_device", class = "rkeops_error_input")
 }
 
 test_that("matrices kept on the GPU give the results of the R matrices, never stale ones", {
@@ -48,12 +48,13 @@ test_that("matrices kept on the GPU give the results of the R matrices, never st
   expect_equal(gauss(list(xd, y, b, 2)), dense(x), tolerance = 1e-12)
   # another precision than the kept one
   set_rkeops_options(backend = "GPU", precision = "float32")
-  expect_error(gauss(list(xd, y, b, 2)), "'x': is kept on GPU 0 in float64, but this computation is in float32")
+  expect_error(gauss(list(xd, y, b, 2)), "'x': is kept on GPU 0 in float64, but this computation is in float32",
+               class = "rkeops_error_input")
   # freed: an error, then a new copy works
   keops_device_free(xd)
   set_rkeops_options(precision = "float64")
-  expect_error(gauss(list(xd, y, b, 2)), "freed by keops_device_free")
-  expect_error(as.matrix(xd), "freed")
+  expect_error(gauss(list(xd, y, b, 2)), "freed by keops_device_free", class = "rkeops_error_input")
+  expect_error(as.matrix(xd), "freed", class = "rkeops_error_input")
   expect_equal(gauss(list(keops_device(x), y, b, 2)), dense(x), tolerance = 1e-12)
   # the engine's buffers can be given back; the next call allocates them again
   expect_true(rkeops_release_gpu_memory())

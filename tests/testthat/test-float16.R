@@ -64,5 +64,5 @@ test_that("rkeops_use_float16() sets the option and bad precisions are refused",
   old <- rkeops_use_float16()
   on.exit(do.call(set_rkeops_options, old))
   expect_identical(get_rkeops_options("precision"), "float16")
-  expect_error(set_rkeops_options(precision = "float8"), "float16")
+  expect_error(set_rkeops_options(precision = "float8"), "float16", class = "rkeops_error_input")
 })

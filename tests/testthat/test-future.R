@@ -192,18 +192,24 @@ test_that("progressr reports one step per block", {
 })
 
 test_that("rkeops_use_future() checks its arguments and says what to install", {
-  expect_error(rkeops_use_future(blocks = 0), "'blocks' must be NULL or a positive whole number")
-  expect_error(rkeops_use_future(blocks = 2.5), "'blocks' must be NULL or a positive whole number")
-  expect_error(rkeops_use_future(blocks = "all"), "'blocks' must be NULL or a positive whole number")
-  expect_error(rkeops_use_future(ncore = -1), "'ncore' must be NULL or a positive whole number")
-  expect_error(rkeops_use_future(enable = NA), "'enable' must be TRUE or FALSE")
-  expect_error(rkeops_use_future(enable = "yes"), "'enable' must be TRUE or FALSE")
+  expect_error(rkeops_use_future(blocks = 0), "'blocks' must be NULL or a positive whole number",
+               class = "rkeops_error_input")
+  expect_error(rkeops_use_future(blocks = 2.5), "'blocks' must be NULL or a positive whole number",
+               class = "rkeops_error_input")
+  expect_error(rkeops_use_future(blocks = "all"), "'blocks' must be NULL or a positive whole number",
+               class = "rkeops_error_input")
+  expect_error(rkeops_use_future(ncore = -1), "'ncore' must be NULL or a positive whole number",
+               class = "rkeops_error_input")
+  expect_error(rkeops_use_future(enable = NA), "'enable' must be TRUE or FALSE", class = "rkeops_error_input")
+  expect_error(rkeops_use_future(enable = "yes"), "'enable' must be TRUE or FALSE",
+               class = "rkeops_error_input")
   # an error changes nothing
   expect_identical(rkeops_use_future(FALSE), list(enable = FALSE, blocks = NULL, ncore = NULL))
   expect_error(rkeops:::future_packages_check(have = function(p) p != "future.apply"),
-               "needs the package future.apply, not installed: install.packages\\(c\\(\"future.apply\"\\)\\)")
+               "needs the package future.apply, not installed: install.packages\\(c\\(\"future.apply\"\\)\\)",
+               class = "rkeops_error_input")
   expect_error(rkeops:::future_packages_check(have = function(p) FALSE),
-               "needs the packages future and future.apply")
+               "needs the packages future and future.apply", class = "rkeops_error_input")
   expect_true(rkeops:::future_packages_check())
 })
 
@@ -222,6 +228,7 @@ test_that("the future path refuses the inputs that one process refuses, with the
   old <- rkeops_use_future(blocks = 2)
   on.exit(do.call(rkeops_use_future, old), add = TRUE)
   for (name in names(bad)) {
-    expect_error(fut_ops$sum_i(bad[[name]]), here[[name]], fixed = TRUE, info = name)
+    expect_error(fut_ops$sum_i(bad[[name]]), here[[name]], fixed = TRUE, info = name,
+                 class = "rkeops_error_input")
   }
 })

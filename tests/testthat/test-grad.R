@@ -45,11 +45,12 @@ test_that("second order: the gradient of a gradient matches finite differences",
 
 test_that("keops_grad() errors name what is wrong", {
   op <- keops_kernel("Sum_Reduction(SqDist(x,y), 0)", c("x = Vi(3)", "y = Vj(3)"))
-  expect_error(keops_grad(op, "z"), "'var' = \"z\" is not a variable")
-  expect_error(keops_grad(op, 5), "from 1 to 2")
-  expect_error(keops_grad(function(l) 1, "x"), "made by keops_kernel")
+  expect_error(keops_grad(op, "z"), "'var' = \"z\" is not a variable", class = "rkeops_error_input")
+  expect_error(keops_grad(op, 5), "from 1 to 2", class = "rkeops_error_input")
+  expect_error(keops_grad(function(l) 1, "x"), "made by keops_kernel", class = "rkeops_error_input")
   cr <- keops_kernel("Sum_Reduction(x, 0)", c("x = Vi(3)"))
-  expect_error(keops_grad(keops_grad(cr, "x"), "eta")(list()), "takes a list|expected")
+  expect_error(keops_grad(keops_grad(cr, "x"), "eta")(list()), "takes a list|expected",
+               class = "rkeops_error_input")
 })
 
 test_that("gradients of LogSumExp, SumSoftMaxWeight and LogSumExpWeight match finite differences", {

@@ -15,12 +15,14 @@ interrupt_child <- function(use, n, m) c(
   'invisible(op(list(x[1:7, ], y[1:29, ], b[1:29])))   # (compiles the GPU kernel before the clock)',
   'stamp <- tempfile()',
   'system(sprintf("(sleep 1; date +%%s.%%N > %s; kill -INT %d) &", stamp, Sys.getpid()))',
-  'res <- tryCatch({ op(list(x, y, b)); "finished" }, interrupt = function(e) conditionMessage(e))',
+  'classes <- NA',
+  'res <- tryCatch({ op(list(x, y, b)); "finished" },',
+  '                interrupt = function(e) { classes <<- paste(class(e), collapse = ","); conditionMessage(e) })',
   'stopped <- as.numeric(Sys.time())',
   'sent <- as.numeric(readLines(stamp))',
   'small <- op(list(x[1:7, ], y[1:29, ], b[1:29]))',
   'd2 <- outer(rowSums(x[1:7, ]^2), rowSums(y[1:29, ]^2), "+") - 2 * x[1:7, ] %*% t(y[1:29, ])',
-  'cat(sprintf("result=%s\\nlatency=%.4f\\nsmall_error=%.3g\\n", res, stopped - sent,',
+  'cat(sprintf("result=%s\\nclasses=%s\\nlatency=%.4f\\nsmall_error=%.3g\\n", res, classes, stopped - sent,',
   '            max(abs(small - exp(-d2) %*% b[1:29]))))'
 )
 
@@ -36,6 +38,8 @@ expect_interrupted_within_a_second <- function(script_lines) {
   }
   log <- paste(out, collapse = "\n")
   expect_identical(value("result"), "interrupted by the user", info = log)
+  # an rkeops error of kind interrupt, which tryCatch(interrupt = ) catches (?rkeops_errors)
+  expect_identical(value("classes"), "rkeops_error_interrupt,rkeops_error,interrupt,error,condition", info = log)
   expect_lt(as.numeric(value("latency")), 1, label = paste("seconds from SIGINT to the end of the call:", log))
   expect_lt(as.numeric(value("small_error")), 1e-12, label = log)
 }

@@ -143,19 +143,27 @@ test_that("keops_iterate() says what is wrong with its arguments", {
   ops <- sinkhorn_ops()
   x <- rmat(5, 1); y <- rmat(4, 1)
   input <- list(x = x, y = y, lmu = rep(0, 5), lnu = rep(0, 4), s = 1, f = rep(0, 5), g = rep(0, 4))
-  expect_error(keops_iterate(unname(ops), input, 2), "'ops' must be a named list")
-  expect_error(keops_iterate(list(g = ops$g, f = sum), input, 2), "ops\\$f must be an operator")
-  expect_error(keops_iterate(ops, input, -1), "'iterations' must be a whole number")
-  expect_error(keops_iterate(ops, input, 1.5), "'iterations' must be a whole number")
-  expect_error(keops_iterate(ops, unname(input), 2), "'input' must be a list that names")
-  expect_error(keops_iterate(ops, input[-1], 2), "no value for 'x'")
-  expect_error(keops_iterate(list(h = ops$g), c(input, h = 1), 2), "'h' is not a variable")
-  expect_error(keops_iterate(list(s = ops$g), input, 2), "'s' is a parameter")
+  expect_error(keops_iterate(unname(ops), input, 2), "'ops' must be a named list",
+               class = "rkeops_error_input")
+  expect_error(keops_iterate(list(g = ops$g, f = sum), input, 2), "ops\\$f must be an operator",
+               class = "rkeops_error_input")
+  expect_error(keops_iterate(ops, input, -1), "'iterations' must be a whole number",
+               class = "rkeops_error_input")
+  expect_error(keops_iterate(ops, input, 1.5), "'iterations' must be a whole number",
+               class = "rkeops_error_input")
+  expect_error(keops_iterate(ops, unname(input), 2), "'input' must be a list that names",
+               class = "rkeops_error_input")
+  expect_error(keops_iterate(ops, input[-1], 2), "no value for 'x'", class = "rkeops_error_input")
+  expect_error(keops_iterate(list(h = ops$g), c(input, h = 1), 2), "'h' is not a variable",
+               class = "rkeops_error_input")
+  expect_error(keops_iterate(list(s = ops$g), input, 2), "'s' is a parameter", class = "rkeops_error_input")
   # a result of the wrong shape for the variable it replaces: f is 5 x 1, g's result 4 x 1
-  expect_error(keops_iterate(list(f = ops$g), input, 2), "its result is 4 x 1, but the value it replaces is 5 x 1")
+  expect_error(keops_iterate(list(f = ops$g), input, 2), "its result is 4 x 1, but the value it replaces is 5 x 1",
+               class = "rkeops_error_input")
   knn <- keops_kernel("ArgKMin_Reduction(SqDist(x, y), 2, 0)", c("x = Vi(1)", "y = Vj(1)"))
-  expect_error(keops_iterate(list(x = knn), list(x = x, y = y), 1), "cannot be iterated")
+  expect_error(keops_iterate(list(x = knn), list(x = x, y = y), 1), "cannot be iterated",
+               class = "rkeops_error_input")
   bad <- input
   bad$x <- "a"
-  expect_error(keops_iterate(ops, bad, 1), "input 'x'")
+  expect_error(keops_iterate(ops, bad, 1), "input 'x'", class = "rkeops_error_input")
 })

@@ -91,12 +91,16 @@ test_that("float32 finds the neighbours of float64 up to near ties", {
 
 test_that("bad arguments are named errors", {
   x <- matrix(runif(30), 10)
-  expect_error(keops_knn("a", k = 1), "'x' must be a numeric matrix")
-  expect_error(keops_knn(x, matrix(1, 2, 2), k = 1), "'y' must have the columns of 'x' \\(3\\)")
-  expect_error(keops_knn(x, k = 11), "'k' must be at most nrow\\(x\\) = 10")
-  expect_error(keops_knn(x, k = 0), "'k' must be a whole number >= 1")
-  expect_error(keops_knn(rbind(x, NA), k = 1), "'x' must not hold NA")
-  expect_error(keops_knn(x, k = 2, metric = "cosine", y = matrix(0, 1, 3)), "rows of 'y' that are not 0")
-  expect_error(keops_knn(x, k = 2, metric = "hamming"), "'arg' should be one of")
-  expect_error(keops_knn(x, k = 2, prune = "yes"), "'prune' must be NA, TRUE or FALSE")
+  expect_error(keops_knn("a", k = 1), "'x' must be a numeric matrix", class = "rkeops_error_input")
+  expect_error(keops_knn(x, matrix(1, 2, 2), k = 1), "'y' must have the columns of 'x' \\(3\\)",
+               class = "rkeops_error_input")
+  expect_error(keops_knn(x, k = 11), "'k' must be at most nrow\\(x\\) = 10", class = "rkeops_error_input")
+  expect_error(keops_knn(x, k = 0), "'k' must be a whole number >= 1", class = "rkeops_error_input")
+  expect_error(keops_knn(rbind(x, NA), k = 1), "'x' must not hold NA", class = "rkeops_error_input")
+  expect_error(keops_knn(x, k = 2, metric = "cosine", y = matrix(0, 1, 3)), "rows of 'y' that are not 0",
+               class = "rkeops_error_input")
+  expect_error(keops_knn(x, k = 2, metric = "hamming"), "'arg' should be one of",
+               class = "rkeops_error_input")
+  expect_error(keops_knn(x, k = 2, prune = "yes"), "'prune' must be NA, TRUE or FALSE",
+               class = "rkeops_error_input")
 })

@@ -82,7 +82,7 @@ test_that("%*% and solve() with vectors and several columns", {
   expect_equal(K %*% B, Kd %*% B, tolerance = 1e-12)
   sol <- solve(K, B, alpha = 0.5, eps = 1e-10)
   expect_equal(sol, solve(Kd + diag(0.5, 30), B), tolerance = 1e-7)
-  expect_error(K %*% d$u[-1], "'y' must be a numeric matrix with 30 rows")
+  expect_error(K %*% d$u[-1], "'y' must be a numeric matrix with 30 rows", class = "rkeops_error_input")
 })
 
 test_that("phase_totals() counts the engine calls of an expression and sums their phases", {

@@ -161,23 +161,26 @@ test_that("bad ranges are errors that name what is wrong", {
   d <- ranges_data()
   op <- keops_kernel("Sum_Reduction(Exp(-s * SqDist(x, y)) * b, 0)", args3)
   call <- function(r) op(list(d$x, d$y, d$b, 0.7), ranges = r)
-  expect_error(call(list(1, 2)), "'ranges' must be made by from_matrix")
+  expect_error(call(list(1, 2)), "'ranges' must be made by from_matrix", class = "rkeops_error_input")
   r <- unclass(d$r)
   r$ranges_i[2, 1] <- 1.5
-  expect_error(call(r), "'ranges\\$ranges_i' must hold whole numbers")
+  expect_error(call(r), "'ranges\\$ranges_i' must hold whole numbers", class = "rkeops_error_input")
   r <- unclass(d$r)
   r$redranges_j <- r$redranges_j[, 1, drop = FALSE]
-  expect_error(call(r), "'ranges\\$redranges_j' must be a matrix with 2 columns")
+  expect_error(call(r), "'ranges\\$redranges_j' must be a matrix with 2 columns",
+               class = "rkeops_error_input")
   r <- unclass(d$r)
   r$ranges_i[7, 2] <- d$N + 1
-  expect_error(call(r), "row 7 of `ranges_i` .* goes past the last index; there are 157")
+  expect_error(call(r), "row 7 of `ranges_i` .* goes past the last index; there are 157",
+               class = "rkeops_error_input")
   r <- unclass(d$r)
   r$ranges_i[4, 1] <- r$ranges_i[3, 1] - 2
-  expect_error(call(r), "row 4 of `ranges_i` .* overlaps or precedes")
+  expect_error(call(r), "row 4 of `ranges_i` .* overlaps or precedes", class = "rkeops_error_input")
   r <- unclass(d$r)
   r$slices_i <- r$slices_i[-1]
-  expect_error(call(r), "`slices_i` has 6 values, one per block of `ranges_i` \\(7\\)")
+  expect_error(call(r), "`slices_i` has 6 values, one per block of `ranges_i` \\(7\\)",
+               class = "rkeops_error_input")
   r <- unclass(d$r)
   r$ranges_j[1, 1] <- 0
-  expect_error(call(r), "'ranges\\$ranges_j' holds a value below 1")
+  expect_error(call(r), "'ranges\\$ranges_j' holds a value below 1", class = "rkeops_error_input")
 })

@@ -56,10 +56,12 @@ test_that("is_complex = TRUE makes complex LazyTensors of real data, with zero i
   expect_max_rel(values_i(zl * 1i), x * 1i, "LazyTensor(Vi(x), is_complex = TRUE)")
   expect_identical(LazyTensor(zi, is_complex = TRUE), zi)
   # wrong flags
-  expect_error(Vi(x, is_complex = NA), "'is_complex' must be TRUE or FALSE")
-  expect_error(LazyTensor(x, "i", is_complex = "yes"), "'is_complex' must be TRUE or FALSE")
-  expect_error(Pm(p, is_complex = c(TRUE, FALSE)), "'is_complex' must be TRUE or FALSE")
-  expect_error(Vi("a", is_complex = TRUE), "numeric matrix or vector")
+  expect_error(Vi(x, is_complex = NA), "'is_complex' must be TRUE or FALSE", class = "rkeops_error_input")
+  expect_error(LazyTensor(x, "i", is_complex = "yes"), "'is_complex' must be TRUE or FALSE",
+               class = "rkeops_error_input")
+  expect_error(Pm(p, is_complex = c(TRUE, FALSE)), "'is_complex' must be TRUE or FALSE",
+               class = "rkeops_error_input")
+  expect_error(Vi("a", is_complex = TRUE), "numeric matrix or vector", class = "rkeops_error_input")
 })
 
 test_that("the dimension of a ComplexLazyTensor is its complex dimension, as in rkeops 2", {
@@ -81,8 +83,8 @@ test_that("the dimension of a ComplexLazyTensor is its complex dimension, as in 
                    c(2L, 2L, 2L, 2L, 2L, 2L, 2L, 2L, 4L, 4L, 1L, 1L, 1L, 1L))
   expect_identical(dim(zi * wj), c(as.integer(N), as.integer(M), 2L))
   # the dimension checks use it: elemT() needs complex dimension 1, elem() counts complex components
-  expect_error(elemT(zi, 1, 3), "dimension 1")
-  expect_error(elem(zi, 3), "beyond the dimension")
+  expect_error(elemT(zi, 1, 3), "dimension 1", class = "rkeops_error_input")
+  expect_error(elem(zi, 3), "beyond the dimension", class = "rkeops_error_input")
   expect_max_rel(values_i(elemT(elem(zi, 2), 2, 3)), cbind(0, z[, 2], 0), "elem, elemT")
   # the results keep it: N x d complex matrices
   res <- sum(zi * wj, index = "j")
@@ -93,12 +95,13 @@ test_that("the dimension of a ComplexLazyTensor is its complex dimension, as in 
 test_that("LazyTensor() of a matrix needs an index; vectors and numbers are parameters", {
   set.seed(13)
   x <- rmat(N, 3)
-  expect_error(LazyTensor(x), "'x' is a matrix, so 'index' must say how it is indexed")
-  expect_error(LazyTensor(x), "Pm\\(as.vector\\(x\\)\\)")
-  expect_error(LazyTensor(x[, 1, drop = FALSE]), "is a matrix")
-  expect_error(LazyTensor(matrix(1i, 2, 2)), "is a matrix")
-  expect_error(LazyTensor(as.data.frame(x)), "is a matrix")
-  expect_error(LazyTensor(x, index = "k"), "'index' must be")
+  expect_error(LazyTensor(x), "'x' is a matrix, so 'index' must say how it is indexed",
+               class = "rkeops_error_input")
+  expect_error(LazyTensor(x), "Pm\\(as.vector\\(x\\)\\)", class = "rkeops_error_input")
+  expect_error(LazyTensor(x[, 1, drop = FALSE]), "is a matrix", class = "rkeops_error_input")
+  expect_error(LazyTensor(matrix(1i, 2, 2)), "is a matrix", class = "rkeops_error_input")
+  expect_error(LazyTensor(as.data.frame(x)), "is a matrix", class = "rkeops_error_input")
+  expect_error(LazyTensor(x, index = "k"), "'index' must be", class = "rkeops_error_input")
   expect_identical(LazyTensor(x, "i")$args, "V0 = Vi(3)")
   expect_identical(LazyTensor(c(1, 2, 3))$args, "V0 = Pm(3)")
   expect_identical(LazyTensor(3.14)$args, "V0 = Pm(1)")
@@ -178,9 +181,9 @@ test_that("functions without a complex meaning are errors that name what to writ
   for (f in list(step, relu, sign, floor, min, max, argmin, argmax, xlogx, sinxdivx,
                  function(z) mod(z, 2), function(z) clamp(z, 0, 1), function(z) ifelse(z, 1, 0),
                  function(z) z < 1, function(z) z > 0i, function(z) z %/% 2)) {
-    expect_error(f(zi), hint)
+    expect_error(f(zi), hint, class = "rkeops_error_formula")
   }
-  expect_error(real2complex(zi), "must be a real LazyTensor")
-  expect_error(imag2complex(zi), "must be a real LazyTensor")
-  expect_error(exp1j(zi), "must be a real LazyTensor")
+  expect_error(real2complex(zi), "must be a real LazyTensor", class = "rkeops_error_input")
+  expect_error(imag2complex(zi), "must be a real LazyTensor", class = "rkeops_error_input")
+  expect_error(exp1j(zi), "must be a real LazyTensor", class = "rkeops_error_input")
 })

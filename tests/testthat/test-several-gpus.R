@@ -16,7 +16,7 @@ test_that("the device option takes one or several GPUs and refuses anything else
   expect_identical(get_rkeops_options("device"), c(0L, 2L))
   for (bad in list(c(0, NA), c(0, 1.5), numeric(0), "0", c(0, -2), list(0, 1))) {
     expect_error(set_rkeops_options(device = bad), "'device'.*several, which share each computation",
-                 info = deparse(bad))
+                 info = deparse(bad), class = "rkeops_error_input")
   }
   if (!isTRUE(gpu$available)) {
     message("NO GPU (", gpu$message, "): several GPUs only checked to fall back to the CPU")

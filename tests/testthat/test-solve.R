@@ -130,22 +130,27 @@ test_that("solve() with ranges and the preconditioner solves the truncated syste
 test_that("bad arguments of solve() are errors that name them", {
   d <- solve_case(37)
   b <- rnorm(37)
-  expect_error(solve(d$K, b, precond = "jacobi"), "'precond' must be \"nystrom\" or \"none\"")
-  expect_error(solve(d$K, b, rank = 0), "'rank' must be a whole number >= 1")
-  expect_error(solve(d$K, b, rank = 2.5), "'rank'")
-  expect_error(solve(d$K, b, alpha = -1), "'alpha' must be a single non-negative number")
-  expect_error(solve(d$K, b, alpha = c(1, 2)), "'alpha'")
-  expect_error(solve(d$K, b, eps = 0), "'eps' must be a single positive number")
-  expect_error(solve(d$K, b, maxiter = -1), "'maxiter'")
-  expect_error(solve(d$K, b, info = NA), "'info' must be TRUE or FALSE")
-  expect_error(solve(d$K, b[-1]), "'b' must be a numeric matrix \\(or vector\\) with 37 rows")
-  expect_error(solve(exp(-rkeops::sqdist(Vi(d$x), Vi(d$x))), b), "with i and j variables")
-  expect_error(solve(exp(-Pm(2)), b), "with i and j variables")
-  expect_error(solve(d$K, letters[1:37]), "'b' must be a numeric")
-  expect_error(solve(d$K, c(NA, b[-1])), "'b' must not hold NA")
+  expect_error(solve(d$K, b, precond = "jacobi"), "'precond' must be \"nystrom\" or \"none\"",
+               class = "rkeops_error_input")
+  expect_error(solve(d$K, b, rank = 0), "'rank' must be a whole number >= 1", class = "rkeops_error_input")
+  expect_error(solve(d$K, b, rank = 2.5), "'rank'", class = "rkeops_error_input")
+  expect_error(solve(d$K, b, alpha = -1), "'alpha' must be a single non-negative number",
+               class = "rkeops_error_input")
+  expect_error(solve(d$K, b, alpha = c(1, 2)), "'alpha'", class = "rkeops_error_input")
+  expect_error(solve(d$K, b, eps = 0), "'eps' must be a single positive number", class = "rkeops_error_input")
+  expect_error(solve(d$K, b, maxiter = -1), "'maxiter'", class = "rkeops_error_input")
+  expect_error(solve(d$K, b, info = NA), "'info' must be TRUE or FALSE", class = "rkeops_error_input")
+  expect_error(solve(d$K, b[-1]), "'b' must be a numeric matrix \\(or vector\\) with 37 rows",
+               class = "rkeops_error_input")
+  expect_error(solve(exp(-rkeops::sqdist(Vi(d$x), Vi(d$x))), b), "with i and j variables",
+               class = "rkeops_error_input")
+  expect_error(solve(exp(-Pm(2)), b), "with i and j variables", class = "rkeops_error_input")
+  expect_error(solve(d$K, letters[1:37]), "'b' must be a numeric", class = "rkeops_error_input")
+  expect_error(solve(d$K, c(NA, b[-1])), "'b' must not hold NA", class = "rkeops_error_input")
   y <- matrix(runif(40), 20, 2)
-  expect_error(solve(exp(-rkeops::sqdist(Vi(d$x), Vj(y))), rnorm(20)), "'a' must be a square")
-  expect_error(solve(Vi(d$x) - Vj(d$x), b), "dimension 1")
+  expect_error(solve(exp(-rkeops::sqdist(Vi(d$x), Vj(y))), rnorm(20)), "'a' must be a square",
+               class = "rkeops_error_input")
+  expect_error(solve(Vi(d$x) - Vj(d$x), b), "dimension 1", class = "rkeops_error_input")
   # a rank above N is N
   expect_identical(attr(solve(d$K, b, alpha = 0.1, rank = 1000, info = TRUE), "rank"), 37L)
 })
@@ -220,12 +225,16 @@ test_that("bad arguments of the solve gradient are errors that name them", {
   d <- solve_case(37)
   b <- rnorm(37)
   w <- solve(d$K, b, alpha = 0.1, info = TRUE)
-  expect_error(rkeops:::solve_grad(solve(d$K, b, alpha = 0.1), b, "b"), "info = TRUE")
-  expect_error(rkeops:::solve_grad(w, b[-1], "b"), "'gradin' must be a numeric 37 x 1 matrix")
-  expect_error(rkeops:::solve_grad(w, b, "beta"), "'var' must be \"b\", \"alpha\"")
-  expect_error(rkeops:::solve_grad(w, b, Vi(d$x + 1)), "'var' must be")
-  expect_error(rkeops:::solve_grad(w, b, 7), "'var' must be")
-  expect_error(rkeops:::solve_grad(w, b, Vi(d$x) + 1), "made by Vi\\(\\), Vj\\(\\) or Pm\\(\\)")
+  expect_error(rkeops:::solve_grad(solve(d$K, b, alpha = 0.1), b, "b"), "info = TRUE",
+               class = "rkeops_error_input")
+  expect_error(rkeops:::solve_grad(w, b[-1], "b"), "'gradin' must be a numeric 37 x 1 matrix",
+               class = "rkeops_error_input")
+  expect_error(rkeops:::solve_grad(w, b, "beta"), "'var' must be \"b\", \"alpha\"",
+               class = "rkeops_error_input")
+  expect_error(rkeops:::solve_grad(w, b, Vi(d$x + 1)), "'var' must be", class = "rkeops_error_input")
+  expect_error(rkeops:::solve_grad(w, b, 7), "'var' must be", class = "rkeops_error_input")
+  expect_error(rkeops:::solve_grad(w, b, Vi(d$x) + 1), "made by Vi\\(\\), Vj\\(\\) or Pm\\(\\)",
+               class = "rkeops_error_input")
 })
 
 test_that("an indefinite system or preconditioner is handled, not divided by", {

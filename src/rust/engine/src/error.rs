@@ -25,6 +25,15 @@ pub enum Error {
     #[error("GPU: {0}")]
     Gpu(String),
 
+    /// Host or GPU memory is too small for the computation: what needs how much (the message says
+    /// which memory, "GPU: device ..." for a GPU's).
+    #[error("{0}")]
+    Memory(String),
+
+    /// The kernel cache directory cannot be created or used.
+    #[error("{0}")]
+    Cache(String),
+
     /// The caller's interrupt check (`RunOptions::interrupt`) asked to stop.
     #[error("interrupted by the user")]
     Interrupted,
@@ -32,6 +41,22 @@ pub enum Error {
     /// Anything else the caller asked for that cannot be done (bad option, bad K, ...).
     #[error("{0}")]
     Invalid(String),
+}
+
+impl Error {
+    /// The kind of failure, one word, for callers that report errors by kind (the R binding makes
+    /// it the class `rkeops_error_<kind>` of the condition): a formula that cannot be used, an
+    /// input or request that does not fit it, the GPU, memory, the kernel cache, an interrupt.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Parse { .. } | Error::ArgDeclaration { .. } | Error::Formula { .. } => "formula",
+            Error::Input { .. } | Error::Invalid(_) => "input",
+            Error::Gpu(_) => "gpu",
+            Error::Memory(_) => "memory",
+            Error::Cache(_) => "cache",
+            Error::Interrupted => "interrupt",
+        }
+    }
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -60,4 +85,20 @@ fn parse_message(what: &str, token: &str, pos: &usize, formula: &str) -> String 
 fn formula_message(what: &str, pos: &usize, formula: &str) -> String {
     let column = formula[..(*pos).min(formula.len())].chars().count() + 1;
     format!("formula error at position {column}: {what}\n{}", pointer(formula, *pos))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_and_messages_of_the_new_variants() {
+        let memory = "GPU: device 0 (X) has too little free memory";
+        assert_eq!(Error::Memory(memory.into()).to_string(), memory);
+        assert_eq!(Error::Cache("cannot create the kernel cache directory /x: denied".into()).kind(), "cache");
+        assert_eq!(Error::Invalid("bad K".into()).kind(), "input");
+        assert_eq!(Error::Interrupted.kind(), "interrupt");
+        let parse = Error::Parse { what: "w".into(), token: "t".into(), pos: 0, formula: "t".into() };
+        assert_eq!(parse.kind(), "formula");
+    }
 }

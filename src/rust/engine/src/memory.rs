@@ -15,7 +15,7 @@ pub fn zeros<T: Clone + Default>(len: usize, what: &str) -> Result<Vec<T>> {
     let available = available();
     let too_big = || {
         let beyond = available.map_or(String::new(), |a| format!(", more than the {} available", gigabytes(a)));
-        Error::Invalid(format!("{what} needs {} of memory{beyond}", gigabytes(bytes)))
+        Error::Memory(format!("{what} needs {} of memory{beyond}", gigabytes(bytes)))
     };
     if available.is_some_and(|a| bytes > a) {
         return Err(too_big());

@@ -7,29 +7,27 @@ use engine::clustering::{cluster_summary, grid_cells, Points};
 use engine::{BlockRanges, Ranges};
 use extendr_api::prelude::*;
 
-use crate::guarded;
-
-pub(crate) type Fallible = std::result::Result<Robj, String>;
+use crate::{guarded, Fallible, OrInput};
 
 /// A double matrix (or vector: one column) named `name` as points.
-pub(crate) fn points<'a>(x: &'a Robj, name: &str) -> std::result::Result<Points<'a>, String> {
-    let values = x.as_real_slice().ok_or(format!("'{name}' must be a double matrix"))?;
+pub(crate) fn points<'a>(x: &'a Robj, name: &str) -> Fallible<Points<'a>> {
+    let values = x.as_real_slice().or_input(name, format!("'{name}' must be a double matrix"))?;
     let (n, d) = match x.get_attrib("dim").and_then(|d| d.as_integer_vector()).as_deref() {
         Some(&[n, d]) => (n.max(0) as usize, d.max(0) as usize),
         _ => (values.len(), 1),
     };
-    Points::new(values, n, d).map_err(|e| e.to_string())
+    Ok(Points::new(values, n, d)?)
 }
 
 /// `robj` (a vector nothing else refers to yet) with the dimensions `nrow x ncol`.
 pub(crate) fn matrix(mut robj: Robj, nrow: usize, ncol: usize) -> Fallible {
-    robj.set_attrib("dim", [nrow as i32, ncol as i32]).map_err(|e| e.to_string())?;
+    robj.set_attrib("dim", [nrow as i32, ncol as i32])?;
     Ok(robj)
 }
 
 /// A C x 2 integer matrix of 1-based inclusive blocks as 0-based half-open ranges.
-fn blocks(r: &Robj, name: &str) -> std::result::Result<Vec<Range<usize>>, String> {
-    let v = r.as_integer_slice().ok_or(format!("'{name}' must be an integer matrix"))?;
+fn blocks(r: &Robj, name: &str) -> Fallible<Vec<Range<usize>>> {
+    let v = r.as_integer_slice().or_input(name, format!("'{name}' must be an integer matrix"))?;
     let (first, last) = v.split_at(v.len() / 2);
     Ok(first.iter().zip(last).map(|(&f, &l)| (f.max(1) - 1) as usize..l.max(0) as usize).collect())
 }
@@ -45,8 +43,8 @@ pub(crate) fn block_matrix(ranges: &[Range<usize>]) -> Fallible {
 #[extendr]
 fn keops_grid_labels(x: Robj, size: Robj) -> Robj {
     guarded(|| {
-        let size = size.as_real_slice().ok_or("'size' must be a double vector")?;
-        let cells = grid_cells(points(&x, "x")?, size).map_err(|e| e.to_string())?;
+        let size = size.as_real_slice().or_input("size", "'size' must be a double vector")?;
+        let cells = grid_cells(points(&x, "x")?, size)?;
         Ok(Robj::from(cells.labels.iter().map(|&l| l as i32 + 1).collect::<Vec<i32>>()))
     })
 }
@@ -59,15 +57,17 @@ fn keops_cluster_summary(x: Robj, labels: Robj, clusters: i32, weights: Robj) ->
         let x = points(&x, "x")?;
         let labels: Vec<u32> = labels
             .as_integer_slice()
-            .ok_or("'labels' must be integers")?
+            .or_input("labels", "'labels' must be integers")?
             .iter()
             .map(|&l| (l.max(1) - 1) as u32)
             .collect();
-        let weights =
-            if weights.is_null() { None } else { Some(weights.as_real_slice().ok_or("'weights' must be doubles")?) };
+        let weights = match weights.is_null() {
+            true => None,
+            false => Some(weights.as_real_slice().or_input("weights", "'weights' must be doubles")?),
+        };
         let clusters = clusters.max(0) as usize;
-        let s = cluster_summary(x, &labels, clusters, weights).map_err(|e| e.to_string())?;
-        List::from_names_and_values(
+        let s = cluster_summary(x, &labels, clusters, weights)?;
+        Ok(List::from_names_and_values(
             ["counts", "centroids", "weights", "radii"],
             [
                 Robj::from(s.counts.iter().map(|&c| c as i32).collect::<Vec<i32>>()),
@@ -75,9 +75,8 @@ fn keops_cluster_summary(x: Robj, labels: Robj, clusters: i32, weights: Robj) ->
                 Robj::from(s.weights),
                 Robj::from(s.radii),
             ],
-        )
-        .map(Robj::from)
-        .map_err(|e| e.to_string())
+        )?
+        .into())
     })
 }
 
@@ -86,22 +85,19 @@ fn keops_cluster_summary(x: Robj, labels: Robj, clusters: i32, weights: Robj) ->
 fn keops_ranges_of_pairs(ranges_i: Robj, ranges_j: Robj, k: Robj, l: Robj) -> Robj {
     guarded(|| {
         let (blocks_i, blocks_j) = (blocks(&ranges_i, "ranges_i")?, blocks(&ranges_j, "ranges_j")?);
-        let k = k.as_integer_slice().ok_or("'pairs' must be integers")?;
-        let l = l.as_integer_slice().ok_or("'pairs' must be integers")?;
+        let k = k.as_integer_slice().or_input("pairs", "'pairs' must be integers")?;
+        let l = l.as_integer_slice().or_input("pairs", "'pairs' must be integers")?;
         let pairs: Vec<(usize, usize)> =
             k.iter().zip(l).map(|(&k, &l)| ((k.max(1) - 1) as usize, (l.max(1) - 1) as usize)).collect();
-        let ranges = Ranges::from_block_pairs(&blocks_i, &blocks_j, &pairs).map_err(|e| e.to_string())?;
+        let ranges = Ranges::from_block_pairs(&blocks_i, &blocks_j, &pairs)?;
         let side = |b: &BlockRanges| -> Fallible {
-            List::from_names_and_values(
+            Ok(List::from_names_and_values(
                 ["slices", "red"],
                 [Robj::from(b.slices.iter().map(|&s| s as i32).collect::<Vec<i32>>()), block_matrix(&b.reduced)?],
-            )
-            .map(Robj::from)
-            .map_err(|e| e.to_string())
+            )?
+            .into())
         };
-        List::from_names_and_values(["i", "j"], [side(&ranges.i)?, side(&ranges.j)?])
-            .map(Robj::from)
-            .map_err(|e| e.to_string())
+        Ok(List::from_names_and_values(["i", "j"], [side(&ranges.i)?, side(&ranges.j)?])?.into())
     })
 }
 

@@ -4,7 +4,8 @@ use engine::iterate::{iterate, Source, Step};
 use engine::{Input, Operator};
 use extendr_api::prelude::*;
 
-use crate::{block_sparse, guarded, interrupted, numeric_input, operator, run_options, strings, sum_scheme, timings};
+use crate::{block_sparse, guarded, numeric_input, operator, run_options, strings, sum_scheme, timings};
+use crate::{Fallible, OrInput, RError};
 
 /// Runs the steps `iterations` times from the initial `states` (numeric matrices). Each step is
 /// `list(formula, args, inputs, sources, output, sum_scheme, ranges)`: `sources[p]` is 0 where
@@ -23,24 +24,26 @@ fn keops_iterate_run(
     cache_dir: &str,
 ) -> Robj {
     guarded(|| {
-        let states = states.as_list().ok_or("'states' must be a list")?;
+        let states = states.as_list().or_input("states", "'states' must be a list")?;
         let state_robjs: Vec<Robj> = states.values().collect();
         let names: Vec<String> = states.names().map(|n| n.map(String::from).collect()).unwrap_or_default();
         let state_name = |k: usize| names.get(k).cloned().unwrap_or_else(|| format!("state {}", k + 1));
         let initial: Vec<Input> =
-            state_robjs.iter().enumerate().map(|(k, x)| numeric_input(x, &state_name(k))).collect::<Result<_, _>>()?;
-        let step_list = steps.as_list().ok_or("'steps' must be a list")?;
+            state_robjs.iter().enumerate().map(|(k, x)| numeric_input(x, &state_name(k))).collect::<Fallible<_>>()?;
+        let step_list = steps.as_list().or_input("steps", "'steps' must be a list")?;
         // Each step's R objects (kept alive while the engine reads them) and operator.
         let mut parts: Vec<(std::sync::Arc<Operator>, Vec<Robj>, Vec<i32>, i32, String, Robj)> = Vec::new();
         for step in step_list.values() {
-            let step = step.as_list().ok_or("each step must be a list")?;
-            let get = |name: &str| step.dollar(name).map_err(|_| format!("a step has no '{name}'"));
+            let step = step.as_list().or_input("steps", "each step must be a list")?;
+            let get =
+                |name: &str| step.dollar(name).map_err(|_| RError::input("steps", format!("a step has no '{name}'")));
             let formula = get("formula")?;
-            let formula = formula.as_str().ok_or("a step's formula must be a string")?;
-            let op = operator(formula, &strings(&get("args")?, "args")?).map_err(|e| e.to_string())?;
-            let inputs: Vec<Robj> = get("inputs")?.as_list().ok_or("a step's inputs must be a list")?.values().collect();
-            let sources = get("sources")?.as_integer_vector().ok_or("a step's sources must be integers")?;
-            let output = get("output")?.as_integer().ok_or("a step's output must be an integer")?;
+            let formula = formula.as_str().or_input("steps", "a step's formula must be a string")?;
+            let op = operator(formula, &strings(&get("args")?, "args")?)?;
+            let inputs: Vec<Robj> =
+                get("inputs")?.as_list().or_input("steps", "a step's inputs must be a list")?.values().collect();
+            let sources = get("sources")?.as_integer_vector().or_input("steps", "a step's sources must be integers")?;
+            let output = get("output")?.as_integer().or_input("steps", "a step's output must be an integer")?;
             let scheme = get("sum_scheme")?.as_str().unwrap_or("auto").to_string();
             parts.push((op, inputs, sources, output, scheme, get("ranges")?));
         }
@@ -48,7 +51,8 @@ fn keops_iterate_run(
         for (op, inputs, sources, output, scheme, ranges) in &parts {
             let variables = &op.formula.variables;
             if inputs.len() != variables.len() || sources.len() != variables.len() {
-                return Err(format!("a step of formula {} needs {} inputs", op.formula.text, variables.len()));
+                let needs = format!("a step of formula {} needs {} inputs", op.formula.text, variables.len());
+                return Err(RError::input("steps", needs));
             }
             let inputs = inputs
                 .iter()
@@ -58,7 +62,7 @@ fn keops_iterate_run(
                     0 => numeric_input(x, &v.name).map(Source::Host),
                     k => Ok(Source::State((k - 1).max(0) as usize)),
                 })
-                .collect::<Result<Vec<_>, String>>()?;
+                .collect::<Fallible<Vec<_>>>()?;
             built.push(Step {
                 operator: op.as_ref(),
                 inputs,
@@ -68,30 +72,27 @@ fn keops_iterate_run(
             });
         }
         let options = run_options(precision, threads, "auto", backend, &device, cache_dir)?;
-        let done = match iterate(&built, &initial, iterations.max(0) as usize, &options) {
-            Err(engine::Error::Interrupted) => return interrupted(),
-            other => other.map_err(|e| e.to_string())?,
-        };
+        // (an interrupt too: R makes it an interrupt condition)
+        let done = iterate(&built, &initial, iterations.max(0) as usize, &options)?;
         let values: Vec<Robj> = done
             .states
             .into_iter()
             .zip(&initial)
             .map(|(v, x)| {
                 let mut r = Robj::from(v);
-                r.set_attrib("dim", [x.nrow as i32, x.ncol as i32]).map_err(|e| e.to_string())?;
-                Ok::<Robj, String>(r)
+                r.set_attrib("dim", [x.nrow as i32, x.ncol as i32])?;
+                Ok(r)
             })
-            .collect::<Result<_, _>>()?;
+            .collect::<Fallible<_>>()?;
         let mut values = List::from_values(values);
         if !names.is_empty() {
-            values.set_names(names.iter().map(String::as_str)).map_err(|e| e.to_string())?;
+            values.set_names(names.iter().map(String::as_str))?;
         }
-        List::from_names_and_values(
+        Ok(List::from_names_and_values(
             ["states", "backend", "timings"],
             [Robj::from(values), Robj::from(done.backend), timings(&done.timings)?],
-        )
-        .map(Robj::from)
-        .map_err(|e| e.to_string())
+        )?
+        .into())
     })
 }
 

@@ -5,8 +5,8 @@ use engine::clustering::Points;
 use engine::knn::{knn_plan, Metric, Search};
 use extendr_api::prelude::*;
 
-use crate::clustering::{block_matrix, matrix, points, Fallible};
-use crate::guarded;
+use crate::clustering::{block_matrix, matrix, points};
+use crate::{guarded, Fallible, OrInput, RError};
 
 /// The rows of `x` in `order` (0-based), as a matrix.
 fn sorted_rows(x: Points, order: &[usize]) -> Fallible {
@@ -36,13 +36,11 @@ fn keops_knn_plan(
         let (data, queries) = (points(&x, "x")?, points(&y, "y")?);
         let metric = if manhattan { Metric::Manhattan } else { Metric::Euclidean };
         let search = if neighbourhood { Search::Neighbourhood } else { Search::Bounded };
-        let Some(plan) = knn_plan(data, queries, k.max(0) as usize, metric, cell_points, search, force)
-            .map_err(|e| e.to_string())?
-        else {
+        let Some(plan) = knn_plan(data, queries, k.max(0) as usize, metric, cell_points, search, force)? else {
             return Ok(Robj::from(()));
         };
         let r = &plan.ranges;
-        List::from_names_and_values(
+        Ok(List::from_names_and_values(
             ["x", "y", "x_order", "y_order", "ranges_i", "slices_i", "redranges_j", "reach"],
             [
                 sorted_rows(data, &plan.data_order)?,
@@ -54,9 +52,8 @@ fn keops_knn_plan(
                 block_matrix(&r.reduced)?,
                 Robj::from(plan.reach),
             ],
-        )
-        .map(Robj::from)
-        .map_err(|e| e.to_string())
+        )?
+        .into())
     })
 }
 
@@ -65,13 +62,13 @@ fn keops_knn_plan(
 #[extendr]
 fn keops_knn_restore(values: Robj, indices: Robj, x_order: Robj, y_order: Robj) -> Robj {
     guarded(|| {
-        let values = values.as_real_slice().ok_or("'values' must be doubles")?;
-        let indices = indices.as_integer_slice().ok_or("'indices' must be integers")?;
-        let x_order = x_order.as_integer_slice().ok_or("'x_order' must be integers")?;
-        let y_order = y_order.as_integer_slice().ok_or("'y_order' must be integers")?;
+        let values = values.as_real_slice().or_input("values", "'values' must be doubles")?;
+        let indices = indices.as_integer_slice().or_input("indices", "'indices' must be integers")?;
+        let x_order = x_order.as_integer_slice().or_input("x_order", "'x_order' must be integers")?;
+        let y_order = y_order.as_integer_slice().or_input("y_order", "'y_order' must be integers")?;
         let n = y_order.len();
         if n == 0 || values.len() != indices.len() || values.len() % n != 0 {
-            return Err("keops_knn_restore: results and orders do not match".into());
+            return Err(RError::unnamed_input("keops_knn_restore: results and orders do not match"));
         }
         let k = values.len() / n;
         let mut out_values = vec![0.0; n * k];
@@ -84,16 +81,18 @@ fn keops_knn_restore(values: Robj, indices: Robj, x_order: Robj, y_order: Robj) 
                 // (0: fewer than k data searched, the reduction's identity)
                 out_indices[at] = match found {
                     0 => 0,
-                    _ => x_order.get((found - 1) as usize).copied().ok_or("keops_knn_restore: index out of range")?,
+                    _ => x_order
+                        .get((found - 1) as usize)
+                        .copied()
+                        .or_input("indices", "keops_knn_restore: index out of range")?,
                 };
             }
         }
-        List::from_names_and_values(
+        Ok(List::from_names_and_values(
             ["values", "indices"],
             [matrix(Robj::from(out_values), n, k)?, matrix(Robj::from(out_indices), n, k)?],
-        )
-        .map(Robj::from)
-        .map_err(|e| e.to_string())
+        )?
+        .into())
     })
 }
 

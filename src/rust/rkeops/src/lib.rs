@@ -1,20 +1,22 @@
 //! The thin layer between R and the engine: converts R objects, calls the engine, and reports
-//! failures as a `list(error = message)` that the R side turns into an R error. No panic and no
-//! R longjmp crosses the engine.
+//! failures as a `list(error = message, kind, arg)` that the R side turns into a classed R error
+//! (see error.rs). No panic and no R longjmp crosses the engine.
 
 mod batch;
 mod clustering;
+mod error;
 mod iterate;
 mod knn;
 mod results;
 
 use std::collections::HashMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use engine::cuda::resident::DeviceMatrix;
 use engine::{Backend, BlockRanges, Input, Operator, Precision, Ranges, RunOptions, SumScheme};
 use extendr_api::prelude::*;
+
+pub(crate) use error::{guarded, Fallible, OrInput, RError};
 
 /// Parsed operators by (formula, args), so that calling the same operator again, or rebuilding the
 /// same formula in a loop, does not parse again.
@@ -47,24 +49,8 @@ fn interrupt_pending() -> bool {
     unsafe { rkeops_interrupt_pending() != 0 }
 }
 
-fn error(message: impl Into<String>) -> Robj {
-    List::from_names_and_values(["error"], [Robj::from(message.into())]).map_or(Robj::from(()), Robj::from)
-}
-
-/// Runs `f`, turning a panic into an error list: nothing that happens here may crash R.
-fn guarded(f: impl FnOnce() -> std::result::Result<Robj, String>) -> Robj {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(robj)) => robj,
-        Ok(Err(message)) => error(message),
-        Err(panic) => error(format!(
-            "internal error in rkeops (please report it): {}",
-            engine::error::panic_message(panic.as_ref())
-        )),
-    }
-}
-
-fn strings(robj: &Robj, what: &str) -> std::result::Result<Vec<String>, String> {
-    robj.as_string_vector().ok_or_else(|| format!("'{what}' must be a character vector"))
+fn strings(robj: &Robj, what: &str) -> Fallible<Vec<String>> {
+    robj.as_string_vector().or_input(what, format!("'{what}' must be a character vector"))
 }
 
 /// Parses and checks a formula; returns the variables it takes, in input order, and its reduction.
@@ -72,13 +58,13 @@ fn strings(robj: &Robj, what: &str) -> std::result::Result<Vec<String>, String> 
 fn keops_parse(formula: &str, args: Robj) -> Robj {
     guarded(|| {
         let args = strings(&args, "args")?;
-        let op = operator(formula, &args).map_err(|e| e.to_string())?;
+        let op = operator(formula, &args)?;
         let vars = &op.formula.variables;
         let red = &op.formula.reduction;
         let names: Vec<String> = vars.iter().map(|v| v.name.clone()).collect();
         let categories: Vec<String> = vars.iter().map(|v| v.category.keyword().to_string()).collect();
         let dims: Vec<i32> = vars.iter().map(|v| v.dim as i32).collect();
-        List::from_names_and_values(
+        Ok(List::from_names_and_values(
             ["names", "categories", "dims", "reduction", "axis", "k", "dim"],
             [
                 Robj::from(names),
@@ -89,9 +75,8 @@ fn keops_parse(formula: &str, args: Robj) -> Robj {
                 Robj::from(red.k as i32),
                 Robj::from(op.formula.output_dim() as i32),
             ],
-        )
-        .map(Robj::from)
-        .map_err(|e| e.to_string())
+        )?
+        .into())
     })
 }
 
@@ -116,10 +101,14 @@ fn keops_run(
     members: Robj,
 ) -> Robj {
     guarded(|| {
-        let members = if members.is_null() { None } else { Some(members.as_integer_slice().ok_or("'members' must be integers")?) };
+        let members = if members.is_null() {
+            None
+        } else {
+            Some(members.as_integer_slice().or_input("members", "'members' must be integers")?)
+        };
         let args = strings(&args, "args")?;
-        let op = operator(formula, &args).map_err(|e| e.to_string())?;
-        let list = inputs.as_list().ok_or("the inputs must be a list")?;
+        let op = operator(formula, &args)?;
+        let list = inputs.as_list().or_input("input", "the inputs must be a list")?;
         let names = op.formula.variables.iter().map(|v| v.name.as_str());
         let robjs: Vec<Robj> = list.values().collect();
         let resident = robjs
@@ -129,7 +118,7 @@ fn keops_run(
                 true => device_matrix(x, name).map(Some),
                 false => Ok(None),
             })
-            .collect::<std::result::Result<Vec<_>, String>>()?;
+            .collect::<Fallible<Vec<_>>>()?;
         let resident_refs: Vec<Option<&DeviceMatrix>> = resident.iter().map(|m| m.as_deref()).collect();
         let inputs = robjs
             .iter()
@@ -141,62 +130,52 @@ fn keops_run(
                 }
                 numeric_input(x, name)
             })
-            .collect::<std::result::Result<Vec<_>, String>>()?;
+            .collect::<Fallible<Vec<_>>>()?;
         let mut options = run_options(precision, threads, sum_scheme, backend, &device, cache_dir)?;
         options.ranges = block_sparse(&ranges)?;
-        let out = match op.run_with(&inputs, &resident_refs, &options) {
-            // The R side turns this into an interrupt condition.
-            Err(engine::Error::Interrupted) => return interrupted(),
-            other => other.map_err(|e| e.to_string())?,
-        };
+        // (an interrupt too: R makes it an interrupt condition)
+        let out = op.run_with(&inputs, &resident_refs, &options)?;
         let timings = timings(&out.timings)?;
         let shape = out.shape(op.formula.reduction.kind.is_k_selection());
         let values = out.values.map_or(Ok(Robj::from(())), |v| results::r_array(&v, &shape, members, |x, _| x))?;
-        let indices = out.indices.map_or(Ok(Robj::from(())), |v| results::r_array(&v, &shape, members, results::index_minus))?;
-        List::from_names_and_values(
+        let indices =
+            out.indices.map_or(Ok(Robj::from(())), |v| results::r_array(&v, &shape, members, results::index_minus))?;
+        Ok(List::from_names_and_values(
             ["values", "indices", "backend", "timings"],
             [values, indices, Robj::from(out.backend), timings],
-        )
-        .map(Robj::from)
-        .map_err(|e| e.to_string())
+        )?
+        .into())
     })
 }
 
 /// A numeric vector (`n x 1`) or matrix of R as an engine input; `name` is the variable's, for errors.
-fn numeric_input<'a>(x: &'a Robj, name: &str) -> std::result::Result<Input<'a>, String> {
-    let data = x.as_real_slice().ok_or_else(|| format!("input '{name}' must be a numeric vector or matrix"))?;
+fn numeric_input<'a>(x: &'a Robj, name: &str) -> Fallible<Input<'a>> {
+    let data = x.as_real_slice().or_input(name, format!("input '{name}' must be a numeric vector or matrix"))?;
     let dim = x.get_attrib("dim").and_then(|d| d.as_integer_vector());
     let (nrow, ncol) = match dim.as_deref() {
         // (an n x d x 1 array is a batch of one member: that matrix)
         Some(&[nrow, ncol]) | Some(&[nrow, ncol, 1]) => (nrow.max(0) as usize, ncol.max(0) as usize),
-        Some(_) => return Err(format!("input '{name}' must be a vector or a matrix, not an array")),
+        Some(_) => {
+            return Err(RError::input(name, format!("input '{name}' must be a vector or a matrix, not an array")))
+        }
         None => (data.len(), 1),
     };
     Ok(Input { data, nrow, ncol })
 }
 
-/// What the R side reports as an interrupt condition.
-fn interrupted() -> std::result::Result<Robj, String> {
-    List::from_names_and_values(
-        ["error", "interrupted"],
-        [Robj::from(engine::Error::Interrupted.to_string()), Robj::from(true)],
-    )
-    .map(Robj::from)
-    .map_err(|e| e.to_string())
-}
-
 /// The seconds of each phase as a named double vector.
-fn timings(phases: &[(&'static str, f64)]) -> std::result::Result<Robj, String> {
+fn timings(phases: &[(&'static str, f64)]) -> Fallible {
     let names: Vec<&str> = phases.iter().map(|(n, _)| *n).collect();
     let mut values = Robj::from(phases.iter().map(|(_, t)| *t).collect::<Vec<f64>>());
-    values.set_attrib("names", names).map_err(|e| e.to_string())?;
+    values.set_attrib("names", names)?;
     Ok(values)
 }
 
-fn sum_scheme(name: &str) -> std::result::Result<SumScheme, String> {
-    SumScheme::from_name(name).ok_or_else(|| {
-        format!("sum_scheme must be one of \"auto\", \"direct_sum\", \"block_sum\", \"kahan_scheme\", not \"{name}\"")
-    })
+fn sum_scheme(name: &str) -> Fallible<SumScheme> {
+    SumScheme::from_name(name).or_input(
+        "sum_scheme",
+        format!("sum_scheme must be one of \"auto\", \"direct_sum\", \"block_sum\", \"kahan_scheme\", not \"{name}\""),
+    )
 }
 
 /// The options of a run from R's settings (no ranges); `device`: the GPUs, as integers (several
@@ -208,10 +187,10 @@ fn run_options(
     backend: &str,
     device: &Robj,
     cache_dir: &str,
-) -> std::result::Result<RunOptions, String> {
+) -> Fallible<RunOptions> {
     let gpus: Vec<usize> = match device.as_integer_slice() {
         Some(d) if !d.is_empty() && d.iter().all(|&g| g >= 0) => d.iter().map(|&g| g as usize).collect(),
-        _ => return Err("'device' must be GPU indices, whole numbers from 0".into()),
+        _ => return Err(RError::input("device", "'device' must be GPU indices, whole numbers from 0")),
     };
     let device = gpus[0];
     Ok(RunOptions {
@@ -222,7 +201,12 @@ fn run_options(
             "CPU" => Backend::Cpu,
             "GPU" => Backend::Gpu(device),
             "auto" => Backend::Auto,
-            _ => return Err(format!("backend must be \"auto\", \"CPU\" or \"GPU\", not \"{backend}\"")),
+            _ => {
+                return Err(RError::input(
+                    "backend",
+                    format!("backend must be \"auto\", \"CPU\" or \"GPU\", not \"{backend}\""),
+                ))
+            }
         },
         device,
         gpus,
@@ -235,43 +219,50 @@ fn run_options(
     })
 }
 
-fn precision(name: &str) -> std::result::Result<Precision, String> {
+fn precision(name: &str) -> Fallible<Precision> {
     match name {
         "float16" => Ok(Precision::F16),
         "float32" => Ok(Precision::F32),
         "float64" => Ok(Precision::F64),
-        _ => Err(format!("precision must be \"float16\", \"float32\" or \"float64\", not \"{name}\"")),
+        _ => Err(RError::input(
+            "precision",
+            format!("precision must be \"float16\", \"float32\" or \"float64\", not \"{name}\""),
+        )),
     }
 }
 
 /// The ranges of a block-sparse reduction from the six integer vectors of R's `ranges_for_engine()`
 /// (range matrices as their 0-based starts, then their exclusive ends); `None` for NULL.
-fn block_sparse(ranges: &Robj) -> std::result::Result<Option<Ranges>, String> {
+fn block_sparse(ranges: &Robj) -> Fallible<Option<Ranges>> {
     if ranges.is_null() {
         return Ok(None);
     }
-    let list = ranges.as_list().ok_or("'ranges' must be a list")?;
+    let list = ranges.as_list().or_input("ranges", "'ranges' must be a list")?;
     let parts: Vec<(String, Vec<i32>)> = list
         .iter()
         .map(|(name, x)| {
-            Ok((name.to_string(), x.as_integer_vector().ok_or(format!("'ranges${name}' must be integers"))?))
+            Ok((
+                name.to_string(),
+                x.as_integer_vector().or_input("ranges", format!("'ranges${name}' must be integers"))?,
+            ))
         })
-        .collect::<std::result::Result<_, String>>()?;
-    let part = |name: &str| -> std::result::Result<&[i32], String> {
-        let (_, x) = parts.iter().find(|(n, _)| n == name).ok_or(format!("'ranges' has no element '{name}'"))?;
+        .collect::<Fallible<_>>()?;
+    let part = |name: &str| -> Fallible<&[i32]> {
+        let (_, x) =
+            parts.iter().find(|(n, _)| n == name).or_input("ranges", format!("'ranges' has no element '{name}'"))?;
         match x.iter().position(|&v| v < 0) {
-            Some(p) => Err(format!("'ranges${name}' holds a value below 1 (at position {})", p + 1)),
+            Some(p) => {
+                Err(RError::input("ranges", format!("'ranges${name}' holds a value below 1 (at position {})", p + 1)))
+            }
             None => Ok(x),
         }
     };
-    let pairs = |name: &str| -> std::result::Result<Vec<std::ops::Range<usize>>, String> {
+    let pairs = |name: &str| -> Fallible<Vec<std::ops::Range<usize>>> {
         let x = part(name)?;
         let (starts, ends) = x.split_at(x.len() / 2);
         Ok(starts.iter().zip(ends).map(|(&s, &e)| s as usize..e as usize).collect())
     };
-    let slices = |name: &str| -> std::result::Result<Vec<usize>, String> {
-        Ok(part(name)?.iter().map(|&v| v as usize).collect())
-    };
+    let slices = |name: &str| -> Fallible<Vec<usize>> { Ok(part(name)?.iter().map(|&v| v as usize).collect()) };
     Ok(Some(Ranges {
         i: BlockRanges { blocks: pairs("ranges_i")?, slices: slices("slices_i")?, reduced: pairs("redranges_j")? },
         j: BlockRanges { blocks: pairs("ranges_j")?, slices: slices("slices_j")?, reduced: pairs("redranges_i")? },
@@ -282,32 +273,35 @@ fn block_sparse(ranges: &Robj) -> std::result::Result<Option<Ranges>, String> {
 type DeviceSlot = Option<Arc<DeviceMatrix>>;
 
 /// The matrix behind an R device matrix (an external pointer made by `keops_device_put`).
-fn device_matrix(x: &Robj, name: &str) -> std::result::Result<Arc<DeviceMatrix>, String> {
+fn device_matrix(x: &Robj, name: &str) -> Fallible<Arc<DeviceMatrix>> {
     let slot: &ExternalPtr<DeviceSlot> = x.try_into().map_err(|_| {
-        format!(
-            "input '{name}' is an external pointer but not a matrix kept on a GPU (or one saved and loaded again, \
-             which keeps nothing): make it with keops_device()"
+        RError::input(
+            name,
+            format!(
+                "input '{name}' is an external pointer but not a matrix kept on a GPU (or one saved and loaded again, \
+                 which keeps nothing): make it with keops_device()"
+            ),
         )
     })?;
     slot.as_ref()
         .clone()
-        .ok_or_else(|| format!("input '{name}' was freed by keops_device_free(): make it again with keops_device()"))
+        .or_input(name, format!("input '{name}' was freed by keops_device_free(): make it again with keops_device()"))
 }
 
 /// Copies a numeric matrix to GPU `device` in `precision`; returns the external pointer that holds it.
 #[extendr]
 fn keops_device_put(x: Robj, precision: &str, device: i32) -> Robj {
     guarded(|| {
-        let data = x.as_real_slice().ok_or("'x' must be a numeric matrix or vector")?;
+        let data = x.as_real_slice().or_input("x", "'x' must be a numeric matrix or vector")?;
         let dim = x.get_attrib("dim").and_then(|d| d.as_integer_vector());
         let (nrow, ncol) = match dim.as_deref() {
             Some(&[nrow, ncol]) => (nrow.max(0) as usize, ncol.max(0) as usize),
-            Some(_) => return Err("'x' must be a vector or a matrix, not an array".into()),
+            Some(_) => return Err(RError::input("x", "'x' must be a vector or a matrix, not an array")),
             None => (data.len(), 1),
         };
         let precision = crate::precision(precision)?;
-        let gpu = engine::cuda::device::device(device.max(0) as usize).map_err(|e| e.to_string())?;
-        let m = DeviceMatrix::new(gpu, data, nrow, ncol, precision).map_err(|e| e.to_string())?;
+        let gpu = engine::cuda::device::device(device.max(0) as usize)?;
+        let m = DeviceMatrix::new(gpu, data, nrow, ncol, precision)?;
         let slot: DeviceSlot = Some(Arc::new(m));
         Ok(ExternalPtr::new(slot).into())
     })
@@ -318,13 +312,12 @@ fn keops_device_put(x: Robj, precision: &str, device: i32) -> Robj {
 fn keops_device_get(x: Robj) -> Robj {
     guarded(|| {
         let m = device_matrix(&x, "x")?;
-        let values = m.to_host().map_err(|e| e.to_string())?;
-        List::from_names_and_values(
+        let values = m.to_host()?;
+        Ok(List::from_names_and_values(
             ["values", "nrow", "ncol", "where"],
             [Robj::from(values), Robj::from(m.nrow as i32), Robj::from(m.ncol as i32), Robj::from(m.where_())],
-        )
-        .map(Robj::from)
-        .map_err(|e| e.to_string())
+        )?
+        .into())
     })
 }
 
@@ -334,7 +327,7 @@ fn keops_device_free(mut x: Robj) -> Robj {
     guarded(|| {
         let slot: &mut ExternalPtr<DeviceSlot> = (&mut x)
             .try_into()
-            .map_err(|_| "'x' must be a matrix kept on a GPU (made by keops_device())".to_string())?;
+            .map_err(|_| RError::input("x", "'x' must be a matrix kept on a GPU (made by keops_device())"))?;
         // Calls in progress hold their own reference; the memory goes when the last one ends.
         *slot.as_mut() = None;
         Ok(Robj::from(true))
@@ -349,7 +342,7 @@ fn gpu_release_memory(device: i32) -> Robj {
         if let Ok(d) = engine::cuda::device::device(device.max(0) as usize) {
             d.release_memory();
         }
-        List::from_names_and_values(["released"], [Robj::from(true)]).map(Robj::from).map_err(|e| e.to_string())
+        Ok(List::from_names_and_values(["released"], [Robj::from(true)])?.into())
     })
 }
 
@@ -363,9 +356,7 @@ fn gpu_status(device: i32) -> Robj {
             Err(engine::Error::Gpu(why)) => (false, why),
             Err(e) => (false, e.to_string()),
         };
-        List::from_names_and_values(["available", "message"], [Robj::from(available), Robj::from(message)])
-            .map(Robj::from)
-            .map_err(|e| e.to_string())
+        Ok(List::from_names_and_values(["available", "message"], [Robj::from(available), Robj::from(message)])?.into())
     })
 }
 
@@ -377,9 +368,7 @@ fn gpu_count() -> Robj {
             Ok(n) => (n as i32, String::new()),
             Err(e) => (0, e.to_string()),
         };
-        List::from_names_and_values(["count", "message"], [Robj::from(count), Robj::from(message)])
-            .map(Robj::from)
-            .map_err(|e| e.to_string())
+        Ok(List::from_names_and_values(["count", "message"], [Robj::from(count), Robj::from(message)])?.into())
     })
 }
 
@@ -387,11 +376,10 @@ fn gpu_count() -> Robj {
 #[extendr]
 fn clean_cache(dir: &str) -> Robj {
     guarded(|| {
-        engine::cache::DiskCache::new(dir)
+        let removed = engine::cache::DiskCache::new(dir)
             .clear()
-            .map_err(|e| format!("could not empty the cache directory {dir}: {e}"))
-            .and_then(|n| List::from_names_and_values(["removed"], [Robj::from(n as i32)]).map_err(|e| e.to_string()))
-            .map(Robj::from)
+            .map_err(|e| RError::of_kind("cache", format!("could not empty the cache directory {dir}: {e}")))?;
+        Ok(List::from_names_and_values(["removed"], [Robj::from(removed as i32)])?.into())
     })
 }
 

@@ -7,6 +7,8 @@ use extendr_ffi::SEXPTYPE;
 
 use engine::parallel;
 
+use crate::{Fallible, RError};
+
 /// The element types of R vectors that results take.
 pub trait RElement: Copy + Send + Sync {
     /// A new R vector of `len` elements, not filled.
@@ -42,9 +44,9 @@ pub fn r_array<T: RElement>(
     shape: &[usize],
     members: Option<&[i32]>,
     minus: impl Fn(T, i32) -> T + Sync,
-) -> std::result::Result<Robj, String> {
+) -> Fallible {
     let mut x = T::r_vector(res.len());
-    let out = T::elements(&mut x).ok_or("R did not allocate the result")?;
+    let out = T::elements(&mut x).ok_or_else(|| RError::of_kind("internal", "R did not allocate the result"))?;
     let mut dims: Vec<i32> = shape.iter().map(|&d| d as i32).collect();
     match members {
         None => parallel::map(res, out, |v| v),
@@ -52,7 +54,7 @@ pub fn r_array<T: RElement>(
             let rows = shape.first().copied().unwrap_or(0);
             let b = offsets.len();
             if b == 0 || rows % b != 0 {
-                return Err(format!("{rows} result rows are not {b} members of equal size"));
+                return Err(RError::unnamed_input(format!("{rows} result rows are not {b} members of equal size")));
             }
             unstack(res, out, rows / b, offsets, minus);
             dims[0] = (rows / b) as i32;
@@ -60,7 +62,7 @@ pub fn r_array<T: RElement>(
         }
     }
     // Set here, on a vector nothing else refers to yet: set in R, `dim<-` would copy it.
-    x.set_attrib("dim", dims).map_err(|e| e.to_string())?;
+    x.set_attrib("dim", dims)?;
     Ok(x)
 }
 

@@ -94,7 +94,7 @@ impl Kernels {
             // dimensions and a wide tile of other inputs may not fit)
             kernel = codegen::generate_variant(formula, dtype, scheme, Variant::StreamedDotTiles, selection);
         }
-        let cache = cache_dir.map(DiskCache::open).transpose().map_err(Error::Invalid)?;
+        let cache = cache_dir.map(DiskCache::open).transpose().map_err(Error::Cache)?;
         let functions = device.functions(&kernel, cache.as_ref())?;
         super::launch::check_resources(device, &functions.reduce, &kernel)?;
         let compiled = Arc::new(Compiled { kernel, functions });

@@ -211,7 +211,7 @@ pub fn evaluate<S: Stored, T: Real>(
             Some(_) => "a block-sparse reduction (ranges) in one piece; compute it on the CPU",
             None => "this reduction with inputs kept on it in one piece; pass the matrices themselves (they are then processed in blocks)",
         };
-        return Err(Error::Gpu(format!("device {} ({}) has too little free memory for {what}", device.ordinal, device.name)));
+        return Err(Error::Memory(format!("GPU: device {} ({}) has too little free memory for {what}", device.ordinal, device.name)));
     }
     let mut times = Times::default();
     // Inputs larger than the device are processed in blocks of rows; the states of the blocks of
@@ -367,8 +367,8 @@ impl Blocks {
             rows_out = rows_out / 2 / granule * granule;
         }
         if rows_out == 0 || need(rows_out, rows_red) > budget {
-            return Err(Error::Gpu(format!(
-                "device {} ({}) has too little free memory ({:.2} GB) for even one block of rows; use the CPU",
+            return Err(Error::Memory(format!(
+                "GPU: device {} ({}) has too little free memory ({:.2} GB) for even one block of rows; use the CPU",
                 device.ordinal,
                 device.name,
                 budget as f64 / 1e9

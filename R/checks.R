@@ -1,0 +1,127 @@
+# The errors of rkeops, and the checks of arguments that raise them.
+#
+# Every error of the package is a condition of classes c("rkeops_error_<kind>", "rkeops_error",
+# "error", "condition"), so that code can tell a bad input from a GPU failure without reading the
+# message (see ?rkeops_errors). The engine's errors come with their kind (rust_result()); the
+# checks below raise `input` errors that name the argument, as the message does.
+
+#' Errors of rkeops
+#'
+#' Every error raised by rkeops, from its R functions or from its engine, is
+#' a condition of classes `c("rkeops_error_<kind>", "rkeops_error", "error",
+#' "condition")`, so that a program can catch one kind of failure, e.g.
+#' `tryCatch(op(input), rkeops_error_gpu = function(e) ...)` to fall back to
+#' the CPU, without reading the message.
+#'
+#' The kinds of errors:
+#' * `formula`: a formula that cannot be parsed or used (syntax, unknown
+#'   names, dimensions that do not match, bad declarations in `args`), or a
+#'   LazyTensor operation that cannot be built;
+#' * `input`: a bad argument or input (type, shape, value, or a request
+#'   that does not fit the data, such as `K` larger than the number of
+#'   points). The condition's field `arg` is the name of the argument or of
+#'   the operator's input variable that is wrong, as the message quotes it
+#'   (`NULL` where the message names none);
+#' * `gpu`: the GPU cannot be used, or failed;
+#' * `memory`: the computation needs more memory than the host or the GPU
+#'   has;
+#' * `cache`: the directory of compiled GPU kernels cannot be created or
+#'   used ([rkeops_cache_dir()]);
+#' * `interrupt`: the user pressed Ctrl-C during a computation. The
+#'   condition is also of R's class `interrupt` (classes
+#'   `c("rkeops_error_interrupt", "rkeops_error", "interrupt", "error",
+#'   "condition")`), so `tryCatch(interrupt = )` catches it as it catches
+#'   an interrupt of R code;
+#' * `internal`: a bug of rkeops ("internal error in rkeops (please report
+#'   it)"): please report it with the code that raised it.
+#'
+#' The message is the field `message` ([conditionMessage()]), as for any R
+#' error; no call is attached (the message says which function failed).
+#'
+#' @name rkeops_errors
+#' @aliases rkeops_error
+#' @examples
+#' op <- keops_kernel("Sum_Reduction(SqDist(x, y), 0)", c("x = Vi(3)", "y = Vj(3)"))
+#' e <- tryCatch(op(list(matrix(1, 5, 3), matrix(1, 4, 2))), rkeops_error = function(e) e)
+#' class(e)
+#' e$arg
+#' conditionMessage(e)
+#' # a formula error
+#' e <- tryCatch(keops_kernel("Sum_Reduction(x +, 0)", "x = Vi(1)"),
+#'               rkeops_error_formula = function(e) e)
+#' cat(conditionMessage(e))
+NULL
+
+# The condition of an rkeops error of `kind`. An interrupt keeps R's class "interrupt" as well.
+rkeops_error <- function(message, kind, arg = NULL, call = NULL) {
+  base <- if (identical(kind, "interrupt")) c("interrupt", "error") else "error"
+  structure(class = c(paste0("rkeops_error_", kind), "rkeops_error", base, "condition"),
+            list(message = message, call = call, arg = arg))
+}
+
+# Raises an rkeops error of `kind` whose message is the pieces `...` pasted together, as stop()
+# pastes its arguments. `arg`: the argument or input that is wrong (input errors). `call`: the
+# call to show, none by default (the messages say which function they come from).
+rkeops_abort <- function(..., kind, arg = NULL, call = NULL) {
+  message <- paste(unlist(lapply(list(...), as.character)), collapse = "")
+  stop(rkeops_error(message, kind, arg, call))
+}
+
+# How a message names argument `arg` of `fun`: "fun(): 'arg'", or "'arg'" without `fun`.
+arg_label <- function(arg, fun = NULL) {
+  if (is.null(fun)) sprintf("'%s'", arg) else sprintf("%s(): '%s'", fun, arg)
+}
+
+# Whether `x` is one whole number from `min` to `max` (finite, not NA).
+is_whole <- function(x, min = -Inf, max = Inf) {
+  is.numeric(x) && length(x) == 1L && is.finite(x) && x == round(x) && x >= min && x <= max
+}
+
+# `x` as an integer if it is one whole number from `min` to `max`, else an input error:
+# "fun(): 'arg' must be a whole number >= min" (", not <x>" with `show_value`).
+check_whole <- function(x, arg, fun = NULL, min = -Inf, max = Inf, show_value = FALSE) {
+  if (!is_whole(x, min, max)) {
+    rkeops_abort(arg_label(arg, fun), " must be a whole number",
+                 if (is.finite(min)) sprintf(" >= %d", as.integer(min)),
+                 if (show_value) paste0(", not ", .rkeops_show(x)), kind = "input", arg = arg)
+  }
+  as.integer(x)
+}
+
+# `x` if it is TRUE or FALSE (or NA, with `na_ok`), else an input error:
+# "fun(): 'arg' must be TRUE or FALSE" (", not <x>" with `show_value`).
+check_flag <- function(x, arg, fun = NULL, na_ok = FALSE, show_value = FALSE) {
+  ok <- if (na_ok) is.logical(x) && length(x) == 1L else isTRUE(x) || isFALSE(x)
+  if (!ok) {
+    rkeops_abort(arg_label(arg, fun), " must be ", if (na_ok) "NA, ", "TRUE or FALSE",
+                 if (show_value) paste0(", not ", .rkeops_show(x)), kind = "input", arg = arg)
+  }
+  x
+}
+
+# `x` if it is one finite number, of `sign` "positive" (> 0), "non-negative" (>= 0) or "any";
+# else an input error: "fun(): 'arg' must be a single [positive | non-negative] number".
+check_number <- function(x, arg, fun = NULL, sign = c("any", "positive", "non-negative")) {
+  sign <- match.arg(sign)
+  ok <- is.numeric(x) && length(x) == 1L && is.finite(x) &&
+    switch(sign, any = TRUE, positive = x > 0, "non-negative" = x >= 0)
+  if (!ok) {
+    rkeops_abort(arg_label(arg, fun), " must be a single ", if (sign != "any") paste0(sign, " "), "number",
+                 kind = "input", arg = arg)
+  }
+  x
+}
+
+# The `base` of log() of a LazyTensor or a ComplexLazyTensor: a positive number other than 1.
+check_log_base <- function(base) {
+  if (!is.numeric(base) || length(base) != 1L || !is.finite(base) || base <= 0 || base == 1) {
+    rkeops_abort("log(): 'base' must be a positive number other than 1", kind = "input", arg = "base")
+  }
+  base
+}
+
+# match.arg(x, choices), its error (with match.arg's message) an input error naming `arg`.
+check_choice <- function(x, choices, arg) {
+  tryCatch(match.arg(x, choices),
+           error = function(e) rkeops_abort(conditionMessage(e), kind = "input", arg = arg))
+}
