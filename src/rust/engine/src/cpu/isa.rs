@@ -55,7 +55,7 @@ pub trait Kernel {
 /// Runs `kernel` compiled for `level`.
 pub fn run(level: Level, kernel: impl Kernel) {
     match level {
-        Level::Baseline => kernel.run(false),
+        Level::Baseline => baseline(kernel),
         // SAFETY: `Level::detect` chose these levels only where the processor has the features.
         #[cfg(target_arch = "x86_64")]
         Level::Avx2 => unsafe { with_avx2(kernel) },
@@ -64,13 +64,22 @@ pub fn run(level: Level, kernel: impl Kernel) {
     }
 }
 
+// Never inlined: each kernel is one function per instruction set, called from code compiled for
+// any of them (`cpu::Compute` from inside the others).
+#[inline(never)]
+fn baseline(kernel: impl Kernel) {
+    kernel.run(false)
+}
+
 #[cfg(target_arch = "x86_64")]
+#[inline(never)]
 #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt,f16c")]
 unsafe fn with_avx2(kernel: impl Kernel) {
     kernel.run(true)
 }
 
 #[cfg(target_arch = "x86_64")]
+#[inline(never)]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,bmi1,bmi2,lzcnt,popcnt,f16c")]
 unsafe fn with_avx512(kernel: impl Kernel) {
     kernel.run(true)

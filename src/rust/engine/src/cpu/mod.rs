@@ -348,8 +348,18 @@ impl<T: Real> Workspace<T> {
         }
     }
 
+    /// Computes node `id` over `frame` with the instruction set of the call, in a function of its
+    /// own: inlined into every loop that computes nodes, the whole evaluator was one function per
+    /// instruction set and precision, which LLVM took minutes to optimise. A call per node and tile
+    /// costs nothing next to the tile's work.
     #[inline(always)]
     fn compute(&mut self, ctx: &Context<T>, id: usize, frame: &Frame, fma: bool) {
+        let _ = fma; // the same for every call of a computation: that of `ctx.level`
+        isa::run(ctx.level, Compute { ws: self, ctx, id, frame });
+    }
+
+    #[inline(always)]
+    fn compute_here(&mut self, ctx: &Context<T>, id: usize, frame: &Frame, fma: bool) {
         let node = &ctx.formula.graph.nodes[id];
         let mut out = std::mem::take(&mut self.buffers[id]);
         let len = if ctx.plan.roles[id].is_some_and(Role::varies_in_tile) { frame.len } else { 1 };
@@ -371,6 +381,21 @@ impl<T: Real> Workspace<T> {
             ops::eval(node.op, &args, &mut out, node.dim, len, &mut self.scratch, fma);
         }
         self.buffers[id] = out;
+    }
+}
+
+/// `Workspace::compute` as a kernel of its own.
+struct Compute<'w, 'c, T> {
+    ws: &'w mut Workspace<T>,
+    ctx: &'w Context<'c, T>,
+    id: usize,
+    frame: &'w Frame,
+}
+
+impl<T: Real> isa::Kernel for Compute<'_, '_, T> {
+    #[inline(always)]
+    fn run(self, fma: bool) {
+        self.ws.compute_here(self.ctx, self.id, self.frame, fma);
     }
 }
 
