@@ -3,7 +3,6 @@
 //! Pure Rust, no R types: the formula language (`formula`), the reductions (`reduction`), the CPU
 //! evaluator (`cpu`) and the public entry point (`operator`).
 
-pub mod autodiff;
 pub mod cache;
 pub mod clustering;
 pub mod cpu;

@@ -127,7 +127,7 @@ fn evaluate_with<T: Real>(
     short_ranges: bool,
 ) -> Result<RowMajor> {
     let red = &formula.reduction;
-    let acc = Accumulator::new(formula, scheme);
+    let acc = formula.accumulator(scheme);
     let (n_out, n_red) = if red.axis == 0 { (inputs.n_i, inputs.n_j) } else { (inputs.n_j, inputs.n_i) };
     let mut plan = Plan::new(formula);
     let width = acc.width();

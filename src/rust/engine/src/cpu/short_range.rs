@@ -268,7 +268,7 @@ mod tests {
                         continue;
                     }
                     let plan = Plan::new(&formula);
-                    let acc = Accumulator::new(&formula, SumScheme::Auto);
+                    let acc = formula.accumulator(SumScheme::Auto);
                     assert!(rows_per_block::<f32>(&formula, &plan, &acc, rows, len, 2, None).is_some(), "{text}: not by blocks");
                     for &scheme in schemes(text) {
                         let case = format!("{text}, axis {axis}, {len} indices, {scheme:?}");
@@ -326,7 +326,7 @@ mod tests {
             for (text, _) in reductions() {
                 let formula = Formula::parse(&text.replace("AXIS", &axis.to_string()), &args(axis)).unwrap();
                 let plan = Plan::new(&formula);
-                let acc = Accumulator::new(&formula, SumScheme::Auto);
+                let acc = formula.accumulator(SumScheme::Auto);
                 let by_blocks = rows_per_block::<f32>(&formula, &plan, &acc, rows, n_red, 2, Some(&ranges));
                 assert!(by_blocks.is_some(), "{text}: not by blocks");
                 for &scheme in schemes(&text) {

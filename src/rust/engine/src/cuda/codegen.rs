@@ -199,7 +199,7 @@ pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, vari
     let narrow = variant == Variant::RangedNarrow;
     let red = &formula.reduction;
     let plan = Plan::new(formula);
-    let acc = Accumulator::new(formula, scheme);
+    let acc = formula.accumulator(scheme);
     let dots = match variant {
         Variant::DotTiles => DotTile::find(formula, &plan, dtype),
         Variant::StreamedDotTiles => DotTile::find(formula, &plan, dtype).map(DotTile::streamed),

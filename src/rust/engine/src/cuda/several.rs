@@ -20,7 +20,6 @@ use crate::memory;
 use crate::operator::{Input, RunOptions};
 use crate::ranges::BlockRanges;
 use crate::real::Real;
-use crate::reduction::Accumulator;
 
 /// What each device computes, and how to put the parts together.
 #[derive(Debug, PartialEq)]
@@ -265,7 +264,7 @@ fn merge_states<T: Real>(
     n_out: usize,
     width: usize,
 ) -> Result<Columns> {
-    let acc = Accumulator::new(formula, options.sum_scheme);
+    let acc = formula.accumulator(options.sum_scheme);
     let len = acc.state_len();
     let mut parts = columns.into_iter().map(|c| c.states.ok_or_else(|| Error::Gpu("a part's states are missing".into())));
     let mut states = parts.next().ok_or_else(|| Error::Gpu("no part of the reduced range was computed".into()))??;

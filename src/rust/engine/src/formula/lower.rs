@@ -383,7 +383,7 @@ impl<'a> Lowerer<'a> {
                 format!("Grad(F, v, e) needs e of the dimension of F ({}), not {}", self.dim(f), self.dim(e)),
             ));
         }
-        match crate::autodiff::grad(&mut self.graph, f, position, e) {
+        match super::autodiff::grad(&mut self.graph, f, position, e) {
             Some(g) => Ok(g),
             None => {
                 // F does not depend on v: a zero gradient of v's dimension.

@@ -1,6 +1,7 @@
 //! From text to a checked formula: lexer, parser, variables, lowering to the graph.
 
 pub mod ast;
+pub mod autodiff;
 pub mod graph;
 pub mod lexer;
 pub mod lower;
@@ -11,9 +12,20 @@ pub use graph::{Graph, Node, NodeId, Op};
 pub use variables::{Category, Variable};
 
 use crate::error::{Error, Result};
-use crate::reduction::{Reduction, ReductionKind, Signature};
+use crate::reduction::{Accumulator, ReductionKind, Signature, SumScheme};
 use ast::{Ast, Node as AstNode};
 use lower::Lowerer;
+
+/// A reduction of a formula: its kind, the axis, K for the K-selections, and the formula nodes
+/// of its values `f` and, for the weighted ones, its weights `g`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reduction {
+    pub kind: ReductionKind,
+    pub axis: usize,
+    pub k: usize,
+    pub f: NodeId,
+    pub g: Option<NodeId>,
+}
 
 /// A parsed, dimension-checked reduction of a formula, ready to be evaluated.
 #[derive(Debug, Clone)]
@@ -30,6 +42,13 @@ pub struct Formula {
 pub const MAX_FORMULA_BYTES: usize = 4 << 20;
 
 impl Formula {
+    /// The accumulator of this formula's reduction.
+    pub fn accumulator(&self, scheme: SumScheme) -> Accumulator {
+        let red = &self.reduction;
+        let gdim = red.g.map_or(0, |g| self.graph.dim(g));
+        Accumulator::new(red.kind, scheme, red.k, self.graph.dim(red.f), gdim)
+    }
+
     pub fn parse(text: &str, args: &[String]) -> Result<Formula> {
         if text.len() > MAX_FORMULA_BYTES {
             return Err(Error::Invalid(format!(

@@ -115,14 +115,3 @@ impl SumScheme {
         })
     }
 }
-
-/// A reduction of a formula: its kind, the axis, K for the K-selections, and the formula nodes
-/// of its values `f` and, for the weighted ones, its weights `g`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reduction {
-    pub kind: ReductionKind,
-    pub axis: usize,
-    pub k: usize,
-    pub f: crate::formula::NodeId,
-    pub g: Option<crate::formula::NodeId>,
-}

@@ -25,16 +25,10 @@ pub fn better<T: Real>(x: T, best: T, max: bool) -> bool {
 }
 
 impl Accumulator {
-    /// The accumulator of `formula`'s reduction.
-    pub fn new(formula: &crate::formula::Formula, scheme: SumScheme) -> Accumulator {
-        let red = &formula.reduction;
-        Accumulator {
-            kind: red.kind,
-            scheme,
-            k: red.k,
-            dim: formula.graph.dim(red.f),
-            gdim: red.g.map_or(0, |g| formula.graph.dim(g)),
-        }
+    /// The accumulator of a reduction of values of dimension `dim` (weights of dimension `gdim`, 0
+    /// when unweighted); `Formula::accumulator` gives that of a formula.
+    pub fn new(kind: ReductionKind, scheme: SumScheme, k: usize, dim: usize, gdim: usize) -> Accumulator {
+        Accumulator { kind, scheme, k, dim, gdim }
     }
 
     /// Number of f64 values in the state of one output row.

@@ -3,7 +3,7 @@
 //! by reverse accumulation over F's nodes. Zero contributions are never built (piecewise-constant
 //! operations stop the flow) and products by 1 are skipped, so gradients stay close in size to F.
 
-use crate::formula::{Graph, NodeId, Op};
+use super::{Graph, NodeId, Op};
 
 /// Graph building with the dimensions of element-wise broadcasting and a little simplification.
 struct Builder<'a> {
