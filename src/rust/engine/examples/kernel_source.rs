@@ -2,7 +2,8 @@
 //! tensor-core variant where it applies, unless `RKEOPS_GPU_TENSOR=off`):
 //! `cargo run --release --example kernel_source -- "<formula>" "<arg>" ...`; with NVRTC on the
 //! library path, also the time of its compilation for sm_90.
-use engine::cuda::codegen::{generate_variant, Dtype, Selection, Variant};
+use engine::cuda::codegen::{generate_variant, Selection, Variant};
+use engine::cuda::dtype::Dtype;
 use engine::formula::Formula;
 use engine::SumScheme;
 

@@ -1,5 +1,6 @@
 //! Prints the CUDA source generated for a formula: `cargo run --example show_kernel -- FORMULA ARGS...`
-use engine::cuda::codegen::{generate, Dtype};
+use engine::cuda::codegen::generate;
+use engine::cuda::dtype::Dtype;
 use engine::formula::Formula;
 use engine::SumScheme;
 

@@ -3,7 +3,7 @@
 
 use crate::cpu::{self, Inputs, RowMajor};
 use crate::cuda;
-use crate::cuda::codegen::Dtype;
+use crate::cuda::dtype::Dtype;
 use crate::cuda::launch::Kept;
 use crate::cuda::recorded::Recorded;
 use crate::cuda::resident::DeviceMatrix;

@@ -5,7 +5,8 @@
 
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use engine::cuda::codegen::{self, Dtype, Selection, Variant};
+use engine::cuda::codegen::{self, Selection, Variant};
+use engine::cuda::dtype::Dtype;
 use engine::cuda::device;
 use engine::formula::Formula;
 use engine::{Backend, BlockRanges, Input, Operator, Precision, Ranges, RunOptions, SumScheme};

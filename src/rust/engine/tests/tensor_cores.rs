@@ -4,7 +4,8 @@
 //! tied points, in dimensions that are not multiples of the tiles. Needs a GPU of compute
 //! capability >= 8.0; elsewhere the test says why and checks nothing else.
 
-use engine::cuda::codegen::{Dtype, Variant};
+use engine::cuda::codegen::Variant;
+use engine::cuda::dtype::Dtype;
 use engine::cuda::device;
 use engine::formula::Formula;
 use engine::{Backend, Input, Operator, RunOptions};

@@ -14,6 +14,7 @@
 use std::fmt::Write;
 
 use super::dot_tiles::{self, DotTile};
+use super::dtype::Dtype;
 use super::finish;
 use crate::formula::{Category, Formula, NodeId, Op};
 use crate::plan::{Plan, Role};
@@ -23,44 +24,6 @@ use crate::reduction::{ReductionKind, SumScheme};
 
 /// Static shared memory available to a block without opting in to more.
 const SHARED_BYTES: usize = 48 * 1024;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Dtype {
-    /// float16 storage, float32 arithmetic.
-    F16,
-    F32,
-    F64,
-}
-
-impl Dtype {
-    /// Bytes of the arithmetic type (what the shared-memory tile holds).
-    pub fn size(self) -> usize {
-        match self {
-            Dtype::F16 | Dtype::F32 => 4,
-            Dtype::F64 => 8,
-        }
-    }
-    pub fn c_type(self) -> &'static str {
-        match self {
-            Dtype::F16 | Dtype::F32 => "float",
-            Dtype::F64 => "double",
-        }
-    }
-    /// Type of the inputs in device memory.
-    fn storage_type(self) -> &'static str {
-        match self {
-            Dtype::F16 => "unsigned short",
-            _ => self.c_type(),
-        }
-    }
-    /// Name of a C math function for this type: `expf` for float, `exp` for double.
-    fn math(self, name: &str) -> String {
-        match self {
-            Dtype::F16 | Dtype::F32 => format!("{name}f"),
-            Dtype::F64 => name.to_string(),
-        }
-    }
-}
 
 /// A generated kernel and the launch geometry it was written for.
 pub struct Kernel {
@@ -88,7 +51,6 @@ pub struct Kernel {
 }
 
 pub const KERNEL_NAME: &str = "rkeops_reduce";
-pub const MERGE_NAME: &str = "rkeops_merge";
 
 pub fn generate(formula: &Formula, dtype: Dtype, scheme: SumScheme) -> Kernel {
     generate_variant(formula, dtype, scheme, Variant::Dense, Selection::Local)
@@ -406,7 +368,7 @@ pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, vari
     Kernel {
         source: g.src,
         name: KERNEL_NAME,
-        merge_name: MERGE_NAME,
+        merge_name: finish::MERGE_NAME,
         constants,
         tile,
         rows,
@@ -1021,7 +983,8 @@ mod tests {
     /// the pairs read them from the tile; the rows' terms stay out of the loop too.
     #[test]
     fn terms_of_one_index_are_computed_once_per_index() {
-        use super::{generate_variant, Dtype, Variant};
+        use super::{generate_variant, Variant};
+        use crate::cuda::dtype::Dtype;
         use crate::reduction::SumScheme;
         let args = ["x = Vi(10)".to_string(), "y = Vj(10)".to_string()];
         let cosine = Formula::parse("ArgKMin_Reduction(SqDist(Normalize(x), Normalize(y)), 10, 0)", &args).unwrap();
@@ -1040,7 +1003,8 @@ mod tests {
 
     #[test]
     fn large_dot_products_go_to_the_tensor_cores() {
-        use super::{generate_variant, Dtype, Variant};
+        use super::{generate_variant, Variant};
+        use crate::cuda::dtype::Dtype;
         use crate::cuda::dot_tiles::DotTile;
         use crate::plan::Plan;
         use crate::reduction::SumScheme;

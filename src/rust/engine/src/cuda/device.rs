@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream};
 use cudarc::nvrtc::{result as nvrtc_result, sys as nvrtc_sys, Ptx};
 
-use super::codegen::{self, Dtype, Kernel, Selection, Variant};
+use super::codegen::{self, Kernel, Selection, Variant};
+use super::dtype::Dtype;
 use super::workspace::Workspace;
 use crate::cache::{self, DiskCache};
 use crate::error::{Error, Result};

@@ -26,7 +26,7 @@ mod streamed;
 
 use std::fmt::Write;
 
-use super::codegen::Dtype;
+use super::dtype::Dtype;
 use crate::formula::{Category, Formula, NodeId, Op};
 use crate::plan::{Plan, Role};
 

@@ -9,6 +9,9 @@ use std::fmt::Write;
 use crate::reduction::Accumulator;
 use crate::reduction::ReductionKind::{self, *};
 
+/// The name of the merge kernel, in the module of every generated kernel.
+pub const MERGE_NAME: &str = "rkeops_merge";
+
 fn is_selection(kind: ReductionKind) -> bool {
     matches!(kind, Min | Max | ArgMin | ArgMax | MinArgMin | MaxArgMax | KMin | ArgKMin | KMinArgKMin)
 }
@@ -102,6 +105,6 @@ pub fn merge_kernel(src: &mut String, acc: &Accumulator) {
          \x20 if (finalize) rk_finalize(s, out_values, out_indices, row, n_out);\n\
          \x20 else for (int k = 0; k < {len}; k++) running[(long long)row * {len} + k] = s[k];\n\
          }}",
-        name = super::codegen::MERGE_NAME
+        name = MERGE_NAME
     );
 }

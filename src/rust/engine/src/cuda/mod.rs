@@ -8,6 +8,7 @@
 pub mod codegen;
 pub mod device;
 pub mod dot_tiles;
+pub mod dtype;
 pub mod finish;
 pub mod launch;
 pub mod recorded;

@@ -1,0 +1,39 @@
+//! The number type of a generated kernel: what it stores its inputs in and computes with.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dtype {
+    /// float16 storage, float32 arithmetic.
+    F16,
+    F32,
+    F64,
+}
+
+impl Dtype {
+    /// Bytes of the arithmetic type (what the shared-memory tile holds).
+    pub fn size(self) -> usize {
+        match self {
+            Dtype::F16 | Dtype::F32 => 4,
+            Dtype::F64 => 8,
+        }
+    }
+    pub fn c_type(self) -> &'static str {
+        match self {
+            Dtype::F16 | Dtype::F32 => "float",
+            Dtype::F64 => "double",
+        }
+    }
+    /// Type of the inputs in device memory.
+    pub(super) fn storage_type(self) -> &'static str {
+        match self {
+            Dtype::F16 => "unsigned short",
+            _ => self.c_type(),
+        }
+    }
+    /// Name of a C math function for this type: `expf` for float, `exp` for double.
+    pub(super) fn math(self, name: &str) -> String {
+        match self {
+            Dtype::F16 | Dtype::F32 => format!("{name}f"),
+            Dtype::F64 => name.to_string(),
+        }
+    }
+}
