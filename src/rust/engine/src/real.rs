@@ -169,8 +169,8 @@ macro_rules! impl_real {
         }
     };
 }
-impl_real!(f32, crate::math::exp_f32, crate::cpu::exp_avx512::exp_f32, |x: &[f64]| Cow::Owned(to_f32(x)));
-impl_real!(f64, crate::math::exp_f64, crate::cpu::exp_avx512::exp_f64, Cow::Borrowed);
+impl_real!(f32, crate::math::exp_f32, crate::math::exp_avx512::exp_f32, |x: &[f64]| Cow::Owned(to_f32(x)));
+impl_real!(f64, crate::math::exp_f64, crate::math::exp_avx512::exp_f64, Cow::Borrowed);
 
 /// Rounds doubles to floats, on every core for large inputs (the conversion of R's doubles is on
 /// the path of every float32 call).

@@ -5,9 +5,8 @@
 
 mod columns;
 #[cfg(target_arch = "x86_64")]
-pub mod exp_avx512;
 mod fusion;
-mod isa;
+pub(crate) mod isa;
 mod lanes;
 mod ops;
 mod row_block;

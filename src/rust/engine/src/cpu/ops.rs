@@ -19,7 +19,7 @@ pub fn sq_dist<T: Real>(a: &Arg<T>, b: &Arg<T>, out: &mut [T], len: usize, fma: 
 }
 
 /// Exp(s * a) in one pass, with `s` one number per tile; Exp(-a) where `s` is None. `avx512`: whether
-/// the processor has AVX-512 (see `exp_avx512`).
+/// the processor has AVX-512 (see `math::exp_avx512`).
 #[inline(always)]
 pub fn scaled_exp<T: Real>(a: &Arg<T>, s: Option<&Arg<T>>, out: &mut [T], len: usize, fma: bool, avx512: bool) {
     let scale = match s.map(|s| s.lane(0, 1)) {

@@ -9,6 +9,8 @@
 // ln 2 is given with all the digits of its two-part split.
 #![allow(clippy::excessive_precision)]
 
+pub mod exp_avx512;
+
 /// What an exponential needs: the bounds beyond which the result is 0 or infinity, the number whose
 /// addition rounds to an integer, ln 2 in two parts, and the Taylor coefficients 1 / k!.
 pub struct ExpConstants<T, const N: usize> {
