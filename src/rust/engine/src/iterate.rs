@@ -11,7 +11,8 @@ use crate::cuda;
 use crate::cuda::recorded::Recorded;
 use crate::cuda::resident::DeviceMatrix;
 use crate::error::{Error, Result};
-use crate::operator::{Backend, Input, Operator, Precision, RunOptions};
+use crate::api::{Backend, Input, Precision, RunOptions};
+use crate::operator::Operator;
 use crate::ranges::Ranges;
 use crate::reduction::SumScheme;
 

@@ -3,6 +3,7 @@
 //! Pure Rust, no R types: the formula language (`formula`), the reductions (`reduction`), the CPU
 //! evaluator (`cpu`) and the public entry point (`operator`).
 
+pub mod api;
 pub mod cache;
 pub mod clustering;
 pub mod cpu;
@@ -21,6 +22,7 @@ pub mod real;
 pub mod reduction;
 
 pub use error::{Error, Result};
-pub use operator::{Backend, Input, Operator, Output, Precision, RunOptions};
+pub use api::{Backend, Input, Output, Precision, RunOptions};
+pub use operator::Operator;
 pub use ranges::{BlockRanges, Ranges};
 pub use reduction::{ReductionKind, SumScheme};

@@ -97,7 +97,7 @@ impl Kernels {
         }
         let cache = cache_dir.map(DiskCache::open).transpose().map_err(Error::Cache)?;
         let functions = device.functions(&kernel, cache.as_ref())?;
-        super::launch::check_resources(device, &functions.reduce, &kernel)?;
+        check_resources(device, &functions.reduce, &kernel)?;
         let compiled = Arc::new(Compiled { kernel, functions });
         if let Ok(mut m) = self.0.lock() {
             m.insert(key, compiled.clone());
@@ -314,4 +314,44 @@ pub fn compile_cubin(source: &str, arch: &str) -> Result<Vec<u8>> {
         let _ = unsafe { nvrtc_result::destroy_program(program) };
         out
     })
+}
+
+/// Checks, before anything is copied, what would make the launch fail with an obscure driver error:
+/// registers per thread that leave room for fewer threads per block than the kernel's tile, and
+/// local memory per thread (the values of wide intermediate results) beyond the 512 KB a thread may
+/// have or beyond the device's memory, reserved for all the threads it keeps resident.
+fn check_resources(
+    device: &Device,
+    function: &cudarc::driver::CudaFunction,
+    kernel: &codegen::Kernel,
+) -> Result<()> {
+    let on_device = format!("device {} ({})", device.ordinal, device.name);
+    let attribute_error = |e| Error::Gpu(format!("reading the kernel's attributes on {on_device}: {e:?}"));
+    let advice = "Use fewer or smaller intermediate values, or compute on the CPU (rkeops_use_cpu())";
+    let max_threads = function.max_threads_per_block().map_err(attribute_error)?;
+    if (max_threads.max(0) as usize) < kernel.tile {
+        let registers = function.num_regs().map_or("too many".to_string(), |r| r.to_string());
+        return Err(Error::Gpu(format!(
+            "the kernel of this formula uses {registers} registers per thread: {on_device} can run at most \
+             {max_threads} such threads per block, fewer than the {} it needs. {advice}",
+            kernel.tile
+        )));
+    }
+    // Every NVIDIA GPU since Volta keeps up to 2048 threads (1536 on some) resident per multiprocessor.
+    const RESIDENT_PER_SM: usize = 2048;
+    const MAX_LOCAL: usize = 512 << 10;
+    let local = function.local_size_bytes().map_err(attribute_error)?.max(0) as usize;
+    let reserved = local * RESIDENT_PER_SM * device.multiprocessors;
+    let total = device.ctx.mem_get_info().map_or(usize::MAX, |(_, total)| total);
+    if local > MAX_LOCAL || reserved > total {
+        return Err(Error::Gpu(format!(
+            "the kernel of this formula keeps {:.0} KB per thread in local memory (its intermediate values): \
+             {on_device} would have to reserve {:.1} GB for its threads, and has {:.1} GB (a thread may have \
+             at most 512 KB). {advice}",
+            local as f64 / 1024.0,
+            reserved as f64 / 1e9,
+            total as f64 / 1e9
+        )));
+    }
+    Ok(())
 }

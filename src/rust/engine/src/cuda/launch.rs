@@ -9,17 +9,18 @@
 use std::ops::Range;
 use std::time::Instant;
 
-use cudarc::driver::{result, CudaFunction, LaunchConfig, PushKernelArg};
+use cudarc::driver::{result, LaunchConfig};
 
 use super::codegen;
 use super::device::{guarded, Compiled, Device};
+use super::primitives::{launch, view, view_mut, Stored};
 use super::recorded::Recorded;
 use super::resident::DeviceMatrix;
 use super::workspace::{Layout, Workspace};
 use crate::error::{Error, Result};
 use crate::formula::{Category, Formula};
 use crate::memory;
-use crate::operator::{Input, RunOptions};
+use crate::api::{Input, RunOptions};
 use crate::parallel;
 use crate::ranges::BlockRanges;
 use crate::real::Real;
@@ -44,30 +45,6 @@ pub fn chunks_for(n_out: usize, n_red: usize, tile: usize, rows: usize, multipro
     let wanted = (BLOCKS_PER_SM * multiprocessors).div_ceil(blocks.max(1));
     let most = n_red.div_ceil(tile * MIN_TILES_PER_CHUNK);
     wanted.min(most).max(1)
-}
-
-/// How inputs are stored on the device: R's doubles rounded to this type.
-pub trait Stored: Copy + Send + Sync {
-    fn from_f64(x: f64) -> Self;
-}
-
-impl Stored for f64 {
-    fn from_f64(x: f64) -> f64 {
-        x
-    }
-}
-
-impl Stored for f32 {
-    fn from_f64(x: f64) -> f32 {
-        x as f32
-    }
-}
-
-/// float16 bits.
-impl Stored for u16 {
-    fn from_f64(x: f64) -> u16 {
-        half::f16::from_f64(x).to_bits()
-    }
 }
 
 /// Results in R's order: `rows x width` column-major values and 1-based indices (each present
@@ -717,45 +694,6 @@ fn run_step<S: Stored, T: Real>(
     Ok(())
 }
 
-/// Launches `function` with these int arguments, then these device pointers.
-///
-/// # Safety
-/// The arguments must be those of the kernel's signature, the pointers valid for what it accesses.
-pub(super) unsafe fn launch(
-    device: &Device,
-    function: &CudaFunction,
-    config: LaunchConfig,
-    ints: &[i32],
-    pointers: &[u64],
-) -> std::result::Result<(), result::DriverError> {
-    let mut builder = device.stream.launch_builder(function);
-    for i in ints {
-        builder.arg(i);
-    }
-    for p in pointers {
-        builder.arg(p);
-    }
-    builder.launch(config).map(|_| ())
-}
-
-/// `len` values of type `X` at the start of `bytes` (a region of the page-locked buffer, whose
-/// offsets are aligned to 256 bytes).
-fn view<X>(bytes: &[u8], len: usize) -> &[X] {
-    assert!(
-        bytes.len() >= len * std::mem::size_of::<X>() && bytes.as_ptr().align_offset(std::mem::align_of::<X>()) == 0
-    );
-    // SAFETY: in bounds and aligned (checked above); X is a plain number type.
-    unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast(), len) }
-}
-
-fn view_mut<X>(bytes: &mut [u8], len: usize) -> &mut [X] {
-    assert!(
-        bytes.len() >= len * std::mem::size_of::<X>() && bytes.as_ptr().align_offset(std::mem::align_of::<X>()) == 0
-    );
-    // SAFETY: as in `view`, and borrowed mutably.
-    unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast(), len) }
-}
-
 /// Rows `rows` of the column-major `n x dim` matrix `data`, as `S`, at the start of `bytes`.
 fn pack<S: Stored>(bytes: &mut [u8], data: &[f64], n: usize, rows: &Range<usize>, dim: usize) {
     let len = rows.len();
@@ -794,44 +732,4 @@ fn unpack<X: Copy + Sync, Y: Send>(
     for (c, column) in got.chunks(rows.max(1)).enumerate() {
         parallel::map(&column[keep.clone()], &mut dst[c * n + start..c * n + start + keep.len()], &f);
     }
-}
-
-/// Checks, before anything is copied, what would make the launch fail with an obscure driver error:
-/// registers per thread that leave room for fewer threads per block than the kernel's tile, and
-/// local memory per thread (the values of wide intermediate results) beyond the 512 KB a thread may
-/// have or beyond the device's memory, reserved for all the threads it keeps resident.
-pub fn check_resources(
-    device: &Device,
-    function: &cudarc::driver::CudaFunction,
-    kernel: &codegen::Kernel,
-) -> Result<()> {
-    let on_device = format!("device {} ({})", device.ordinal, device.name);
-    let attribute_error = |e| Error::Gpu(format!("reading the kernel's attributes on {on_device}: {e:?}"));
-    let advice = "Use fewer or smaller intermediate values, or compute on the CPU (rkeops_use_cpu())";
-    let max_threads = function.max_threads_per_block().map_err(attribute_error)?;
-    if (max_threads.max(0) as usize) < kernel.tile {
-        let registers = function.num_regs().map_or("too many".to_string(), |r| r.to_string());
-        return Err(Error::Gpu(format!(
-            "the kernel of this formula uses {registers} registers per thread: {on_device} can run at most \
-             {max_threads} such threads per block, fewer than the {} it needs. {advice}",
-            kernel.tile
-        )));
-    }
-    // Every NVIDIA GPU since Volta keeps up to 2048 threads (1536 on some) resident per multiprocessor.
-    const RESIDENT_PER_SM: usize = 2048;
-    const MAX_LOCAL: usize = 512 << 10;
-    let local = function.local_size_bytes().map_err(attribute_error)?.max(0) as usize;
-    let reserved = local * RESIDENT_PER_SM * device.multiprocessors;
-    let total = device.ctx.mem_get_info().map_or(usize::MAX, |(_, total)| total);
-    if local > MAX_LOCAL || reserved > total {
-        return Err(Error::Gpu(format!(
-            "the kernel of this formula keeps {:.0} KB per thread in local memory (its intermediate values): \
-             {on_device} would have to reserve {:.1} GB for its threads, and has {:.1} GB (a thread may have \
-             at most 512 KB). {advice}",
-            local as f64 / 1024.0,
-            reserved as f64 / 1e9,
-            total as f64 / 1e9
-        )));
-    }
-    Ok(())
 }

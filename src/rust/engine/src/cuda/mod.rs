@@ -11,6 +11,7 @@ pub mod dot_tiles;
 pub mod dtype;
 pub mod finish;
 pub mod launch;
+pub mod primitives;
 pub mod recorded;
 pub mod resident;
 pub mod several;

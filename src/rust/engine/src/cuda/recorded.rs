@@ -58,7 +58,7 @@ impl Recorded {
         for l in &self.launches {
             // SAFETY: the arguments were those of a launch that ran, and every pointer still
             // refers to memory that the loop keeps (its inputs, values and this buffer).
-            unsafe { super::launch::launch(device, &l.function, l.config, &l.ints, &l.pointers) }.map_err(|e| {
+            unsafe { super::primitives::launch(device, &l.function, l.config, &l.ints, &l.pointers) }.map_err(|e| {
                 Error::Gpu(format!("launching a kernel on device {} ({}): {e:?}", device.ordinal, device.name))
             })?;
         }

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use cudarc::driver::{result, sys};
 
 use super::device::{guarded, Device};
-use super::launch::Stored;
+use super::primitives::Stored;
 use crate::error::{Error, Result};
-use crate::operator::Precision;
+use crate::api::Precision;
 
 pub struct DeviceMatrix {
     device: Arc<Device>,

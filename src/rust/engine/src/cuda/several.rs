@@ -13,11 +13,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::device::{self, Compiled, Device};
-use super::launch::{self, Columns, Part, Stored};
+use super::launch::{self, Columns, Part};
+use super::primitives::Stored;
 use crate::error::{Error, Result};
 use crate::formula::Formula;
 use crate::memory;
-use crate::operator::{Input, RunOptions};
+use crate::api::{Input, RunOptions};
 use crate::ranges::BlockRanges;
 use crate::real::Real;
 

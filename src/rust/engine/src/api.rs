@@ -1,0 +1,89 @@
+//! What the engine's callers pass and get back: inputs as R holds them, the precision, where to
+//! compute, the options of a run and its results. A leaf: it names the engine's other types only.
+
+use crate::ranges::Ranges;
+use crate::reduction::SumScheme;
+
+/// One input as R holds it: a column-major `nrow x ncol` matrix of doubles (a vector is `n x 1`).
+#[derive(Debug, Clone, Copy)]
+pub struct Input<'a> {
+    pub data: &'a [f64],
+    pub nrow: usize,
+    pub ncol: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    /// float16 storage (inputs rounded to half precision), float32 arithmetic and results.
+    F16,
+    #[default]
+    F32,
+    F64,
+}
+
+/// Where to compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backend {
+    Cpu,
+    /// This GPU, or an error saying why it cannot be used.
+    Gpu(usize),
+    /// This GPU when one can be used, the CPU otherwise.
+    #[default]
+    Auto,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    pub precision: Precision,
+    pub sum_scheme: SumScheme,
+    /// 0 means every available core.
+    pub threads: usize,
+    pub backend: Backend,
+    /// GPU device used by `Backend::Auto`.
+    pub device: usize,
+    /// GPUs that share each reduction on a GPU (`cuda::several`) when it lists more than one,
+    /// the call's GPU (`Backend::Gpu` or `device`) first; inputs kept on a device, results kept
+    /// on a device and empty problems run on the call's GPU alone.
+    pub gpus: Vec<usize>,
+    /// Where compiled GPU kernels are kept between sessions (none: compiled once per process).
+    pub cache_dir: Option<std::path::PathBuf>,
+    /// Most bytes of GPU memory to use (default: 80% of what is free); larger inputs are
+    /// processed in blocks.
+    pub gpu_memory: Option<usize>,
+    /// Called on the calling thread about every 10 ms while the CPU computes (R's check for
+    /// Ctrl-C); when it returns true, the workers stop at their next tile and `run` returns
+    /// `Error::Interrupted`. On a GPU, it is asked between the steps of a long reduction.
+    pub interrupt: Option<fn() -> bool>,
+    /// Block-sparse reduction: only these blocks of the matrix are visited (`ranges`).
+    pub ranges: Option<Ranges>,
+    /// Compute every dot product with float32 instructions, not on the tensor cores
+    /// (`cuda::dot_tiles`; for comparisons).
+    pub no_tensor_cores: bool,
+}
+
+/// Results in column-major order: `nrow x k x dim` (k = 1 except for the K-selections).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Output {
+    pub values: Option<Vec<f64>>,
+    /// 1-based indices into the reduced range.
+    pub indices: Option<Vec<i32>>,
+    pub nrow: usize,
+    pub k: usize,
+    pub dim: usize,
+    /// What computed it: "CPU" or the GPU's description.
+    pub backend: String,
+    /// Seconds spent in each phase (conversion, compilation, transfers, kernel, ...).
+    pub timings: Vec<(&'static str, f64)>,
+}
+
+impl Output {
+    /// The dimensions of the results as an array: `nrow x dim`, and for the K-selections
+    /// `nrow x k` (one coordinate) or `nrow x k x dim`.
+    pub fn shape(&self, selection: bool) -> Vec<usize> {
+        match (selection, self.dim) {
+            (false, _) => vec![self.nrow, self.dim],
+            (true, 1) => vec![self.nrow, self.k],
+            (true, _) => vec![self.nrow, self.k, self.dim],
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! What every part of the CUDA backend that moves data or launches kernels shares: the number types
+//! inputs are stored in on the device, the raw launch of a kernel, and typed views of byte regions
+//! of the page-locked buffers.
+
+use cudarc::driver::{result, CudaFunction, LaunchConfig, PushKernelArg};
+
+use super::device::Device;
+
+/// How inputs are stored on the device: R's doubles rounded to this type.
+pub trait Stored: Copy + Send + Sync {
+    fn from_f64(x: f64) -> Self;
+}
+
+impl Stored for f64 {
+    fn from_f64(x: f64) -> f64 {
+        x
+    }
+}
+
+impl Stored for f32 {
+    fn from_f64(x: f64) -> f32 {
+        x as f32
+    }
+}
+
+/// float16 bits.
+impl Stored for u16 {
+    fn from_f64(x: f64) -> u16 {
+        half::f16::from_f64(x).to_bits()
+    }
+}
+
+/// Launches `function` with these int arguments, then these device pointers.
+///
+/// # Safety
+/// The arguments must be those of the kernel's signature, the pointers valid for what it accesses.
+pub unsafe fn launch(
+    device: &Device,
+    function: &CudaFunction,
+    config: LaunchConfig,
+    ints: &[i32],
+    pointers: &[u64],
+) -> std::result::Result<(), result::DriverError> {
+    let mut builder = device.stream.launch_builder(function);
+    for i in ints {
+        builder.arg(i);
+    }
+    for p in pointers {
+        builder.arg(p);
+    }
+    builder.launch(config).map(|_| ())
+}
+
+/// `len` values of type `X` at the start of `bytes` (a region of the page-locked buffer, whose
+/// offsets are aligned to 256 bytes).
+pub fn view<X>(bytes: &[u8], len: usize) -> &[X] {
+    assert!(
+        bytes.len() >= len * std::mem::size_of::<X>() && bytes.as_ptr().align_offset(std::mem::align_of::<X>()) == 0
+    );
+    // SAFETY: in bounds and aligned (checked above); X is a plain number type.
+    unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast(), len) }
+}
+
+pub fn view_mut<X>(bytes: &mut [u8], len: usize) -> &mut [X] {
+    assert!(
+        bytes.len() >= len * std::mem::size_of::<X>() && bytes.as_ptr().align_offset(std::mem::align_of::<X>()) == 0
+    );
+    // SAFETY: as in `view`, and borrowed mutably.
+    unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast(), len) }
+}
