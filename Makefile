@@ -119,9 +119,17 @@ install: deps
 demo: install
 	R_LIBS=$(LIB_DIR) Rscript inst/demo/demo.R
 
-test: install
-	cargo test --release --manifest-path $(CARGO_MANIFEST) -p rkeops-engine
-	R_LIBS=$(LIB_DIR) Rscript tools/run-tests.R tests/testthat
+# The engine's tests share the release build of the package's library (same profile: the engine is
+# compiled once for both); its integration tests are one binary (tests/main.rs). Prints how long
+# it all took, the goal being at most 12 minutes on a fresh clone on 2 cores.
+test:
+	@start=$$(date +%s); status=0; \
+	{ $(MAKE) --no-print-directory install && \
+	  cargo test --release --manifest-path $(CARGO_MANIFEST) -p rkeops-engine && \
+	  R_LIBS=$(LIB_DIR) Rscript tools/run-tests.R tests/testthat; } || status=$$?; \
+	took=$$(( $$(date +%s) - start )); \
+	echo "make test: $$((took / 60)) min $$((took % 60)) s"; \
+	exit $$status
 
 # The engine's fuzzer for longer than the 10 s of make test (FUZZ_SECONDS; FUZZ_START=first seed,
 # so that successive runs try new cases).
