@@ -2,7 +2,7 @@
 //! the same call: `cargo bench -p rkeops-engine --bench gpu`. Medians after a warm-up; "kernel"
 //! is the kernel alone, "total" includes conversion, transfers and the host-side finalisation.
 
-use engine::{Backend, Input, Operator, Output, Precision, RunOptions};
+use engine::{Backend, Input, Operator, Output, Precision, RunOptions, Tuning};
 use std::time::Instant;
 
 #[path = "../tests/common/mod.rs"]
@@ -126,7 +126,9 @@ fn main() {
             Input { data: &b, nrow: case.m, ncol: 1 },
         ];
         let inputs = &inputs[..args_used.max(op.formula.variables.len())];
-        let options = RunOptions { precision: case.precision, backend: Backend::Gpu(0), ..Default::default() };
+        // The environment's tuning (RKEOPS_GPU_TENSOR=off: the FP32 kernel).
+        let tuning = Tuning::from_env();
+        let options = RunOptions { precision: case.precision, backend: Backend::Gpu(0), tuning, ..Default::default() };
         let (total, kernel) = time(&op, inputs, &options, case.reps);
         println!(
             "rkeops {:<14} N={:>8} M={:>9} D={:>3}  kernel {:>10.3} ms  total {:>10.3} ms  {:>8.1} Gpairs/s (kernel)",
@@ -139,9 +141,8 @@ fn main() {
             (case.n * case.m) as f64 / kernel / 1e9
         );
         if case.name == "gauss_2d_f32" {
-            std::env::set_var("RKEOPS_GPU_SCHEME", "1D");
-            let (total_1d, kernel_1d) = time(&op, inputs, &options, case.reps);
-            std::env::remove_var("RKEOPS_GPU_SCHEME");
+            let force_1d = RunOptions { tuning: Tuning { force_1d: true, ..options.tuning.clone() }, ..options.clone() };
+            let (total_1d, kernel_1d) = time(&op, inputs, &force_1d, case.reps);
             println!(
                 "rkeops {:<14} N={:>8} M={:>9} D={:>3}  kernel {:>10.3} ms  total {:>10.3} ms  (1D scheme forced: 2D is {:.1} x faster)",
                 "gauss_1d_f32", case.n, case.m, case.d, kernel_1d * 1e3, total_1d * 1e3, kernel_1d / kernel

@@ -3,6 +3,7 @@
 
 use crate::ranges::Ranges;
 use crate::reduction::SumScheme;
+use crate::tuning::Tuning;
 
 /// One input as R holds it: a column-major `nrow x ncol` matrix of doubles (a vector is `n x 1`).
 #[derive(Debug, Clone, Copy)]
@@ -56,9 +57,9 @@ pub struct RunOptions {
     pub interrupt: Option<fn() -> bool>,
     /// Block-sparse reduction: only these blocks of the matrix are visited (`ranges`).
     pub ranges: Option<Ranges>,
-    /// Compute every dot product with float32 instructions, not on the tensor cores
-    /// (`cuda::dot_tiles`; for comparisons).
-    pub no_tensor_cores: bool,
+    /// How the engine computes (never what): read from the environment by the caller
+    /// (`Tuning::from_env`), the engine's defaults otherwise.
+    pub tuning: Tuning,
 }
 
 /// Results in column-major order: `nrow x k x dim` (k = 1 except for the K-selections).

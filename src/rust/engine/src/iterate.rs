@@ -206,8 +206,9 @@ fn run_steps(
     device: &cuda::device::Device,
 ) -> Result<()> {
     let mut asked = Instant::now();
-    // RKEOPS_GPU_REPLAY=0 runs every step as a call, as before the records (for benchmarks).
-    let replay = std::env::var("RKEOPS_GPU_REPLAY").map_or(true, |v| v != "0");
+    // Tuning::replay false (RKEOPS_GPU_REPLAY=0) runs every step as a call, as before the records
+    // (for benchmarks).
+    let replay = options.tuning.replay;
     for iteration in 0..iterations {
         let steps = steps.iter().zip(step_options).zip(kept_inputs).zip(recorded.iter_mut());
         for (((step, step_options), kept), recorded) in steps {

@@ -20,9 +20,11 @@ pub mod plan;
 pub mod ranges;
 pub mod real;
 pub mod reduction;
+pub mod tuning;
 
 pub use error::{Error, Result};
 pub use api::{Backend, Input, Output, Precision, RunOptions};
 pub use operator::Operator;
 pub use ranges::{BlockRanges, Ranges};
 pub use reduction::{ReductionKind, SumScheme};
+pub use tuning::Tuning;

@@ -4,6 +4,7 @@
 use crate::api::{Backend, Input, Output, Precision, RunOptions};
 use crate::cpu::{self, Inputs, RowMajor};
 use crate::cuda;
+use crate::cuda::codegen::{KernelOptions, Selection, Variant};
 use crate::cuda::dtype::Dtype;
 use crate::cuda::launch::Kept;
 use crate::cuda::recorded::Recorded;
@@ -138,16 +139,12 @@ impl Operator {
                     Precision::F64 => Dtype::F64,
                 };
                 let mean_reduced = ranges.map_or((n_i + n_j - nrow) as f64, |r| r.mean_reduced());
+                let tuning = &options.tuning;
+                let selection = Selection::for_rows(&self.formula, mean_reduced, tuning.gpu_selection);
                 let compile = |device: &cuda::Device| {
-                    self.kernels.get(
-                        device,
-                        &self.formula,
-                        dtype,
-                        options.sum_scheme,
-                        cuda::codegen::Variant::choose(&self.formula, dtype, ranges, device.arch, !options.no_tensor_cores),
-                        cuda::codegen::Selection::for_rows(&self.formula, mean_reduced),
-                        options.cache_dir.as_deref(),
-                    )
+                    let variant = Variant::choose(&self.formula, dtype, ranges, device.arch, tuning);
+                    let kernel = KernelOptions { unroll: tuning.unroll, ..KernelOptions::new(dtype, options.sum_scheme, variant, selection) };
+                    self.kernels.get(device, &self.formula, kernel, options.cache_dir.as_deref())
                 };
                 let sizes = (n_i, n_j);
                 // Several GPUs share what they can take in parts: data from the host, not empty.
@@ -301,7 +298,13 @@ fn run_cpu<T: Real>(
 ) -> Result<RowMajor> {
     let converted = convert::<T>(inputs);
     let inputs = Inputs { data: converted.iter().map(|c| c.as_ref()).collect(), n_i, n_j };
-    cpu::evaluate(formula, &inputs, options.sum_scheme, threads, options.interrupt, ranges)
+    let settings = cpu::Settings {
+        scheme: options.sum_scheme,
+        threads,
+        interrupt: options.interrupt,
+        isa: options.tuning.cpu_isa,
+    };
+    cpu::evaluate(formula, &inputs, &settings, ranges)
 }
 
 /// Each value rounded to float16, then mapped by `f`.

@@ -5,7 +5,7 @@
 
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use engine::cuda::codegen::{self, Selection, Variant};
+use engine::cuda::codegen::{self, KernelOptions, Selection, Variant};
 use engine::cuda::dtype::Dtype;
 use engine::cuda::device;
 use engine::formula::Formula;
@@ -203,7 +203,7 @@ fn generated_kernels_compile_with_nvrtc() {
                             if (variant, selection) == (Variant::Dense, Selection::Local) {
                                 continue;
                             }
-                            let kernel = codegen::generate_variant(&f, dtype, scheme, variant, selection);
+                            let kernel = codegen::generate_variant(&f, &KernelOptions::new(dtype, scheme, variant, selection));
                             if let Err(e) = device::compile_cubin(&kernel.source, "sm_90") {
                                 panic!("{text} ({dtype:?}, {variant:?}, {selection:?}) does not compile:\n{e}\n{}", kernel.source);
                             }
@@ -316,7 +316,7 @@ fn gpu_block_sparse_equals_cpu() {
     };
     for rows in [97, 600] {
         let ranges = Ranges { i: everything(n, m, rows), j: everything(m, n, rows) };
-        let variant = Variant::for_ranges(Some(&ranges.i));
+        let variant = Variant::for_ranges(Some(&ranges.i), None);
         assert_eq!(variant, if rows < 512 { Variant::RangedNarrow } else { Variant::Ranged });
         each_reduction(|text, op| {
             let dense = run(op, &inputs, Precision::F64, Backend::Gpu(0), SumScheme::Auto);

@@ -2,7 +2,8 @@
 //! than two CPU tiles, of 256 to 4096 indices, along the reduced index for the first tests), on both
 //! axes, in float64 and float32.
 
-use engine::{Backend, Input, Operator, Output, Precision, RunOptions, SumScheme};
+use engine::tuning::IsaCap;
+use engine::{Backend, Input, Operator, Output, Precision, RunOptions, SumScheme, Tuning};
 
 use crate::common;
 use common::random;
@@ -314,7 +315,7 @@ fn float16_storage_is_float32_arithmetic_on_rounded_inputs() {
 }
 
 /// The evaluator is compiled for several instruction sets and picks one at run time: each one the
-/// machine has must give the same results (RKEOPS_CPU_ISA caps the choice).
+/// machine has must give the same results (`Tuning::cpu_isa`, RKEOPS_CPU_ISA, caps the choice).
 #[test]
 fn every_instruction_set() {
     let data = Data::new(97, 9300, 3);
@@ -329,18 +330,22 @@ fn every_instruction_set() {
     let lse: Vec<f64> =
         (0..data.n).map(|i| (0..data.m).map(|j| (data.b[j] - data.sqdist(i, j)).exp()).sum::<f64>().ln()).collect();
     let (_, nearest) = select(&data, 0, 4, false);
-    for isa in ["baseline", "avx2", "best"] {
-        std::env::set_var("RKEOPS_CPU_ISA", isa);
+    for isa in [IsaCap::Baseline, IsaCap::Avx2, IsaCap::Best] {
+        let tuning = Tuning { cpu_isa: isa, ..Tuning::default() };
         for p in [Precision::F64, Precision::F32] {
-            let out = run("Sum_Reduction(Exp(-SqDist(x,y))*b, 0)", &args, &inputs, p, 2);
-            assert_close(out.values.as_ref().unwrap(), &gauss, tolerance(p), &format!("gaussian, {isa}"));
-            let out = run("LogSumExp_Reduction(b - SqDist(x,y), 0)", &args, &inputs, p, 2);
-            assert_close(out.values.as_ref().unwrap(), &lse, tolerance(p), &format!("log-sum-exp, {isa}"));
-            let out = run("ArgKMin_Reduction(SqDist(x,y), 4, 0)", &args, &inputs, p, 2);
-            assert_eq!(out.indices.as_ref().unwrap(), &nearest, "4 nearest, {isa}");
+            let run = |formula: &str| {
+                let op = Operator::new(formula, &args.map(String::from)).unwrap();
+                let options = RunOptions { precision: p, threads: 2, backend: Backend::Cpu, tuning: tuning.clone(), ..Default::default() };
+                op.run(&inputs, &options).unwrap()
+            };
+            let out = run("Sum_Reduction(Exp(-SqDist(x,y))*b, 0)");
+            assert_close(out.values.as_ref().unwrap(), &gauss, tolerance(p), &format!("gaussian, {isa:?}"));
+            let out = run("LogSumExp_Reduction(b - SqDist(x,y), 0)");
+            assert_close(out.values.as_ref().unwrap(), &lse, tolerance(p), &format!("log-sum-exp, {isa:?}"));
+            let out = run("ArgKMin_Reduction(SqDist(x,y), 4, 0)");
+            assert_eq!(out.indices.as_ref().unwrap(), &nearest, "4 nearest, {isa:?}");
         }
     }
-    std::env::remove_var("RKEOPS_CPU_ISA");
 }
 
 #[test]

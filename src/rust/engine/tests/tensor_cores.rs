@@ -8,7 +8,7 @@ use engine::cuda::codegen::Variant;
 use engine::cuda::dtype::Dtype;
 use engine::cuda::device;
 use engine::formula::Formula;
-use engine::{Backend, Input, Operator, RunOptions};
+use engine::{Backend, Input, Operator, RunOptions, Tuning};
 
 use crate::common;
 use common::random;
@@ -69,12 +69,13 @@ fn both(text: &str, d: usize, inputs: &[Input]) -> [(&'static str, engine::Outpu
     let op = Operator::new(text, &args(d)).unwrap();
     let dev = device::device(0).unwrap();
     let formula = Formula::parse(text, &args(d)).unwrap();
-    assert_eq!(Variant::choose(&formula, Dtype::F32, None, dev.arch, true), Variant::DotTiles, "{text}");
-    let run = |no_tensor_cores| {
-        let options = RunOptions { backend: Backend::Gpu(0), no_tensor_cores, ..Default::default() };
+    assert_eq!(Variant::choose(&formula, Dtype::F32, None, dev.arch, &Tuning::default()), Variant::DotTiles, "{text}");
+    let run = |tensor_cores| {
+        let tuning = Tuning { tensor_cores, ..Tuning::default() };
+        let options = RunOptions { backend: Backend::Gpu(0), tuning, ..Default::default() };
         op.run(inputs, &options).unwrap_or_else(|e| panic!("{text}: {e}"))
     };
-    [("tensor cores", run(false)), ("FP32", run(true))]
+    [("tensor cores", run(true)), ("FP32", run(false))]
 }
 
 /// K-NN of each point of `a` among `b` (reduced over `b`): every returned value within 2e-5 (relative)

@@ -214,8 +214,8 @@ fn run_options(
         gpu_memory: None,
         interrupt: Some(interrupt_pending),
         ranges: None,
-        // (RKEOPS_GPU_TENSOR=off turns the tensor cores off from R, for comparisons)
-        no_tensor_cores: false,
+        // Read at each call, so that Sys.setenv() in the session takes effect (README, Options).
+        tuning: engine::Tuning::from_env(),
     })
 }
 

@@ -3,6 +3,8 @@
 //! machine that compiled it; the evaluator's hot loop is compiled a second and third time with
 //! AVX2+FMA and AVX-512 enabled, and the best one the processor supports is run.
 
+use crate::tuning::IsaCap;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Level {
     Baseline,
@@ -20,20 +22,19 @@ impl Level {
         false
     }
 
-    pub fn detect() -> Level {
+    /// The best level the processor has, at most `cap`.
+    pub fn detect(cap: IsaCap) -> Level {
         #[cfg(target_arch = "x86_64")]
         {
-            // RKEOPS_CPU_ISA=baseline|avx2 caps the level (to compare them, or to work around a fault).
-            let cap = std::env::var("RKEOPS_CPU_ISA").unwrap_or_default();
             let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
             let avx512 = avx2
                 && is_x86_feature_detected!("avx512f")
                 && is_x86_feature_detected!("avx512bw")
                 && is_x86_feature_detected!("avx512dq")
                 && is_x86_feature_detected!("avx512vl");
-            match cap.as_str() {
-                "baseline" => return Level::Baseline,
-                "avx2" if avx2 => return Level::Avx2,
+            match cap {
+                IsaCap::Baseline => return Level::Baseline,
+                IsaCap::Avx2 if avx2 => return Level::Avx2,
                 _ if avx512 => return Level::Avx512,
                 _ if avx2 => return Level::Avx2,
                 _ => {}

@@ -24,6 +24,7 @@ use crate::plan::{Plan, Role};
 use crate::ranges::{BlockRanges, Work};
 use crate::real::Real;
 use crate::reduction::{Accumulator, ReductionKind, SumScheme};
+use crate::tuning::IsaCap;
 use lanes::Arg;
 
 /// Most memory one thread takes for its tile buffers and the reduction states of its block of rows:
@@ -100,18 +101,25 @@ pub struct Inputs<'a, T> {
     pub n_j: usize,
 }
 
-/// Evaluates the reduction of `formula` on `threads` threads, over the blocks of `ranges` (checked
-/// by the caller) or the whole matrix; `Error::Interrupted` when `interrupt` (called on this thread
-/// while the workers compute) said to stop.
+/// How the CPU evaluates: the sum scheme, on how many threads, the interrupt check (called on the
+/// caller's thread while the workers compute) and the most capable instruction set allowed.
+#[derive(Clone, Copy)]
+pub struct Settings {
+    pub scheme: SumScheme,
+    pub threads: usize,
+    pub interrupt: Option<fn() -> bool>,
+    pub isa: IsaCap,
+}
+
+/// Evaluates the reduction of `formula` over the blocks of `ranges` (checked by the caller) or the
+/// whole matrix; `Error::Interrupted` when the interrupt check said to stop.
 pub fn evaluate<T: Real>(
     formula: &Formula,
     inputs: &Inputs<T>,
-    scheme: SumScheme,
-    threads: usize,
-    interrupt: Option<fn() -> bool>,
+    settings: &Settings,
     ranges: Option<&BlockRanges>,
 ) -> Result<RowMajor> {
-    evaluate_with(formula, inputs, scheme, threads, interrupt, ranges, true)
+    evaluate_with(formula, inputs, settings, ranges, true)
 }
 
 /// `evaluate`, reducing short ranges a block of rows at a time only where `short_ranges` (the tests
@@ -119,12 +127,11 @@ pub fn evaluate<T: Real>(
 fn evaluate_with<T: Real>(
     formula: &Formula,
     inputs: &Inputs<T>,
-    scheme: SumScheme,
-    threads: usize,
-    interrupt: Option<fn() -> bool>,
+    settings: &Settings,
     ranges: Option<&BlockRanges>,
     short_ranges: bool,
 ) -> Result<RowMajor> {
+    let Settings { scheme, threads, interrupt, isa } = *settings;
     let red = &formula.reduction;
     let acc = formula.accumulator(scheme);
     let (n_out, n_red) = if red.axis == 0 { (inputs.n_i, inputs.n_j) } else { (inputs.n_j, inputs.n_i) };
@@ -168,7 +175,7 @@ fn evaluate_with<T: Real>(
         n_red,
         rows_per_block,
         transposed: short.is_some(),
-        level: isa::Level::detect(),
+        level: isa::Level::detect(isa),
         stop: AtomicBool::new(false),
     };
     let work = || isa::run(ctx.level, Worker { ctx: &ctx, blocks: &blocks });

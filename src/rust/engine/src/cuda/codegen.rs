@@ -21,6 +21,7 @@ use crate::plan::{Plan, Role};
 use crate::ranges::BlockRanges;
 use crate::reduction::Accumulator;
 use crate::reduction::{ReductionKind, SumScheme};
+use crate::tuning::{RangedOverride, SelectionOverride, Tuning};
 
 /// Static shared memory available to a block without opting in to more.
 const SHARED_BYTES: usize = 48 * 1024;
@@ -53,7 +54,25 @@ pub struct Kernel {
 pub const KERNEL_NAME: &str = "rkeops_reduce";
 
 pub fn generate(formula: &Formula, dtype: Dtype, scheme: SumScheme) -> Kernel {
-    generate_variant(formula, dtype, scheme, Variant::Dense, Selection::Local)
+    generate_variant(formula, &KernelOptions::new(dtype, scheme, Variant::Dense, Selection::Local))
+}
+
+/// What a generated kernel depends on besides its formula: the key of its compiled code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KernelOptions {
+    pub dtype: Dtype,
+    pub scheme: SumScheme,
+    pub variant: Variant,
+    pub selection: Selection,
+    /// `#pragma unroll` of the loop over a tile (`Tuning::unroll`).
+    pub unroll: usize,
+}
+
+impl KernelOptions {
+    /// These choices, with the default tuning's unrolling.
+    pub fn new(dtype: Dtype, scheme: SumScheme, variant: Variant, selection: Selection) -> KernelOptions {
+        KernelOptions { dtype, scheme, variant, selection, unroll: Tuning::default().unroll }
+    }
 }
 
 /// Where a K-selection (Min, ArgKMin, ...) keeps its K best values of a row while it reduces.
@@ -78,9 +97,9 @@ const REGISTERS_UP_TO_ROWS_PER_VALUE: f64 = 16384.0;
 
 impl Selection {
     /// The storage for `formula`'s reduction when each output row reduces over `reduced` rows
-    /// (a mean, with ranges). `RKEOPS_GPU_SELECTION=local` or `registers` overrides the choice
-    /// (for benchmarks). `Local` for the reductions that select nothing (one kernel for them).
-    pub fn for_rows(formula: &Formula, reduced: f64) -> Selection {
+    /// (a mean, with ranges), unless `forced` (`Tuning::gpu_selection`, for benchmarks). `Local`
+    /// for the reductions that select nothing (one kernel for them).
+    pub fn for_rows(formula: &Formula, reduced: f64, forced: Option<SelectionOverride>) -> Selection {
         use ReductionKind::*;
         let red = &formula.reduction;
         let selects = matches!(red.kind, Min | ArgMin | MinArgMin | KMin | ArgKMin | KMinArgKMin | Max | ArgMax | MaxArgMax);
@@ -88,9 +107,9 @@ impl Selection {
         if !selects || formula.output_dim() * k > REGISTER_SELECTION {
             return Selection::Local;
         }
-        match std::env::var("RKEOPS_GPU_SELECTION").ok().as_deref() {
-            Some("local") => Selection::Local,
-            Some("registers") => Selection::Registers,
+        match forced {
+            Some(SelectionOverride::Local) => Selection::Local,
+            Some(SelectionOverride::Registers) => Selection::Registers,
             _ if reduced <= REGISTERS_UP_TO_ROWS_PER_VALUE * k as f64 => Selection::Registers,
             _ => Selection::Local,
         }
@@ -118,14 +137,14 @@ pub enum Variant {
 const NARROW_BELOW_ROWS: usize = 512;
 
 impl Variant {
-    /// The kernel for these ranges of the output rows (none: dense). `RKEOPS_GPU_RANGED=narrow` or
-    /// `wide` overrides the choice (for benchmarks).
-    pub fn for_ranges(ranges: Option<&BlockRanges>) -> Variant {
+    /// The kernel for these ranges of the output rows (none: dense), unless `forced`
+    /// (`Tuning::gpu_ranged`, for benchmarks).
+    pub fn for_ranges(ranges: Option<&BlockRanges>, forced: Option<RangedOverride>) -> Variant {
         let Some(ranges) = ranges else { return Variant::Dense };
-        match std::env::var("RKEOPS_GPU_RANGED").ok().as_deref() {
-            Some("narrow") => return Variant::RangedNarrow,
-            Some("wide") => return Variant::Ranged,
-            _ => {}
+        match forced {
+            Some(RangedOverride::Narrow) => return Variant::RangedNarrow,
+            Some(RangedOverride::Wide) => return Variant::Ranged,
+            None => {}
         }
         let (rows, blocks) = ranges
             .blocks
@@ -141,10 +160,10 @@ impl Variant {
 
     /// The kernel for `formula` on a device of compute capability `arch`: `for_ranges`, or
     /// `DotTiles` for a dense reduction that has a dot product to give to the tensor cores
-    /// (TF32 `mma.sync` needs 8.0), unless `tensor_cores` is false or `RKEOPS_GPU_TENSOR=off`.
-    pub fn choose(formula: &Formula, dtype: Dtype, ranges: Option<&BlockRanges>, arch: (i32, i32), tensor_cores: bool) -> Variant {
-        let variant = Variant::for_ranges(ranges);
-        let allowed = tensor_cores && arch.0 >= 8 && std::env::var("RKEOPS_GPU_TENSOR").map_or(true, |v| v != "off");
+    /// (TF32 `mma.sync` needs 8.0), unless the tuning turns the tensor cores off.
+    pub fn choose(formula: &Formula, dtype: Dtype, ranges: Option<&BlockRanges>, arch: (i32, i32), tuning: &Tuning) -> Variant {
+        let variant = Variant::for_ranges(ranges, tuning.gpu_ranged);
+        let allowed = tuning.tensor_cores && arch.0 >= 8;
         match variant == Variant::Dense && allowed && DotTile::find(formula, &Plan::new(formula), dtype).is_some() {
             true => Variant::DotTiles,
             false => variant,
@@ -156,7 +175,8 @@ impl Variant {
 /// rows `rk_work[4b] .. rk_work[4b + 1]` (at most TILE x ROWS) over the ranges of the reduced
 /// index `rk_red[2r] .. rk_red[2r + 1]` for `r` in `rk_work[4b + 2] .. rk_work[4b + 3]`, and
 /// finalises them (the 1D scheme).
-pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, variant: Variant, selection: Selection) -> Kernel {
+pub fn generate_variant(formula: &Formula, options: &KernelOptions) -> Kernel {
+    let KernelOptions { dtype, scheme, variant, selection, unroll } = *options;
     let ranged = matches!(variant, Variant::Ranged | Variant::RangedNarrow);
     let narrow = variant == Variant::RangedNarrow;
     let red = &formula.reduction;
@@ -323,8 +343,7 @@ pub fn generate_variant(formula: &Formula, dtype: Dtype, scheme: SumScheme, vari
     // Four iterations unrolled. For K-selections in local memory, not unrolling compiles 2 to 3 x
     // faster (10-NN, D = 100: 0.22 against 0.62 s with NVRTC 12.9) but the kernels were slower on an
     // H100 (10-NN, N = 1e6: +16 % at D = 3, +10 % at D = 10; 32-NN D = 64: -13 %): kept.
-    // RKEOPS_GPU_UNROLL=n forces n (benchmarks).
-    let unroll = std::env::var("RKEOPS_GPU_UNROLL").ok().and_then(|n| n.parse::<usize>().ok()).unwrap_or(4);
+    // Tuning::unroll (RKEOPS_GPU_UNROLL=n) forces n (benchmarks).
     g.line(&format!("      #pragma unroll {unroll}\n      for (int jj = 0; jj < len; jj++) {{"));
     g.line("        const int j = j0 + jj;");
     if hoisted_offsets.is_empty() {
@@ -968,12 +987,12 @@ mod tests {
     fn selections_go_to_registers_on_short_reduced_ranges_only() {
         let args = ["x = Vi(3)".to_string(), "y = Vj(3)".to_string()];
         let knn = |k: usize| Formula::parse(&format!("ArgKMin_Reduction(SqDist(x, y), {k}, 0)"), &args).unwrap();
-        assert_eq!(Selection::for_rows(&knn(40), 2048.0), Selection::Registers);
-        assert_eq!(Selection::for_rows(&knn(10), 1e6), Selection::Local);
+        assert_eq!(Selection::for_rows(&knn(40), 2048.0, None), Selection::Registers);
+        assert_eq!(Selection::for_rows(&knn(10), 1e6, None), Selection::Local);
         // Too many values for registers, and a reduction that selects nothing.
-        assert_eq!(Selection::for_rows(&knn(100), 2048.0), Selection::Local);
+        assert_eq!(Selection::for_rows(&knn(100), 2048.0, None), Selection::Local);
         let sum = Formula::parse("Sum_Reduction(SqDist(x, y), 0)", &args).unwrap();
-        assert_eq!(Selection::for_rows(&sum, 10.0), Selection::Local);
+        assert_eq!(Selection::for_rows(&sum, 10.0, None), Selection::Local);
         // Two blocks of 2 and 3 rows against 10 and 4 reduced rows: (2 * 10 + 3 * 4) / 5.
         let ranges = Ranges::from_block_pairs(&[0..2, 2..5], &[0..10, 10..14], &[(0, 0), (1, 1)]).unwrap();
         assert!((ranges.i.mean_reduced() - 6.4).abs() < 1e-12);
@@ -983,12 +1002,12 @@ mod tests {
     /// the pairs read them from the tile; the rows' terms stay out of the loop too.
     #[test]
     fn terms_of_one_index_are_computed_once_per_index() {
-        use super::{generate_variant, Variant};
+        use super::{generate_variant, KernelOptions, Variant};
         use crate::cuda::dtype::Dtype;
         use crate::reduction::SumScheme;
         let args = ["x = Vi(10)".to_string(), "y = Vj(10)".to_string()];
         let cosine = Formula::parse("ArgKMin_Reduction(SqDist(Normalize(x), Normalize(y)), 10, 0)", &args).unwrap();
-        let source = |f: &Formula| generate_variant(f, Dtype::F32, SumScheme::Auto, Variant::Dense, Selection::Local).source;
+        let source = |f: &Formula| generate_variant(f, &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::Dense, Selection::Local)).source;
         let src = source(&cosine);
         let (load, pairs) = src.split_once("for (int jj = 0; jj < len; jj++)").expect("a loop over the tile");
         // Normalize's Rsqrt for x before the loop, for y in the tile load, never per pair.
@@ -1003,9 +1022,10 @@ mod tests {
 
     #[test]
     fn large_dot_products_go_to_the_tensor_cores() {
-        use super::{generate_variant, Variant};
+        use super::{generate_variant, KernelOptions, Variant};
         use crate::cuda::dtype::Dtype;
         use crate::cuda::dot_tiles::DotTile;
+        use crate::tuning::Tuning;
         use crate::plan::Plan;
         use crate::reduction::SumScheme;
         let parse = |text: &str, d: usize| {
@@ -1024,12 +1044,12 @@ mod tests {
         assert_eq!(DotTile::find(&knn, &Plan::new(&knn), Dtype::F64), None);
         assert_eq!(DotTile::find(&knn, &Plan::new(&knn), Dtype::F16), None);
         // TF32 needs compute capability 8.0; block-sparse reductions and the switch keep FP32.
-        assert_eq!(Variant::choose(&knn, Dtype::F32, None, (9, 0), true), Variant::DotTiles);
-        assert_eq!(Variant::choose(&knn, Dtype::F32, None, (7, 5), true), Variant::Dense);
-        assert_eq!(Variant::choose(&knn, Dtype::F32, None, (9, 0), false), Variant::Dense);
+        assert_eq!(Variant::choose(&knn, Dtype::F32, None, (9, 0), &Tuning::default()), Variant::DotTiles);
+        assert_eq!(Variant::choose(&knn, Dtype::F32, None, (7, 5), &Tuning::default()), Variant::Dense);
+        assert_eq!(Variant::choose(&knn, Dtype::F32, None, (9, 0), &Tuning { tensor_cores: false, ..Tuning::default() }), Variant::Dense);
         // The pairs read the dots (NaN, for a distance below 1/8 of the norms: computed again), and y is
         // neither loaded into the tile nor into registers per pair.
-        let src = generate_variant(&knn, Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local).source;
+        let src = generate_variant(&knn, &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local)).source;
         let (load, pairs) = src.split_once("for (int jj = 0; jj < len; jj++)").expect("a loop over the tile");
         assert!(load.contains("rk_dot_tile(rk_split, rk_split_norms, j0, rk_dynamic, rk_smem, rk_norms);"), "{load}");
         assert!(pairs.contains("= rk_smem[threadIdx.x * (64 + 1) + jj];"), "{pairs}");
@@ -1037,24 +1057,24 @@ mod tests {
         assert!(!src.contains("T v1[40]") && !src.contains("__shared__ T tile"), "{src}");
         // Other terms of j still go through the shared tile, of the dots' 64 columns.
         let gauss = parse("Sum_Reduction(Exp(-SqDist(x, y)) * b, 0)", 40);
-        let src = generate_variant(&gauss, Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local).source;
+        let src = generate_variant(&gauss, &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local)).source;
         assert!(src.contains("__shared__ T tile[RK_COLUMNS * 1]") && src.contains("threadIdx.x < RK_COLUMNS"), "{src}");
         // Up to 128 dimensions, the block's rows stay in shared memory and a kernel run first splits
         // y for the tensor cores; above, both are staged per tile.
-        let kernel = generate_variant(&knn, Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local);
+        let kernel = generate_variant(&knn, &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local));
         let prepare = kernel.prepare.expect("a preparation");
         assert_eq!((prepare.outer, prepare.inner, prepare.split_bytes, prepare.rows(65)), (0, 1, 40 * 8, 128));
         assert!(kernel.source.contains("rk_split, const float* __restrict__ rk_split_norms) {"));
         assert_eq!(kernel.dynamic_shared, (40 * 128 + 128 * 65) * 4);
         let wide = parse("ArgKMin_Reduction(SqDist(x, y), 10, 0)", 129);
-        let kernel = generate_variant(&wide, Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local);
+        let kernel = generate_variant(&wide, &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local));
         assert!(kernel.prepare.is_none() && kernel.dynamic_shared == 0);
         assert!(kernel.source.contains("rk_dot_tile(in0, in1, n_out, n_red, blockIdx.x * 128, j0, j_end, rk_smem, rk_norms, rk_centre);"));
         // The streamed variant (for GPUs whose blocks cannot hold resident rows) at any dimension.
-        let kernel = generate_variant(&knn, Dtype::F32, SumScheme::Auto, Variant::StreamedDotTiles, Selection::Local);
+        let kernel = generate_variant(&knn, &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::StreamedDotTiles, Selection::Local));
         assert!(kernel.prepare.is_none() && kernel.dynamic_shared == 0 && kernel.static_shared > 30_000);
         assert!(kernel.source.contains("rk_dot_tile(in0, in1, n_out, n_red, blockIdx.x * 128, j0, j_end, rk_smem, rk_norms, rk_centre);"));
-        let kernel = generate_variant(&gauss, Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local);
+        let kernel = generate_variant(&gauss, &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local));
         assert_eq!(kernel.static_shared, (128 + 64) * 4);
     }
 }

@@ -11,13 +11,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream};
 use cudarc::nvrtc::{result as nvrtc_result, sys as nvrtc_sys, Ptx};
 
-use super::codegen::{self, Kernel, Selection, Variant};
-use super::dtype::Dtype;
+use super::codegen::{self, Kernel, KernelOptions, Variant};
 use super::workspace::Workspace;
 use crate::cache::{self, DiskCache};
 use crate::error::{Error, Result};
 use crate::formula::Formula;
-use crate::reduction::SumScheme;
 
 pub struct Device {
     pub ordinal: usize,
@@ -57,7 +55,7 @@ pub struct Compiled {
 /// block-sparse wide or narrow) and storage of selections, so that a repeated call neither
 /// generates nor hashes its source again.
 #[derive(Default)]
-pub struct Kernels(Mutex<HashMap<(usize, Dtype, SumScheme, Variant, Selection), Arc<Compiled>>>);
+pub struct Kernels(Mutex<HashMap<(usize, KernelOptions), Arc<Compiled>>>);
 
 impl Clone for Kernels {
     /// A copy starts empty: what it holds is only a cache.
@@ -79,21 +77,18 @@ impl Kernels {
         &self,
         device: &Device,
         formula: &Formula,
-        dtype: Dtype,
-        scheme: SumScheme,
-        variant: Variant,
-        selection: Selection,
+        options: KernelOptions,
         cache_dir: Option<&std::path::Path>,
     ) -> Result<Arc<Compiled>> {
-        let key = (device.ordinal, dtype, scheme, variant, selection);
+        let key = (device.ordinal, options);
         if let Some(c) = self.0.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok(c);
         }
-        let mut kernel = codegen::generate_variant(formula, dtype, scheme, variant, selection);
-        if variant == Variant::DotTiles && kernel.static_shared + kernel.dynamic_shared > device.shared_per_block {
+        let mut kernel = codegen::generate_variant(formula, &options);
+        if options.variant == Variant::DotTiles && kernel.static_shared + kernel.dynamic_shared > device.shared_per_block {
             // (GPUs of compute capability 8.6 and 8.9 give a block at most 99 KB: rows of 128
             // dimensions and a wide tile of other inputs may not fit)
-            kernel = codegen::generate_variant(formula, dtype, scheme, Variant::StreamedDotTiles, selection);
+            kernel = codegen::generate_variant(formula, &KernelOptions { variant: Variant::StreamedDotTiles, ..options });
         }
         let cache = cache_dir.map(DiskCache::open).transpose().map_err(Error::Cache)?;
         let functions = device.functions(&kernel, cache.as_ref())?;

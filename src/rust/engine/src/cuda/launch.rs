@@ -219,7 +219,7 @@ pub fn evaluate<S: Stored, T: Real>(
                 part_start: part.out.start,
                 rows_red: blocks.rows_red,
             };
-            let data = Data { inputs, resident: &resident, ranged: ranged.as_ref(), target };
+            let data = Data { inputs, resident: &resident, ranged: ranged.as_ref(), target, force_1d: options.tuning.force_1d };
             let record = record.as_deref_mut();
             let before = times.kernel;
             run_step::<S, T>(device, compiled, formula, &data, &step, workspace, &mut columns, &mut times, record)?;
@@ -362,6 +362,8 @@ struct Data<'a> {
     resident: &'a [Option<&'a DeviceMatrix>],
     ranged: Option<&'a RangedWork>,
     target: Option<&'a DeviceMatrix>,
+    /// The 1D scheme always (`Tuning::force_1d`).
+    force_1d: bool,
 }
 
 /// One launch: these output rows against these reduced rows (`first` and `last` of the reduced
@@ -484,9 +486,8 @@ fn run_step<S: Stored, T: Real>(
 ) -> Result<()> {
     let kernel = &compiled.kernel;
     let (rows_out, rows_red) = (step.out.len(), step.red.len());
-    // RKEOPS_GPU_SCHEME=1D forces the 1D scheme (for benchmarks that compare the two).
-    let force_1d = std::env::var("RKEOPS_GPU_SCHEME").is_ok_and(|s| s.eq_ignore_ascii_case("1d"));
-    let chunks_of = |n_red: usize| match force_1d {
+    // Tuning::force_1d (RKEOPS_GPU_SCHEME=1D: benchmarks that compare the two schemes).
+    let chunks_of = |n_red: usize| match data.force_1d {
         true => 1,
         false => chunks_for(rows_out, n_red, kernel.tile, kernel.rows, device.multiprocessors),
     };

@@ -1,0 +1,136 @@
+//! Settings that change how the engine computes, never what: the instruction set of the CPU
+//! evaluator, and the GPU kernel's choices (selection storage, ranged kernel, tensor cores, unrolling,
+//! scheme, replayed loops). Defaults are what the engine picks; the environment variables below
+//! override them, for benchmarks and to work around a fault. The engine reads the environment only
+//! here, in `Tuning::from_env`, which its callers run once per call (the R binding at each call,
+//! so that `Sys.setenv()` in a session takes effect); each variable is documented in the README's
+//! "Options".
+
+/// The most capable instruction set the CPU evaluator may use (`RKEOPS_CPU_ISA`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum IsaCap {
+    /// The best the processor has (AVX-512, else AVX2 + FMA, else the baseline).
+    #[default]
+    Best,
+    /// AVX2 + FMA at most (`avx2`).
+    Avx2,
+    /// The baseline of the target, SSE2 on x86-64 (`baseline`).
+    Baseline,
+}
+
+/// Where a GPU K-selection keeps its K best (`RKEOPS_GPU_SELECTION=local|registers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SelectionOverride {
+    Local,
+    Registers,
+}
+
+/// Which kernel block-sparse reductions run (`RKEOPS_GPU_RANGED=narrow|wide`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RangedOverride {
+    Narrow,
+    Wide,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Tuning {
+    pub cpu_isa: IsaCap,
+    /// None: chosen from the number of reduced rows (`cuda::codegen::Selection::for_rows`).
+    pub gpu_selection: Option<SelectionOverride>,
+    /// None: chosen from the sizes of the blocks (`cuda::codegen::Variant::for_ranges`).
+    pub gpu_ranged: Option<RangedOverride>,
+    /// Dot products and squared distances of large vectors on the tensor cores where the GPU has
+    /// them (`RKEOPS_GPU_TENSOR=off`: false).
+    pub tensor_cores: bool,
+    /// `#pragma unroll` of the loop over a tile in generated kernels (`RKEOPS_GPU_UNROLL=n`).
+    pub unroll: usize,
+    /// The 1D scheme always, never chunks of the reduced range (`RKEOPS_GPU_SCHEME=1D`).
+    pub force_1d: bool,
+    /// Loops (`crate::iterate`) replay the recorded launches of their steps (`RKEOPS_GPU_REPLAY=0`:
+    /// each step runs as a call).
+    pub replay: bool,
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning {
+            cpu_isa: IsaCap::Best,
+            gpu_selection: None,
+            gpu_ranged: None,
+            tensor_cores: true,
+            unroll: 4,
+            force_1d: false,
+            replay: true,
+        }
+    }
+}
+
+impl Tuning {
+    /// The defaults, overridden by the environment variables that are set (values not understood
+    /// are ignored, as before this struct existed).
+    pub fn from_env() -> Tuning {
+        Tuning::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// `from_env` with the variables read by `var`.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Tuning {
+        let default = Tuning::default();
+        let var = |name: &str| var(name).unwrap_or_default();
+        Tuning {
+            cpu_isa: match var("RKEOPS_CPU_ISA").as_str() {
+                "baseline" => IsaCap::Baseline,
+                "avx2" => IsaCap::Avx2,
+                _ => IsaCap::Best,
+            },
+            gpu_selection: match var("RKEOPS_GPU_SELECTION").as_str() {
+                "local" => Some(SelectionOverride::Local),
+                "registers" => Some(SelectionOverride::Registers),
+                _ => None,
+            },
+            gpu_ranged: match var("RKEOPS_GPU_RANGED").as_str() {
+                "narrow" => Some(RangedOverride::Narrow),
+                "wide" => Some(RangedOverride::Wide),
+                _ => None,
+            },
+            tensor_cores: var("RKEOPS_GPU_TENSOR") != "off",
+            unroll: var("RKEOPS_GPU_UNROLL").parse().unwrap_or(default.unroll),
+            force_1d: var("RKEOPS_GPU_SCHEME").eq_ignore_ascii_case("1d"),
+            replay: var("RKEOPS_GPU_REPLAY") != "0",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variables_override_the_defaults() {
+        assert_eq!(Tuning::from_vars(|_| None), Tuning::default());
+        let set = |name: &str| {
+            let value = match name {
+                "RKEOPS_CPU_ISA" => "avx2",
+                "RKEOPS_GPU_SELECTION" => "registers",
+                "RKEOPS_GPU_RANGED" => "narrow",
+                "RKEOPS_GPU_TENSOR" => "off",
+                "RKEOPS_GPU_UNROLL" => "1",
+                "RKEOPS_GPU_SCHEME" => "1D",
+                "RKEOPS_GPU_REPLAY" => "0",
+                _ => return None,
+            };
+            Some(value.to_string())
+        };
+        let want = Tuning {
+            cpu_isa: IsaCap::Avx2,
+            gpu_selection: Some(SelectionOverride::Registers),
+            gpu_ranged: Some(RangedOverride::Narrow),
+            tensor_cores: false,
+            unroll: 1,
+            force_1d: true,
+            replay: false,
+        };
+        assert_eq!(Tuning::from_vars(set), want);
+        // Values not understood keep the defaults.
+        assert_eq!(Tuning::from_vars(|_| Some("?".into())), Tuning::default());
+    }
+}
