@@ -4,7 +4,7 @@
 #                 knitr, rmarkdown, pandoc; check that cargo is there
 #   make install  build and install the package into ./lib
 #   make demo     run inst/demo/demo.R against ./lib
-#   make test     cargo tests of the engine, then the testthat suite
+#   make test     clippy (warnings are errors), the engine's cargo tests, then the testthat suite
 #   make check    R CMD build (knits the vignettes) + R CMD check --as-cran
 #                 --no-manual (offline: no CRAN incoming or URL checks)
 #   make fuzz     run the formula fuzzer for FUZZ_SECONDS=300 (make test runs it for 10 s)
@@ -119,12 +119,13 @@ install: deps
 demo: install
 	R_LIBS=$(LIB_DIR) Rscript inst/demo/demo.R
 
-# The engine's tests share the release build of the package's library (same profile: the engine is
-# compiled once for both); its integration tests are one binary (tests/main.rs). Prints how long
-# it all took, the goal being at most 12 minutes on a fresh clone on 2 cores.
+# The engine's tests use the release profile of the package's library; its integration tests are
+# one binary (tests/main.rs). clippy checks every target (examples and benchmarks too: they are
+# compiled nowhere else). Prints how long it all took: at most 12 minutes on a fresh clone on 2 cores.
 test:
 	@start=$$(date +%s); status=0; \
 	{ $(MAKE) --no-print-directory install && \
+	  cargo clippy --manifest-path $(CARGO_MANIFEST) --workspace --all-targets -- -D warnings && \
 	  cargo test --release --manifest-path $(CARGO_MANIFEST) -p rkeops-engine && \
 	  R_LIBS=$(LIB_DIR) Rscript tools/run-tests.R tests/testthat; } || status=$$?; \
 	took=$$(( $$(date +%s) - start )); \

@@ -128,10 +128,8 @@ fn labels_by_key(coords: &[f64], extent: &[f64], n: usize, cells: u64) -> Vec<u3
         for &key in &keys {
             label_of_cell[key as usize] = 0;
         }
-        let mut next = 0;
-        for label in label_of_cell.iter_mut().filter(|l| **l == 0) {
-            *label = next;
-            next += 1;
+        for (next, label) in label_of_cell.iter_mut().filter(|l| **l == 0).enumerate() {
+            *label = next as u32;
         }
         return keys.iter().map(|&key| label_of_cell[key as usize]).collect();
     }

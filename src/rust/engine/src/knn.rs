@@ -82,7 +82,7 @@ pub fn knn_plan(
     search: Search,
     force: bool,
 ) -> Result<Option<KnnPlan>> {
-    if data.d != queries.d || data.d == 0 || k == 0 || k > data.n || !(cell_points > 0.0) {
+    if data.d != queries.d || data.d == 0 || k == 0 || k > data.n || cell_points.is_nan() || cell_points <= 0.0 {
         return Err(Error::Invalid("knn: data and queries of one dimension, 1 <= k <= rows of data".into()));
     }
     if queries.n == 0 {

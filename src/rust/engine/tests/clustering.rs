@@ -122,8 +122,8 @@ fn cluster_summary_matches_loops() {
             }
             let centroid: Vec<f64> =
                 (0..d).map(|k| members.iter().map(|&i| wt(i) * x[k * n + i]).sum::<f64>() / total).collect();
-            for k in 0..d {
-                assert!(close(s.centroids[k * clusters + c], centroid[k]), "centroid {c}, {k}");
+            for (k, &want) in centroid.iter().enumerate() {
+                assert!(close(s.centroids[k * clusters + c], want), "centroid {c}, {k}");
             }
             let radius = members
                 .iter()

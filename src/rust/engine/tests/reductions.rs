@@ -159,10 +159,10 @@ fn vector_valued_selection_is_per_component() {
             let mut t: Vec<(f64, usize)> =
                 (0..data.m).map(|j| (data.x[i + data.n * c] - data.y[j + data.m * c], j)).collect();
             t.sort_by(|a, b| a.0.total_cmp(&b.0));
-            for p in 0..3 {
+            for (p, &(value, j)) in t.iter().enumerate().take(3) {
                 let at = i + data.n * (p + 3 * c);
-                assert!(close(values[at], t[p].0, 1e-14));
-                assert_eq!(indices[at], t[p].1 as i32 + 1);
+                assert!(close(values[at], value, 1e-14));
+                assert_eq!(indices[at], j as i32 + 1);
             }
         }
     }

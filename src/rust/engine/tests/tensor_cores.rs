@@ -99,15 +99,15 @@ fn check_knn(what: &str, out: &engine::Output, a: &Cloud, b: &Cloud, k: usize) {
 /// distances (`sum_j g d e^(-g d) b_j`, the error that relative errors of the distances give).
 fn check_gaussian(what: &str, out: &engine::Output, x: &Cloud, y: &Cloud, b: &[f64], g: f64) {
     let values = out.values.as_ref().unwrap();
-    for i in 0..x.n {
+    for (i, &value) in values.iter().enumerate().take(x.n) {
         let (mut want, mut sensitivity) = (0.0, 0.0);
-        for j in 0..y.n {
+        for (j, &bj) in b.iter().enumerate().take(y.n) {
             let gd = g * sqdist(x, i, y, j);
-            want += (-gd).exp() * b[j];
-            sensitivity += gd * (-gd).exp() * b[j];
+            want += (-gd).exp() * bj;
+            sensitivity += gd * (-gd).exp() * bj;
         }
         let tol = 2e-5 * (want + sensitivity) + 1e-30;
-        assert!((values[i] - want).abs() <= tol, "{what}: row {i}: {} against float64 {want} (tolerance {tol})", values[i]);
+        assert!((value - want).abs() <= tol, "{what}: row {i}: {value} against float64 {want} (tolerance {tol})");
     }
 }
 
@@ -152,11 +152,11 @@ fn tensor_core_dots_match_float64() {
             }
             for (path, out) in both("Sum_Reduction((y | x), 1)", d, &inputs) {
                 let values = out.values.as_ref().unwrap();
-                for j in 0..m {
+                for (j, &value) in values.iter().enumerate().take(m) {
                     let want: f64 = (0..n).map(|i| dot(&x, i, &y, j)).sum();
                     let scale: f64 = (0..n).map(|i| dot(&x, i, &x, i).sqrt() * dot(&y, j, &y, j).sqrt()).sum();
                     let tol = 1e-5 * scale;
-                    assert!((values[j] - want).abs() <= tol, "{case}, dot sum ({path}): column {j}: {} against float64 {want}", values[j]);
+                    assert!((value - want).abs() <= tol, "{case}, dot sum ({path}): column {j}: {value} against float64 {want}");
                 }
             }
         }
@@ -204,7 +204,7 @@ fn tensor_core_dots_in_blocks_on_the_device_and_in_loops() {
         check_gaussian(&format!("D = {d}, Gaussian sum in blocks"), &gauss.run(&inputs, &blocked).unwrap(), &x, &y, &b, g[0]);
         let kept_x = DeviceMatrix::new(dev.clone(), &x.values, n, d, Precision::F32).unwrap();
         let kept_y = DeviceMatrix::new(dev.clone(), &y.values, m, d, Precision::F32).unwrap();
-        let mut shapes = inputs.clone();
+        let mut shapes = inputs;
         shapes[0].data = &[];
         shapes[1].data = &[];
         let options = RunOptions { backend: Backend::Gpu(0), ..Default::default() };

@@ -16,7 +16,7 @@ fn keops_unstack(res: Robj, n: i32, members: i32, offsets: Robj) -> Robj {
         let offsets = offsets.as_integer_slice().or_input("offsets", "'offsets' must be integers")?;
         let zeros = vec![0; members];
         let offsets = if offsets.is_empty() { &zeros[..] } else { offsets };
-        if offsets.len() != members || res.len() % (n * members).max(1) != 0 {
+        if offsets.len() != members || !res.len().is_multiple_of((n * members).max(1)) {
             return Err(RError::input(
                 "res",
                 format!("keops_unstack(): {} values are not {members} members of {n} rows", res.len()),

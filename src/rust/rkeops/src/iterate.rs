@@ -31,8 +31,10 @@ fn keops_iterate_run(
         let initial: Vec<Input> =
             state_robjs.iter().enumerate().map(|(k, x)| numeric_input(x, &state_name(k))).collect::<Fallible<_>>()?;
         let step_list = steps.as_list().or_input("steps", "'steps' must be a list")?;
-        // Each step's R objects (kept alive while the engine reads them) and operator.
-        let mut parts: Vec<(std::sync::Arc<Operator>, Vec<Robj>, Vec<i32>, i32, String, Robj)> = Vec::new();
+        // Each step's operator and R objects (kept alive while the engine reads them): inputs,
+        // sources, output, sum scheme, ranges.
+        type StepParts = (std::sync::Arc<Operator>, Vec<Robj>, Vec<i32>, i32, String, Robj);
+        let mut parts: Vec<StepParts> = Vec::new();
         for step in step_list.values() {
             let step = step.as_list().or_input("steps", "each step must be a list")?;
             let get =

@@ -21,7 +21,8 @@ pub(crate) use error::{guarded, Fallible, OrInput, RError};
 /// Parsed operators by (formula, args), so that calling the same operator again, or rebuilding the
 /// same formula in a loop, does not parse again.
 fn operator(formula: &str, args: &[String]) -> engine::Result<Arc<Operator>> {
-    static CACHE: OnceLock<Mutex<HashMap<(String, Vec<String>), Arc<Operator>>>> = OnceLock::new();
+    type Parsed = HashMap<(String, Vec<String>), Arc<Operator>>;
+    static CACHE: OnceLock<Mutex<Parsed>> = OnceLock::new();
     const CAPACITY: usize = 4096;
     let cache = CACHE.get_or_init(Default::default);
     let key = (formula.to_string(), args.to_vec());

@@ -70,7 +70,7 @@ pub fn r_array<T: RElement>(
 /// rows at `m * n ..`) goes to `out[r + n * (c + cols * m)]`, as `minus(value, offsets[m])`.
 pub fn unstack<T: Copy + Send + Sync>(res: &[T], out: &mut [T], n: usize, offsets: &[i32], minus: impl Fn(T, i32) -> T + Sync) {
     let rows = n * offsets.len();
-    let cols = if rows == 0 { 0 } else { res.len() / rows };
+    let cols = res.len().checked_div(rows).unwrap_or(0);
     parallel::for_each_block(out, n * cols, |m, member| {
         let off = offsets[m];
         for (c, column) in member.chunks_mut(n.max(1)).enumerate() {

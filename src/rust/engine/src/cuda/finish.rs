@@ -27,7 +27,7 @@ pub fn functions(src: &mut String, acc: &Accumulator, t: &str) {
     } else if is_selection(kind) {
         let half = len / 2;
         if kind.returns_values() {
-            let _ = write!(fin, "  for (int c = 0; c < {half}; c++) values[c * n + row] = ({t})s[c];\n");
+            let _ = writeln!(fin, "  for (int c = 0; c < {half}; c++) values[c * n + row] = ({t})s[c];");
         }
         if kind.returns_indices() {
             // A slot no index reached (-1) becomes 0, as on the CPU.

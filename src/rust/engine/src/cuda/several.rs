@@ -326,7 +326,7 @@ mod tests {
         let split = plan((100, 10_000_001), &[1.0, 1.0], (256, 128, 1056), None);
         let Split::Reduced(parts) = split else { panic!("expected parts of the reduced range, got {split:?}") };
         let red: Vec<Range<usize>> = parts.iter().map(|p| p.red.clone()).collect();
-        assert!(covers(&red, 10_000_001) && red[0].end % 128 == 0, "{red:?}");
+        assert!(covers(&red, 10_000_001) && red[0].end.is_multiple_of(128), "{red:?}");
         assert!((red[0].len() as f64 - 5e6).abs() <= 128.0 && parts.iter().all(|p| p.out == (0..100)));
         // Too short a reduced range to share: one part, nothing empty.
         let split = plan((100, 200), &[1.0, 1.0], (256, 128, 1056), None);
