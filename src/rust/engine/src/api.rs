@@ -2,6 +2,7 @@
 //! compute, the options of a run and its results. A leaf: it names the engine's other types only.
 
 use crate::ranges::Ranges;
+use crate::real::{Real, Stored};
 use crate::reduction::SumScheme;
 use crate::tuning::Tuning;
 
@@ -20,6 +21,25 @@ pub enum Precision {
     #[default]
     F32,
     F64,
+}
+
+impl Precision {
+    /// `work` for this precision: `run::<S, T>()` with `S` what inputs are stored in (`u16`: the
+    /// bits of float16) and `T` what they are computed in. The one place the engine turns a
+    /// precision into types.
+    pub fn dispatch<W: ForPrecision>(self, work: W) -> W::Output {
+        match self {
+            Precision::F16 => work.run::<u16, f32>(),
+            Precision::F32 => work.run::<f32, f32>(),
+            Precision::F64 => work.run::<f64, f64>(),
+        }
+    }
+}
+
+/// Work written once for every precision (`Precision::dispatch`).
+pub trait ForPrecision {
+    type Output;
+    fn run<S: Stored, T: Real>(self) -> Self::Output;
 }
 
 /// Where to compute.

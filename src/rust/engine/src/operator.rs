@@ -1,7 +1,7 @@
 //! The public entry point: an `Operator` is a parsed formula; `run` checks the inputs against the
 //! declared variables, evaluates the reduction and returns column-major results, as R stores them.
 
-use crate::api::{Backend, Input, Output, Precision, RunOptions};
+use crate::api::{Backend, ForPrecision, Input, Output, Precision, RunOptions};
 use crate::cpu::{self, Inputs, RowMajor};
 use crate::cuda;
 use crate::cuda::codegen::{KernelOptions, Selection, Variant};
@@ -12,7 +12,7 @@ use crate::cuda::resident::DeviceMatrix;
 use crate::error::{Error, Result};
 use crate::formula::{Category, Formula};
 use crate::ranges::BlockRanges;
-use crate::real::Real;
+use crate::real::{Real, Stored};
 use crate::reduction::ReductionKind;
 
 #[derive(Debug, Clone)]
@@ -71,7 +71,6 @@ impl Operator {
         options: &RunOptions,
         kept: Option<Kept>,
     ) -> Result<Output> {
-        let target = kept.as_ref().map(|k| k.matrix);
         let resident_at = |p: usize| resident.get(p).copied().flatten();
         let (n_i, n_j) = self.check_inputs(inputs, &resident_at)?;
         if let Some(ranges) = &options.ranges {
@@ -82,35 +81,7 @@ impl Operator {
             Backend::Gpu(d) => Some(cuda::device::device(d)?),
             Backend::Auto => cuda::device::device(options.device).ok(),
         };
-        let precision_name = |p: Precision| format!("{p:?}").replace('F', "float");
-        for (var, m) in self.formula.variables.iter().enumerate().filter_map(|(p, v)| Some((v, resident_at(p)?))) {
-            let bad = |what: String| Error::Input { name: var.name.clone(), what };
-            if m.precision != options.precision {
-                return Err(bad(format!(
-                    "is kept on {}, but this computation is in {}: keep it again in that precision, or pass the matrix itself",
-                    m.where_(),
-                    precision_name(options.precision)
-                )));
-            }
-            if let Some(device) = gpu.as_ref().filter(|d| d.ordinal != m.ordinal()) {
-                return Err(bad(format!(
-                    "is kept on {}, but this computation runs on GPU {}: keep it on that device, or pass the matrix itself",
-                    m.where_(),
-                    device.ordinal
-                )));
-            }
-        }
-        if let Some(m) = target {
-            let on_device = gpu.as_ref().is_some_and(|d| d.ordinal == m.ordinal());
-            if m.precision != options.precision || !on_device {
-                return Err(Error::Invalid(format!(
-                    "the result cannot be kept on {}: this computation is in {}, on {}",
-                    m.where_(),
-                    precision_name(options.precision),
-                    gpu.as_ref().map_or("the CPU".to_string(), |d| format!("GPU {}", d.ordinal))
-                )));
-            }
-        }
+        self.check_residence(resident, kept.as_ref().map(|k| k.matrix), options.precision, gpu.as_deref())?;
         // The CPU computes from host data: resident inputs are read back.
         let downloaded: Vec<Option<Vec<f64>>> = match gpu {
             Some(_) => vec![],
@@ -126,82 +97,64 @@ impl Operator {
                 None => *x,
             })
             .collect();
-        let inputs = &host_inputs[..];
-        let mut timings = Vec::new();
         let red = &self.formula.reduction;
-        let nrow = if red.axis == 0 { n_i } else { n_j };
-        let ranges = options.ranges.as_ref().map(|r| r.for_axis(red.axis));
-        let (values, indices, backend) = match gpu {
-            Some(device) => {
-                let dtype = match options.precision {
-                    Precision::F16 => Dtype::F16,
-                    Precision::F32 => Dtype::F32,
-                    Precision::F64 => Dtype::F64,
-                };
-                let mean_reduced = ranges.map_or((n_i + n_j - nrow) as f64, |r| r.mean_reduced());
-                let tuning = &options.tuning;
-                let selection = Selection::for_rows(&self.formula, mean_reduced, tuning.gpu_selection);
-                let compile = |device: &cuda::Device| {
-                    let variant = Variant::choose(&self.formula, dtype, ranges, device.arch, tuning);
-                    let kernel = KernelOptions { unroll: tuning.unroll, ..KernelOptions::new(dtype, options.sum_scheme, variant, selection) };
-                    self.kernels.get(device, &self.formula, kernel, options.cache_dir.as_deref())
-                };
-                let sizes = (n_i, n_j);
-                // Several GPUs share what they can take in parts: data from the host, not empty.
-                let alone = resident.iter().any(Option::is_some) || kept.is_some() || n_i == 0 || n_j == 0;
-                if options.gpus.len() > 1 && !alone {
-                    let mut gpus = vec![device.ordinal];
-                    gpus.extend(&options.gpus[1..]);
-                    let (f, r, t) = (&self.formula, ranges, &mut timings);
-                    let (columns, backend) = match options.precision {
-                        Precision::F16 => cuda::several::evaluate::<u16, f32>(&gpus, &compile, f, inputs, sizes, options, r, t),
-                        Precision::F32 => cuda::several::evaluate::<f32, f32>(&gpus, &compile, f, inputs, sizes, options, r, t),
-                        Precision::F64 => cuda::several::evaluate::<f64, f64>(&gpus, &compile, f, inputs, sizes, options, r, t),
-                    }?;
-                    let output = Output { values: columns.values, indices: columns.indices, nrow, k: red.k, dim: self.formula.output_dim(), backend, timings };
-                    return Ok(output);
-                }
-                let clock = std::time::Instant::now();
-                let compiled = compile(&device)?;
-                timings.push(("compile or load", clock.elapsed().as_secs_f64()));
-                let (f, c, r, t) = (&self.formula, &compiled, ranges, &mut timings);
-                let stop = || options.interrupt.is_some_and(|interrupted| interrupted());
-                let columns = match options.precision {
-                    Precision::F16 => cuda::launch::evaluate::<u16, f32>(
-                        &device, c, f, inputs, resident, sizes, None, options, &stop, r, kept, t,
-                    ),
-                    Precision::F32 => cuda::launch::evaluate::<f32, f32>(
-                        &device, c, f, inputs, resident, sizes, None, options, &stop, r, kept, t,
-                    ),
-                    Precision::F64 => cuda::launch::evaluate::<f64, f64>(
-                        &device, c, f, inputs, resident, sizes, None, options, &stop, r, kept, t,
-                    ),
-                }?;
-                (columns.values, columns.indices, format!("GPU {} ({})", device.ordinal, device.name))
-            }
-            None => {
-                let threads = match options.threads {
-                    0 => crate::parallel::cores(),
-                    n => n,
-                };
-                let clock = std::time::Instant::now();
-                let rows = match options.precision {
-                    Precision::F16 => {
-                        // The values float16 storage keeps, computed as float32.
-                        let rounded: Vec<Vec<f64>> = inputs.iter().map(|x| to_f16(x.data, |h| h.to_f64())).collect();
-                        let inputs: Vec<Input> =
-                            inputs.iter().zip(&rounded).map(|(x, r)| Input { data: r, ..*x }).collect();
-                        run_cpu::<f32>(&self.formula, &inputs, n_i, n_j, options, ranges, threads)
-                    }
-                    Precision::F32 => run_cpu::<f32>(&self.formula, inputs, n_i, n_j, options, ranges, threads),
-                    Precision::F64 => run_cpu::<f64>(&self.formula, inputs, n_i, n_j, options, ranges, threads),
-                }?;
-                timings.push(("CPU evaluation", clock.elapsed().as_secs_f64()));
-                let (values, indices) = to_column_major(rows, nrow);
-                (values, indices, "CPU".to_string())
-            }
+        let run = Run {
+            op: self,
+            inputs: &host_inputs,
+            resident,
+            options,
+            sizes: (n_i, n_j),
+            ranges: options.ranges.as_ref().map(|r| r.for_axis(red.axis)),
+            kept,
+            timings: Vec::new(),
         };
+        let (done, timings) = match gpu {
+            Some(device) => options.precision.dispatch(OnGpu { run, device }),
+            None => options.precision.dispatch(OnCpu(run)),
+        }?;
+        let nrow = if red.axis == 0 { n_i } else { n_j };
+        let Done { values, indices, backend } = done;
         Ok(Output { values, indices, nrow, k: red.k, dim: self.formula.output_dim(), backend, timings })
+    }
+
+    /// Checks that the inputs kept on a device, and the matrix the result is to be kept in, are in
+    /// the precision of the call and on its device.
+    fn check_residence(
+        &self,
+        resident: &[Option<&DeviceMatrix>],
+        target: Option<&DeviceMatrix>,
+        precision: Precision,
+        gpu: Option<&cuda::Device>,
+    ) -> Result<()> {
+        let precision_name = format!("{precision:?}").replace('F', "float");
+        let kept = self.formula.variables.iter().zip(resident).filter_map(|(v, m)| Some((v, (*m)?)));
+        for (var, m) in kept {
+            let bad = |what: String| Error::Input { name: var.name.clone(), what };
+            if m.precision != precision {
+                return Err(bad(format!(
+                    "is kept on {}, but this computation is in {precision_name}: keep it again in that precision, or pass the matrix itself",
+                    m.where_(),
+                )));
+            }
+            if let Some(device) = gpu.filter(|d| d.ordinal != m.ordinal()) {
+                return Err(bad(format!(
+                    "is kept on {}, but this computation runs on GPU {}: keep it on that device, or pass the matrix itself",
+                    m.where_(),
+                    device.ordinal
+                )));
+            }
+        }
+        if let Some(m) = target {
+            let on_device = gpu.is_some_and(|d| d.ordinal == m.ordinal());
+            if m.precision != precision || !on_device {
+                return Err(Error::Invalid(format!(
+                    "the result cannot be kept on {}: this computation is in {precision_name}, on {}",
+                    m.where_(),
+                    gpu.map_or("the CPU".to_string(), |d| format!("GPU {}", d.ordinal))
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Checks the number and shapes of the inputs; returns the sizes of the i and j ranges.
@@ -282,29 +235,105 @@ impl Operator {
     }
 }
 
-/// The inputs in the working precision (borrowed as they are for f64).
-fn convert<'a, T: Real>(inputs: &[Input<'a>]) -> Vec<std::borrow::Cow<'a, [T]>> {
-    inputs.iter().map(|x| T::from_f64_slice(x.data)).collect()
+/// One call, checked, with its inputs on the host (those kept on a device also in `resident`).
+struct Run<'a> {
+    op: &'a Operator,
+    inputs: &'a [Input<'a>],
+    resident: &'a [Option<&'a DeviceMatrix>],
+    options: &'a RunOptions,
+    /// The sizes of the i and j ranges.
+    sizes: (usize, usize),
+    /// The block-sparse ranges of the output rows' axis.
+    ranges: Option<&'a BlockRanges>,
+    kept: Option<Kept<'a>>,
+    timings: Vec<(&'static str, f64)>,
 }
 
-fn run_cpu<T: Real>(
-    formula: &Formula,
-    inputs: &[Input],
-    n_i: usize,
-    n_j: usize,
-    options: &RunOptions,
-    ranges: Option<&BlockRanges>,
-    threads: usize,
-) -> Result<RowMajor> {
-    let converted = convert::<T>(inputs);
-    let inputs = Inputs { data: converted.iter().map(|c| c.as_ref()).collect(), n_i, n_j };
-    let settings = cpu::Settings {
-        scheme: options.sum_scheme,
-        threads,
-        interrupt: options.interrupt,
-        isa: options.tuning.cpu_isa,
-    };
-    cpu::evaluate(formula, &inputs, &settings, ranges)
+/// What a run computed: the results in R's order and what computed them.
+struct Done {
+    values: Option<Vec<f64>>,
+    indices: Option<Vec<i32>>,
+    backend: String,
+}
+
+type Finished = Result<(Done, Vec<(&'static str, f64)>)>;
+
+/// A run on this GPU, shared with the other GPUs of `RunOptions::gpus` where it can be.
+struct OnGpu<'a> {
+    run: Run<'a>,
+    device: std::sync::Arc<cuda::Device>,
+}
+
+impl ForPrecision for OnGpu<'_> {
+    type Output = Finished;
+
+    fn run<S: Stored, T: Real>(self) -> Finished {
+        let OnGpu { run: mut r, device } = self;
+        let (op, options) = (r.op, r.options);
+        let dtype = Dtype::of(options.precision);
+        let nrow = if op.formula.reduction.axis == 0 { r.sizes.0 } else { r.sizes.1 };
+        let mean_reduced = r.ranges.map_or((r.sizes.0 + r.sizes.1 - nrow) as f64, |b| b.mean_reduced());
+        let tuning = &options.tuning;
+        let selection = Selection::for_rows(&op.formula, mean_reduced, tuning.gpu_selection);
+        let compile = |device: &cuda::Device| {
+            let variant = Variant::choose(&op.formula, dtype, r.ranges, device.arch, tuning);
+            let kernel = KernelOptions { unroll: tuning.unroll, ..KernelOptions::new(dtype, options.sum_scheme, variant, selection) };
+            op.kernels.get(device, &op.formula, kernel, options.cache_dir.as_deref())
+        };
+        // Several GPUs share what they can take in parts: data from the host, not empty.
+        let alone = r.resident.iter().any(Option::is_some) || r.kept.is_some() || r.sizes.0 == 0 || r.sizes.1 == 0;
+        if options.gpus.len() > 1 && !alone {
+            let mut gpus = vec![device.ordinal];
+            gpus.extend(&options.gpus[1..]);
+            let (f, t) = (&op.formula, &mut r.timings);
+            let (columns, backend) = cuda::several::evaluate::<S, T>(&gpus, &compile, f, r.inputs, r.sizes, options, r.ranges, t)?;
+            return Ok((Done { values: columns.values, indices: columns.indices, backend }, r.timings));
+        }
+        let clock = std::time::Instant::now();
+        let compiled = compile(&device)?;
+        r.timings.push(("compile or load", clock.elapsed().as_secs_f64()));
+        let stop = || options.interrupt.is_some_and(|interrupted| interrupted());
+        let (c, f, t) = (&compiled, &op.formula, &mut r.timings);
+        let columns = cuda::launch::evaluate::<S, T>(
+            &device, c, f, r.inputs, r.resident, r.sizes, None, options, &stop, r.ranges, r.kept, t,
+        )?;
+        let backend = format!("GPU {} ({})", device.ordinal, device.name);
+        Ok((Done { values: columns.values, indices: columns.indices, backend }, r.timings))
+    }
+}
+
+/// A run on the CPU: float16 inputs rounded to the values float16 keeps, computed in float32.
+struct OnCpu<'a>(Run<'a>);
+
+impl ForPrecision for OnCpu<'_> {
+    type Output = Finished;
+
+    fn run<S: Stored, T: Real>(self) -> Finished {
+        let OnCpu(mut r) = self;
+        let options = r.options;
+        let threads = match options.threads {
+            0 => crate::parallel::cores(),
+            n => n,
+        };
+        let clock = std::time::Instant::now();
+        let rounded: Vec<Vec<f64>> = match S::HALF {
+            true => r.inputs.iter().map(|x| to_f16(x.data, |h| h.to_f64())).collect(),
+            false => Vec::new(),
+        };
+        let converted: Vec<std::borrow::Cow<[T]>> = match S::HALF {
+            true => rounded.iter().map(|x| T::from_f64_slice(x)).collect(),
+            false => r.inputs.iter().map(|x| T::from_f64_slice(x.data)).collect(),
+        };
+        let (n_i, n_j) = r.sizes;
+        let inputs = Inputs { data: converted.iter().map(|c| c.as_ref()).collect(), n_i, n_j };
+        let settings =
+            cpu::Settings { scheme: options.sum_scheme, threads, interrupt: options.interrupt, isa: options.tuning.cpu_isa };
+        let rows = cpu::evaluate(&r.op.formula, &inputs, &settings, r.ranges)?;
+        r.timings.push(("CPU evaluation", clock.elapsed().as_secs_f64()));
+        let nrow = if r.op.formula.reduction.axis == 0 { n_i } else { n_j };
+        let (values, indices) = to_column_major(rows, nrow);
+        Ok((Done { values, indices, backend: "CPU".to_string() }, r.timings))
+    }
 }
 
 /// Each value rounded to float16, then mapped by `f`.

@@ -5,6 +5,34 @@ use std::borrow::Cow;
 use std::fmt::Debug;
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
+/// How inputs are stored (on a device; on the CPU, float16 inputs are rounded to what it keeps):
+/// R's doubles rounded to this type.
+pub trait Stored: Copy + Send + Sync {
+    /// float16 storage (`u16` bits), computed in float32.
+    const HALF: bool = false;
+    fn from_f64(x: f64) -> Self;
+}
+
+impl Stored for f64 {
+    fn from_f64(x: f64) -> f64 {
+        x
+    }
+}
+
+impl Stored for f32 {
+    fn from_f64(x: f64) -> f32 {
+        x as f32
+    }
+}
+
+/// float16 bits.
+impl Stored for u16 {
+    const HALF: bool = true;
+    fn from_f64(x: f64) -> u16 {
+        half::f16::from_f64(x).to_bits()
+    }
+}
+
 pub trait Real:
     Copy
     + Send

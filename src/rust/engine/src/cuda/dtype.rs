@@ -1,5 +1,7 @@
 //! The number type of a generated kernel: what it stores its inputs in and computes with.
 
+use crate::api::Precision;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Dtype {
     /// float16 storage, float32 arithmetic.
@@ -9,6 +11,15 @@ pub enum Dtype {
 }
 
 impl Dtype {
+    /// The kernel's type for a call in `precision`.
+    pub fn of(precision: Precision) -> Dtype {
+        match precision {
+            Precision::F16 => Dtype::F16,
+            Precision::F32 => Dtype::F32,
+            Precision::F64 => Dtype::F64,
+        }
+    }
+
     /// Bytes of the arithmetic type (what the shared-memory tile holds).
     pub fn size(self) -> usize {
         match self {

@@ -13,7 +13,8 @@ use cudarc::driver::{result, LaunchConfig};
 
 use super::codegen;
 use super::device::{guarded, Compiled, Device};
-use super::primitives::{launch, view, view_mut, Stored};
+use super::primitives::{launch, view, view_mut};
+use crate::real::Stored;
 use super::recorded::Recorded;
 use super::resident::DeviceMatrix;
 use super::workspace::{Layout, Workspace};

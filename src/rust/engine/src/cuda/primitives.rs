@@ -1,34 +1,9 @@
-//! What every part of the CUDA backend that moves data or launches kernels shares: the number types
-//! inputs are stored in on the device, the raw launch of a kernel, and typed views of byte regions
-//! of the page-locked buffers.
+//! What every part of the CUDA backend that moves data or launches kernels shares: the raw launch
+//! of a kernel, and typed views of byte regions of the page-locked buffers.
 
 use cudarc::driver::{result, CudaFunction, LaunchConfig, PushKernelArg};
 
 use super::device::Device;
-
-/// How inputs are stored on the device: R's doubles rounded to this type.
-pub trait Stored: Copy + Send + Sync {
-    fn from_f64(x: f64) -> Self;
-}
-
-impl Stored for f64 {
-    fn from_f64(x: f64) -> f64 {
-        x
-    }
-}
-
-impl Stored for f32 {
-    fn from_f64(x: f64) -> f32 {
-        x as f32
-    }
-}
-
-/// float16 bits.
-impl Stored for u16 {
-    fn from_f64(x: f64) -> u16 {
-        half::f16::from_f64(x).to_bits()
-    }
-}
 
 /// Launches `function` with these int arguments, then these device pointers.
 ///

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use cudarc::driver::{result, sys};
 
 use super::device::{guarded, Device};
-use super::primitives::Stored;
+use crate::real::Stored;
 use crate::error::{Error, Result};
 use crate::api::Precision;
 

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use super::device::{self, Compiled, Device};
 use super::launch::{self, Columns, Part};
-use super::primitives::Stored;
+use crate::real::Stored;
 use crate::error::{Error, Result};
 use crate::formula::Formula;
 use crate::memory;
