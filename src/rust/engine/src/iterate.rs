@@ -11,7 +11,7 @@ use crate::cuda;
 use crate::cuda::recorded::Recorded;
 use crate::cuda::resident::DeviceMatrix;
 use crate::error::{Error, Result};
-use crate::api::{Backend, Input, Precision, RunOptions};
+use crate::api::{Input, Precision, RunOptions};
 use crate::operator::Operator;
 use crate::ranges::Ranges;
 use crate::reduction::SumScheme;
@@ -56,11 +56,7 @@ pub fn iterate(steps: &[Step], states: &[Input], iterations: usize, options: &Ru
         .iter()
         .map(|s| RunOptions { sum_scheme: s.sum_scheme, ranges: s.ranges.clone(), ..options.clone() })
         .collect();
-    let gpu = match options.backend {
-        Backend::Cpu => None,
-        Backend::Gpu(d) => Some(cuda::device::device(d)?),
-        Backend::Auto => cuda::device::device(options.device).ok(),
-    };
+    let gpu = crate::operator::chosen_gpu(options)?;
     // float16 storage computes in float32: its results cannot be stored back in float16 on the
     // device without a rounding that a plain call would not make, so that loop runs on host data.
     match gpu {
@@ -268,6 +264,7 @@ impl Timings {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::Backend;
 
     fn col(data: &[f64]) -> Input<'_> {
         Input { data, nrow: data.len(), ncol: 1 }

@@ -76,11 +76,7 @@ impl Operator {
         if let Some(ranges) = &options.ranges {
             ranges.validate(n_i, n_j)?;
         }
-        let gpu = match options.backend {
-            Backend::Cpu => None,
-            Backend::Gpu(d) => Some(cuda::device::device(d)?),
-            Backend::Auto => cuda::device::device(options.device).ok(),
-        };
+        let gpu = chosen_gpu(options)?;
         self.check_residence(resident, kept.as_ref().map(|k| k.matrix), options.precision, gpu.as_deref())?;
         // The CPU computes from host data: resident inputs are read back.
         let downloaded: Vec<Option<Vec<f64>>> = match gpu {
@@ -233,6 +229,16 @@ impl Operator {
         }
         Ok((n_i, n_j))
     }
+}
+
+/// The GPU a call computes on (None: the CPU): the one asked for, or an error saying why it cannot
+/// be used; with `Backend::Auto`, the option's device where one can be used.
+pub(crate) fn chosen_gpu(options: &RunOptions) -> Result<Option<std::sync::Arc<cuda::Device>>> {
+    Ok(match options.backend {
+        Backend::Cpu => None,
+        Backend::Gpu(d) => Some(cuda::device::device(d)?),
+        Backend::Auto => cuda::device::device(options.device).ok(),
+    })
 }
 
 /// One call, checked, with its inputs on the host (those kept on a device also in `resident`).
