@@ -299,10 +299,16 @@ impl ForPrecision for OnGpu<'_> {
         let compiled = compile(&device)?;
         r.timings.push(("compile or load", clock.elapsed().as_secs_f64()));
         let stop = || options.interrupt.is_some_and(|interrupted| interrupted());
-        let (c, f, t) = (&compiled, &op.formula, &mut r.timings);
-        let columns = cuda::launch::evaluate::<S, T>(
-            &device, c, f, r.inputs, r.resident, r.sizes, None, options, &stop, r.ranges, r.kept, t,
-        )?;
+        let call = cuda::launch::Call {
+            formula: &op.formula,
+            inputs: r.inputs,
+            resident: r.resident,
+            sizes: r.sizes,
+            part: None,
+            ranges: r.ranges,
+            options,
+        };
+        let columns = cuda::launch::evaluate::<S, T>(&device, &compiled, &call, &stop, r.kept, &mut r.timings)?;
         let backend = format!("GPU {} ({})", device.ordinal, device.name);
         Ok((Done { values: columns.values, indices: columns.indices, backend }, r.timings))
     }

@@ -9,7 +9,7 @@
 use std::ops::Range;
 use std::time::Instant;
 
-use cudarc::driver::{result, LaunchConfig};
+use cudarc::driver::{result, sys, CudaFunction, LaunchConfig};
 
 use super::codegen;
 use super::device::{guarded, Compiled, Device};
@@ -103,140 +103,66 @@ pub struct Kept<'a> {
     pub record: Option<&'a mut Option<Recorded>>,
 }
 
-/// Runs the reduction with inputs stored as `S` on the device and arithmetic and results in `T`
-/// (f32 for float16 storage, otherwise the same type); over the blocks of `ranges` only, when
-/// given (`compiled` is then the ranged kernel); only `part` of it, when given. With a `target`,
-/// the values are written there and nothing comes back to the host: an iteration in the engine
-/// feeds them to the next reduction (`crate::iterate`). `stop` is asked between the steps of a
-/// long reduction: when it says so, the call returns `Error::Interrupted`.
-#[allow(clippy::too_many_arguments)]
+/// One reduction on one device, or `part` of it: the formula, its inputs (from the host, or kept on
+/// the device: `resident[p]`), the sizes of the i and j ranges, and the blocks of `ranges` only,
+/// when given.
+pub struct Call<'a> {
+    pub formula: &'a Formula,
+    pub inputs: &'a [Input<'a>],
+    pub resident: &'a [Option<&'a DeviceMatrix>],
+    pub sizes: (usize, usize),
+    pub part: Option<&'a Part>,
+    pub ranges: Option<&'a BlockRanges>,
+    pub options: &'a RunOptions,
+}
+
+/// Runs the reduction of `call` with inputs stored as `S` on the device and arithmetic and results
+/// in `T` (f32 for float16 storage, otherwise the same type); with ranges, `compiled` is the ranged
+/// kernel. With `kept`, the values are written into its matrix and nothing comes back to the host:
+/// an iteration in the engine feeds them to the next reduction (`crate::iterate`). `stop` is asked
+/// between the steps of a long reduction: when it says so, the call returns `Error::Interrupted`.
 pub fn evaluate<S: Stored, T: Real>(
     device: &Device,
     compiled: &Compiled,
-    formula: &Formula,
-    inputs: &[Input],
-    resident: &[Option<&DeviceMatrix>],
-    (n_i, n_j): (usize, usize),
-    part: Option<&Part>,
-    options: &RunOptions,
+    call: &Call,
     stop: &dyn Fn() -> bool,
-    ranges: Option<&BlockRanges>,
     kept: Option<Kept>,
     timings: &mut Vec<(&'static str, f64)>,
 ) -> Result<Columns> {
-    let (target, mut record) = match kept {
+    let (target, record) = match kept {
         Some(Kept { matrix, record }) => (Some(matrix), record),
         None => (None, None),
     };
-    let resident: Vec<Option<&DeviceMatrix>> = (0..inputs.len()).map(|p| resident.get(p).copied().flatten()).collect();
-    let kernel = &compiled.kernel;
-    let red = &formula.reduction;
-    let (n_out, n_red) = if red.axis == 0 { (n_i, n_j) } else { (n_j, n_i) };
-    if n_out > i32::MAX as usize || n_red > i32::MAX as usize {
-        return Err(Error::Gpu(format!("at most {} rows per variable are supported on the GPU", i32::MAX)));
-    }
-    let width = kernel.width;
-    let part = part.cloned().unwrap_or(Part { out: 0..n_out, red: 0..n_red });
-    let states_out = part.red != (0..n_red);
-    // The kernels index a resident matrix, and a block-sparse reduction its inputs, whole: their
-    // rows cannot be split into blocks.
-    let whole = resident.iter().any(Option::is_some) || ranges.is_some() || target.is_some();
-    // (ranges: only their rows, at the boundaries of their pieces of work)
-    let splittable = resident.iter().all(Option::is_none) && target.is_none();
-    let split = states_out || part.out != (0..n_out);
-    if part.out.end > n_out || part.red.end > n_red || (split && !splittable) || (states_out && ranges.is_some()) {
-        return Err(Error::Invalid(format!(
-            "this reduction cannot be split into the part {part:?} (inputs or a result kept on a device, or ranges)"
-        )));
-    }
-    let results = part.out.len().saturating_mul(width);
-    if let Some(m) = target {
-        let stored = std::mem::size_of::<S>() == std::mem::size_of::<T>();
-        if !stored || (m.nrow, m.ncol) != (n_out, width) || red.kind.returns_indices() {
-            return Err(Error::Invalid(format!(
-                "a result kept on the device must be the values of an {n_out} x {width} reduction in float32 or float64, not {m:?}"
-            )));
-        }
-    }
-    let host_results = |wanted: bool| wanted && target.is_none() && !states_out;
-    let mut columns = Columns {
-        values: host_results(red.kind.returns_values())
-            .then(|| memory::zeros(results, "the results"))
-            .transpose()?,
-        indices: host_results(red.kind.returns_indices())
-            .then(|| memory::zeros(results, "the result's indices"))
-            .transpose()?,
-        states: states_out
-            .then(|| memory::zeros(part.out.len().saturating_mul(kernel.state_len), "the reduction states"))
-            .transpose()?,
-    };
+    let inputs = call.inputs;
+    let resident: Vec<Option<&DeviceMatrix>> =
+        (0..inputs.len()).map(|p| call.resident.get(p).copied().flatten()).collect();
+    let extent = Extent::new(call, &resident, target)?;
+    check_target::<S, T>(call.formula, &extent, compiled.kernel.width, target)?;
+    let mut columns = Columns::for_part(call.formula, &compiled.kernel, &extent.part, extent.states_out, target)?;
     let mut workspace = device.workspace.lock().map_err(|_| Error::Gpu("the GPU's workspace is unusable".into()))?;
     if workspace.is_none() {
         *workspace = Some(guarded("creating the GPU's workspace", Workspace::new)?);
     }
     let workspace = workspace.as_mut().expect("created above");
-    let ranged = ranges.map(|r| RangedWork::new(r, n_out, kernel.tile * kernel.rows, &part.out));
-    let mut sizes = Sizes::new::<S, T>(formula, kernel, &resident, workspace.held().0);
+    let kernel = &compiled.kernel;
+    let ranged = call.ranges.map(|r| RangedWork::new(r, extent.n_out, kernel.tile * kernel.rows, &extent.part.out));
+    let mut sizes = Sizes::new::<S, T>(call.formula, kernel, &resident, workspace.held().0);
     sizes.fixed += ranged.as_ref().map_or(0, RangedWork::bytes);
-    // The rows the kernels see: those of the part, or all of them when they index the inputs whole.
-    let (span_out, span_red) = match whole {
-        true => (0..n_out, 0..n_red),
-        false => (part.out.clone(), part.red.clone()),
-    };
-    let blocks = Blocks::new(device, kernel, &sizes, span_out.len(), span_red.len(), options.gpu_memory)?;
-    if (blocks.rows_out, blocks.rows_red) != (span_out.len(), span_red.len()) && whole {
-        let what = match ranges {
+    let (span_out, span_red) = extent.spans();
+    let blocks = Blocks::new(device, kernel, &sizes, span_out.len(), span_red.len(), call.options.gpu_memory)?;
+    if (blocks.rows_out, blocks.rows_red) != (span_out.len(), span_red.len()) && extent.whole {
+        let what = match call.ranges {
             Some(_) => "a block-sparse reduction (ranges) in one piece; compute it on the CPU",
             None => "this reduction with inputs kept on it in one piece; pass the matrices themselves (they are then processed in blocks)",
         };
         return Err(Error::Memory(format!("GPU: device {} ({}) has too little free memory for {what}", device.ordinal, device.name)));
     }
+    let force_1d = call.options.tuning.force_1d;
+    let formula = call.formula;
+    let data = Data { device, compiled, formula, inputs, resident: &resident, ranged: ranged.as_ref(), target, force_1d };
     let mut times = Times::default();
-    // Inputs larger than the device are processed in blocks of rows; the states of the blocks of
-    // the reduced range are merged in order on the device, as the 2D scheme's chunks are. A long
-    // reduction is cut the same way into steps of about STEP_SECONDS each, so that an interrupt,
-    // asked between steps, stops it within a second (a kernel, once launched, runs to its end).
-    let whole_tiles = |rows: usize| (rows / kernel.tile * kernel.tile).max(kernel.tile);
-    let long = !whole && blocks.rows_out.saturating_mul(span_red.len()) > FIRST_STEP_PAIRS;
-    let mut step_rows = match long {
-        true => whole_tiles(FIRST_STEP_PAIRS / blocks.rows_out.max(1)).min(blocks.rows_red),
-        false => blocks.rows_red,
-    };
-    for i0 in span_out.clone().step_by(blocks.rows_out) {
-        let out = i0..(i0 + blocks.rows_out).min(span_out.end);
-        let mut j0 = span_red.start;
-        while j0 < span_red.end {
-            let red = j0..(j0 + step_rows).min(span_red.end);
-            let end = red.end == span_red.end;
-            let step = Step {
-                out: out.clone(),
-                red: red.clone(),
-                n_out,
-                n_red,
-                first: j0 == span_red.start,
-                last: end && !states_out,
-                states_out: end && states_out,
-                keep: out.start.max(part.out.start)..out.end.min(part.out.end),
-                part_start: part.out.start,
-                rows_red: blocks.rows_red,
-            };
-            let data = Data { inputs, resident: &resident, ranged: ranged.as_ref(), target, force_1d: options.tuning.force_1d };
-            let record = record.as_deref_mut();
-            let before = times.kernel;
-            run_step::<S, T>(device, compiled, formula, &data, &step, workspace, &mut columns, &mut times, record)?;
-            j0 = red.end;
-            if target.is_some() {
-                continue; // (queued: the loop that queued it asks for interrupts)
-            }
-            if stop() {
-                return Err(Error::Interrupted);
-            }
-            let took = times.kernel - before;
-            if long && took > 0.0 {
-                step_rows = whole_tiles((step_rows as f64 * (STEP_SECONDS / took).min(64.0)) as usize).min(blocks.rows_red);
-            }
-        }
-    }
+    let steps = Steps { data: &data, extent: &extent, blocks: &blocks, stop };
+    steps.run::<S, T>(workspace, &mut columns, &mut times, record)?;
     timings.extend([
         ("conversion", times.convert),
         ("upload", times.upload),
@@ -245,6 +171,159 @@ pub fn evaluate<S: Stored, T: Real>(
         ("results", times.results),
     ]);
     Ok(columns)
+}
+
+/// The rows a call reduces: `part` of the `n_out` output rows against the `n_red` reduced rows;
+/// `states_out` when its part of the reduced range is not all of it (states come back, not results);
+/// `whole` when the kernels index the inputs whole (inputs or a result kept on the device, ranges).
+struct Extent {
+    n_out: usize,
+    n_red: usize,
+    part: Part,
+    states_out: bool,
+    whole: bool,
+}
+
+impl Extent {
+    fn new(call: &Call, resident: &[Option<&DeviceMatrix>], target: Option<&DeviceMatrix>) -> Result<Extent> {
+        let (n_i, n_j) = call.sizes;
+        let (n_out, n_red) = if call.formula.reduction.axis == 0 { (n_i, n_j) } else { (n_j, n_i) };
+        if n_out > i32::MAX as usize || n_red > i32::MAX as usize {
+            return Err(Error::Gpu(format!("at most {} rows per variable are supported on the GPU", i32::MAX)));
+        }
+        let part = call.part.cloned().unwrap_or(Part { out: 0..n_out, red: 0..n_red });
+        let states_out = part.red != (0..n_red);
+        // The kernels index a resident matrix, and a block-sparse reduction its inputs, whole: their
+        // rows cannot be split into blocks.
+        let whole = resident.iter().any(Option::is_some) || call.ranges.is_some() || target.is_some();
+        // (ranges: only their rows, at the boundaries of their pieces of work)
+        let splittable = resident.iter().all(Option::is_none) && target.is_none();
+        let split = states_out || part.out != (0..n_out);
+        if part.out.end > n_out || part.red.end > n_red || (split && !splittable) || (states_out && call.ranges.is_some()) {
+            return Err(Error::Invalid(format!(
+                "this reduction cannot be split into the part {part:?} (inputs or a result kept on a device, or ranges)"
+            )));
+        }
+        Ok(Extent { n_out, n_red, part, states_out, whole })
+    }
+
+    /// The rows the kernels see: those of the part, or all of them when they index the inputs whole.
+    fn spans(&self) -> (Range<usize>, Range<usize>) {
+        match self.whole {
+            true => (0..self.n_out, 0..self.n_red),
+            false => (self.part.out.clone(), self.part.red.clone()),
+        }
+    }
+}
+
+/// A result kept on the device holds the values of the whole reduction, in the arithmetic type.
+fn check_target<S, T>(formula: &Formula, extent: &Extent, width: usize, target: Option<&DeviceMatrix>) -> Result<()> {
+    let Some(m) = target else { return Ok(()) };
+    let stored = std::mem::size_of::<S>() == std::mem::size_of::<T>();
+    if !stored || (m.nrow, m.ncol) != (extent.n_out, width) || formula.reduction.kind.returns_indices() {
+        let n_out = extent.n_out;
+        return Err(Error::Invalid(format!(
+            "a result kept on the device must be the values of an {n_out} x {width} reduction in float32 or float64, not {m:?}"
+        )));
+    }
+    Ok(())
+}
+
+impl Columns {
+    /// Room for what comes back to the host for `part`: its results (none when they stay on the
+    /// device), or its reduction states.
+    fn for_part(
+        formula: &Formula,
+        kernel: &codegen::Kernel,
+        part: &Part,
+        states_out: bool,
+        target: Option<&DeviceMatrix>,
+    ) -> Result<Columns> {
+        let kind = formula.reduction.kind;
+        let results = part.out.len().saturating_mul(kernel.width);
+        let host_results = |wanted: bool| wanted && target.is_none() && !states_out;
+        Ok(Columns {
+            values: host_results(kind.returns_values()).then(|| memory::zeros(results, "the results")).transpose()?,
+            indices: host_results(kind.returns_indices())
+                .then(|| memory::zeros(results, "the result's indices"))
+                .transpose()?,
+            states: states_out
+                .then(|| memory::zeros(part.out.len().saturating_mul(kernel.state_len), "the reduction states"))
+                .transpose()?,
+        })
+    }
+}
+
+/// The steps of a call: its blocks of output rows (inputs larger than the device are processed in
+/// blocks), each against the blocks of the reduced range, whose states are merged in order on the
+/// device, as the 2D scheme's chunks are. A long reduction is cut the same way into steps of about
+/// STEP_SECONDS each, so that an interrupt, asked between steps, stops it within a second (a kernel,
+/// once launched, runs to its end).
+struct Steps<'a> {
+    data: &'a Data<'a>,
+    extent: &'a Extent,
+    blocks: &'a Blocks,
+    stop: &'a dyn Fn() -> bool,
+}
+
+impl Steps<'_> {
+    fn run<S: Stored, T: Real>(
+        &self,
+        workspace: &mut Workspace,
+        columns: &mut Columns,
+        times: &mut Times,
+        mut record: Option<&mut Option<Recorded>>,
+    ) -> Result<()> {
+        let (data, extent, blocks) = (self.data, self.extent, self.blocks);
+        let kernel = &data.compiled.kernel;
+        let (span_out, span_red) = extent.spans();
+        let whole_tiles = |rows: usize| (rows / kernel.tile * kernel.tile).max(kernel.tile);
+        let long = !extent.whole && blocks.rows_out.saturating_mul(span_red.len()) > FIRST_STEP_PAIRS;
+        let mut step_rows = match long {
+            true => whole_tiles(FIRST_STEP_PAIRS / blocks.rows_out.max(1)).min(blocks.rows_red),
+            false => blocks.rows_red,
+        };
+        for i0 in span_out.clone().step_by(blocks.rows_out) {
+            let out = i0..(i0 + blocks.rows_out).min(span_out.end);
+            let mut j0 = span_red.start;
+            while j0 < span_red.end {
+                let red = j0..(j0 + step_rows).min(span_red.end);
+                let step = self.step(out.clone(), red.clone(), j0 == span_red.start, red.end == span_red.end);
+                let before = times.kernel;
+                run_step::<S, T>(data, &step, workspace, columns, times, record.as_deref_mut())?;
+                j0 = red.end;
+                if data.target.is_some() {
+                    continue; // (queued: the loop that queued it asks for interrupts)
+                }
+                if (self.stop)() {
+                    return Err(Error::Interrupted);
+                }
+                let took = times.kernel - before;
+                if long && took > 0.0 {
+                    step_rows = whole_tiles((step_rows as f64 * (STEP_SECONDS / took).min(64.0)) as usize).min(blocks.rows_red);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The step of these output rows against these reduced rows, the first and/or the last of the
+    /// reduced range.
+    fn step(&self, out: Range<usize>, red: Range<usize>, first: bool, end: bool) -> Step {
+        let (extent, part) = (self.extent, &self.extent.part);
+        Step {
+            keep: out.start.max(part.out.start)..out.end.min(part.out.end),
+            out,
+            red,
+            n_out: extent.n_out,
+            n_red: extent.n_red,
+            first,
+            last: end && !extent.states_out,
+            states_out: end && extent.states_out,
+            part_start: part.out.start,
+            rows_red: self.blocks.rows_red,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -356,9 +435,13 @@ impl Blocks {
     }
 }
 
-/// The inputs of a call: from the host, or kept on the device (`resident[p]`), the work of a
-/// block-sparse reduction, and where the values go when they stay on the device.
+/// A call on a device: its compiled kernels, its inputs (from the host, or kept on the device:
+/// `resident[p]`), the work of a block-sparse reduction, and where the values go when they stay on
+/// the device.
 struct Data<'a> {
+    device: &'a Device,
+    compiled: &'a Compiled,
+    formula: &'a Formula,
     inputs: &'a [Input<'a>],
     resident: &'a [Option<&'a DeviceMatrix>],
     ranged: Option<&'a RangedWork>,
@@ -470,14 +553,53 @@ impl Regions {
     }
 }
 
+/// A step's geometry and buffer layout: the reduced rows in `chunks` chunks of `chunk` rows (the
+/// 2D scheme when more than one), finalised by the reduction kernel itself or by the merge kernel,
+/// and what comes back (`fetch`: the results, or the running states at the end of a part of the
+/// reduced range).
+struct StepPlan {
+    chunk: usize,
+    chunks: usize,
+    finalize_here: bool,
+    regions: Regions,
+    fetch: Range<usize>,
+}
+
+impl StepPlan {
+    fn new<S, T>(data: &Data, step: &Step) -> StepPlan {
+        let (kernel, device) = (&data.compiled.kernel, data.device);
+        let (rows_out, rows_red) = (step.out.len(), step.red.len());
+        // Tuning::force_1d (RKEOPS_GPU_SCHEME=1D: benchmarks that compare the two schemes).
+        let chunks_of = |n_red: usize| match data.force_1d {
+            true => 1,
+            false => chunks_for(rows_out, n_red, kernel.tile, kernel.rows, device.multiprocessors),
+        };
+        // A block-sparse reduction is one pass of the 1D scheme (the ranges say what each block reduces).
+        let chunk = match data.ranged {
+            Some(_) => rows_red.max(1),
+            None => rows_red.div_ceil(chunks_of(rows_red)).div_ceil(kernel.tile) * kernel.tile,
+        };
+        let chunks = rows_red.div_ceil(chunk);
+        let one_pass = step.first && step.last;
+        let planned = if data.ranged.is_some() { 1 } else { chunks_of(step.rows_red).max(chunks) };
+        let regions = Regions::new::<S, T>(data.formula, kernel, data, step, planned, one_pass);
+        let fetch = match step.states_out {
+            true => regions.running.clone(),
+            false => regions.download.clone(),
+        };
+        StepPlan { chunk, chunks, finalize_here: one_pass && chunks == 1, regions, fetch }
+    }
+}
+
+/// A failed driver call on `device`, said with what was being done.
+fn gpu_error(device: &Device, what: &str, e: result::DriverError) -> Error {
+    Error::Gpu(format!("{what} on device {} ({}): {e:?}", device.ordinal, device.name))
+}
+
 /// Uploads one step's inputs, runs its kernels and, after the last block of the reduced range,
 /// brings its results back into `columns`. With `record` (a queued step), its buffer is its own,
 /// and its launches are recorded there.
-#[allow(clippy::too_many_arguments)]
 fn run_step<S: Stored, T: Real>(
-    device: &Device,
-    compiled: &Compiled,
-    formula: &Formula,
     data: &Data,
     step: &Step,
     workspace: &mut Workspace,
@@ -485,57 +607,68 @@ fn run_step<S: Stored, T: Real>(
     times: &mut Times,
     record: Option<&mut Option<Recorded>>,
 ) -> Result<()> {
-    let kernel = &compiled.kernel;
-    let (rows_out, rows_red) = (step.out.len(), step.red.len());
-    // Tuning::force_1d (RKEOPS_GPU_SCHEME=1D: benchmarks that compare the two schemes).
-    let chunks_of = |n_red: usize| match data.force_1d {
-        true => 1,
-        false => chunks_for(rows_out, n_red, kernel.tile, kernel.rows, device.multiprocessors),
-    };
-    // A block-sparse reduction is one pass of the 1D scheme (the ranges say what each block reduces).
-    let chunk = match data.ranged {
-        Some(_) => rows_red.max(1),
-        None => rows_red.div_ceil(chunks_of(rows_red)).div_ceil(kernel.tile) * kernel.tile,
-    };
-    let chunks = rows_red.div_ceil(chunk);
-    let one_pass = step.first && step.last;
-    let finalize_here = one_pass && chunks == 1;
-    let planned = if data.ranged.is_some() { 1 } else { chunks_of(step.rows_red).max(chunks) };
-    let regions = Regions::new::<S, T>(formula, kernel, data, step, planned, one_pass);
-    let on_device = format!("device {} ({})", device.ordinal, device.name);
-    let gpu_error = |what: &str, e: result::DriverError| Error::Gpu(format!("{what} on {on_device}: {e:?}"));
-    // What comes back: the results, or the running states at the end of a part of the reduced range.
-    let fetch = match step.states_out {
-        true => regions.running.clone(),
-        false => regions.download.clone(),
-    };
+    let device = data.device;
+    let plan = StepPlan::new::<S, T>(data, step);
+    let regions = &plan.regions;
     let mut recorded = record.is_some().then(|| Recorded::new(device, regions.end)).transpose()?;
     let device_grows = recorded.is_none() && regions.end > workspace.held().0;
-    if device_grows || fetch.end > workspace.held().1 {
+    if device_grows || plan.fetch.end > workspace.held().1 {
         // Growing a buffer frees the old one: no queued step may still use it.
         // SAFETY: a plain wait on this device's stream.
-        unsafe { result::stream::synchronize(device.stream.cu_stream()) }.map_err(|e| gpu_error("waiting for the GPU", e))?;
+        unsafe { result::stream::synchronize(device.stream.cu_stream()) }
+            .map_err(|e| gpu_error(device, "waiting for the GPU", e))?;
     }
     let base = match &recorded {
         Some(r) => r.pointer(),
         None => workspace
             .device(regions.end)
-            .map_err(|e| gpu_error(&format!("allocating {:.1} MB", regions.end as f64 / 1e6), e))?,
+            .map_err(|e| gpu_error(device, &format!("allocating {:.1} MB", regions.end as f64 / 1e6), e))?,
     };
     // The output rows' inputs stay in the device buffer from the first step of a block of output
     // rows to its last (its layout does not change): the next steps bring only reduced rows.
     let outer_kept = !step.first && !device_grows && recorded.is_none() && data.target.is_none();
     let events = workspace.events;
-    let host = workspace.host(fetch.end.max(regions.upload_end)).map_err(|e| {
-        gpu_error(&format!("allocating {:.1} MB of page-locked host memory", regions.end as f64 / 1e6), e)
+    let host = workspace.host(plan.fetch.end.max(regions.upload_end)).map_err(|e| {
+        gpu_error(device, &format!("allocating {:.1} MB of page-locked host memory", regions.end as f64 / 1e6), e)
     })?;
-
     let clock = Instant::now();
-    let outer = outer_category(formula);
-    // What travels: the bytes packed (a region is sized for the largest block of reduced rows,
-    // the step's may be smaller), then the numbers and the ranges.
+    let uploads = pack_step::<S, T>(data, step, regions, outer_kept, host);
+    times.convert += clock.elapsed().as_secs_f64();
+    // A queued step's inputs are copied from ordinary memory (see `Issue::run`).
+    let staged: Vec<u8> = match data.target {
+        Some(_) => host[..regions.upload_end].to_vec(),
+        None => Vec::new(),
+    };
+    let issue = Issue { data, step, plan: &plan, base, events };
+    let ran = guarded("the GPU computation", || issue.run(host, &uploads, &staged, recorded.as_mut(), times));
+    if ran.is_err() {
+        // Nothing queued before the failure may still use the buffers when the next call fills them.
+        // SAFETY: a plain wait on this device's stream.
+        let _ = unsafe { result::stream::synchronize(device.stream.cu_stream()) };
+    }
+    ran?;
+    if let Some(slot) = record {
+        *slot = recorded;
+    }
+    let clock = Instant::now();
+    collect_results::<T>(&data.compiled.kernel, step, regions, host, columns);
+    times.results += clock.elapsed().as_secs_f64();
+    Ok(())
+}
+
+/// Packs what a step uploads into the staging buffer `host`: the inputs from the host (the bytes
+/// of the step's rows: a region is sized for the largest block of reduced rows), then the numbers
+/// and the ranges. Returns the byte ranges to copy.
+fn pack_step<S: Stored, T: Real>(
+    data: &Data,
+    step: &Step,
+    regions: &Regions,
+    outer_kept: bool,
+    host: &mut [u8],
+) -> Vec<Range<usize>> {
+    let outer = outer_category(data.formula);
     let mut uploads = Vec::new();
-    for (p, (v, &offset)) in formula.variables.iter().zip(&regions.inputs).enumerate() {
+    for (p, (v, &offset)) in data.formula.variables.iter().zip(&regions.inputs).enumerate() {
         if data.resident[p].is_some() {
             continue;
         }
@@ -549,109 +682,78 @@ fn run_step<S: Stored, T: Real>(
         uploads.push(offset..offset + rows.len() * v.dim * std::mem::size_of::<S>());
     }
     uploads.push(regions.constants..regions.upload_end);
-    let constants: Vec<T> = kernel.constants.iter().map(|&c| T::from_f64(c)).collect();
+    let constants: Vec<T> = data.compiled.kernel.constants.iter().map(|&c| T::from_f64(c)).collect();
     pack_values(&mut host[regions.constants..], &constants);
     if let Some(ranged) = data.ranged {
         pack_values(&mut host[regions.work..], &ranged.work);
         pack_values(&mut host[regions.red..], &ranged.red);
     }
-    times.convert += clock.elapsed().as_secs_f64();
+    uploads
+}
 
-    let stream = device.stream.cu_stream();
-    // A step whose result stays on the device is queued: the loop that runs it (`crate::iterate`)
-    // waits once, at its end, and its inputs are copied from ordinary memory, which the driver
-    // stages before returning, so the page-locked buffer is free for the next step at once.
-    let queued = data.target.is_some();
-    let staged: Vec<u8> = if queued { host[..regions.upload_end].to_vec() } else { Vec::new() };
-    let ran = guarded("the GPU computation", || {
-        let at = |offset: usize| base + offset as u64;
-        // SAFETY (all the calls below): `base` holds `regions.end` bytes and `host` at least
-        // `fetch.end`; both stay untouched until the synchronisation at the end.
+/// What one step issues on the device's stream, from its buffer at `base`.
+struct Issue<'a> {
+    data: &'a Data<'a>,
+    step: &'a Step,
+    plan: &'a StepPlan,
+    base: sys::CUdeviceptr,
+    events: [sys::CUevent; 4],
+}
+
+impl Issue<'_> {
+    fn at(&self, offset: usize) -> u64 {
+        self.base + offset as u64
+    }
+
+    fn error(&self, what: &str) -> impl Fn(result::DriverError) -> Error + '_ {
+        let what = what.to_string();
+        move |e| gpu_error(self.data.device, &what, e)
+    }
+
+    /// Uploads, launches and, unless the step is queued, brings back and times the step.
+    fn run(
+        &self,
+        host: &mut [u8],
+        uploads: &[Range<usize>],
+        staged: &[u8],
+        mut recorded: Option<&mut Recorded>,
+        times: &mut Times,
+    ) -> Result<()> {
+        // A step whose result stays on the device is queued: the loop that runs it (`crate::iterate`)
+        // waits once, at its end, and its inputs are copied from ordinary memory, which the driver
+        // stages before returning, so the page-locked buffer is free for the next step at once.
+        let queued = self.data.target.is_some();
+        let stream = self.data.device.stream.cu_stream();
+        let events = self.events;
+        // SAFETY (all the calls below): the buffer at `base` holds `regions.end` bytes and `host` at
+        // least `fetch.end`; both stay untouched until the synchronisation at the end.
         unsafe {
             if queued {
                 if !staged.is_empty() {
-                    result::memcpy_htod_async(base, &staged, stream).map_err(|e| gpu_error("copying the inputs", e))?;
+                    result::memcpy_htod_async(self.base, staged, stream).map_err(self.error("copying the inputs"))?;
                 }
             } else {
-                result::event::record(events[0], stream).map_err(|e| gpu_error("timing", e))?;
+                result::event::record(events[0], stream).map_err(self.error("timing"))?;
                 for bytes in uploads.iter().filter(|b| !b.is_empty()) {
-                    result::memcpy_htod_async(at(bytes.start), &host[bytes.clone()], stream)
-                        .map_err(|e| gpu_error("copying the inputs", e))?;
+                    result::memcpy_htod_async(self.at(bytes.start), &host[bytes.clone()], stream)
+                        .map_err(self.error("copying the inputs"))?;
                 }
-                result::event::record(events[1], stream).map_err(|e| gpu_error("timing", e))?;
+                result::event::record(events[1], stream).map_err(self.error("timing"))?;
             }
         }
-        let ints = [rows_out as i32, rows_red as i32, chunk as i32, step.red.start as i32, finalize_here as i32];
-        let mut pointers: Vec<u64> =
-            regions.inputs.iter().zip(data.resident).map(|(&o, r)| r.map_or(at(o), |m| m.pointer())).collect();
-        let values = data.target.map_or(at(regions.values), DeviceMatrix::pointer);
-        // (the running states of the earlier steps seed the K-selections: see codegen's Reducer::init)
-        let running = if step.first { 0 } else { at(regions.running.start) };
-        pointers.extend([at(regions.constants), at(regions.states), values, at(regions.indices), running]);
-        let blocks = match data.ranged {
-            Some(ranged) => {
-                pointers.extend([at(regions.work), at(regions.red)]);
-                ranged.blocks()
-            }
-            None => rows_out.div_ceil(kernel.tile * kernel.rows),
-        };
-        if let (Some(prepare), Some(function)) = (kernel.prepare, &compiled.functions.prepare) {
-            let ints = [rows_out as i32, rows_red as i32];
-            let split = [pointers[prepare.outer], pointers[prepare.inner], at(regions.split), at(regions.split_norms)];
-            let config = LaunchConfig {
-                grid_dim: (prepare.rows(rows_red).div_ceil(PREPARE_THREADS).max(1) as u32, 1, 1),
-                block_dim: (PREPARE_THREADS as u32, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: two ints, the two inputs as the reduction reads them, and the regions sized
-            // for `prepare.rows(step.rows_red)` >= `prepare.rows(rows_red)` reduced rows.
-            unsafe { launch(device, function, config, &ints, &split) }
-                .map_err(|e| gpu_error("launching the kernel that prepares the dots", e))?;
-            if let Some(r) = recorded.as_mut() {
-                r.push(function, config, &ints, &split);
-            }
-            pointers.extend([at(regions.split), at(regions.split_norms)]);
-        }
-        let config = LaunchConfig {
-            grid_dim: (blocks as u32, chunks as u32, 1),
-            block_dim: (kernel.tile as u32, 1, 1),
-            shared_mem_bytes: kernel.dynamic_shared as u32,
-        };
-        // SAFETY: the arguments match the generated signature: five ints, one pointer per input
-        // (the step's rows, as the kernel indexes them), the numbers, the states of `chunks` x
-        // `rows_out` rows, the results of `rows_out` rows and their running states or null (then
-        // the ranges', then the prepared dots').
-        unsafe { launch(device, &compiled.functions.reduce, config, &ints, &pointers) }
-            .map_err(|e| gpu_error("launching the kernel", e))?;
-        if let Some(r) = recorded.as_mut() {
-            r.push(&compiled.functions.reduce, config, &ints, &pointers);
-        }
-        if !finalize_here {
-            let ints = [rows_out as i32, chunks as i32, step.first as i32, step.last as i32];
-            let pointers = [at(regions.states), at(regions.running.start), values, at(regions.indices)];
-            let config = LaunchConfig {
-                grid_dim: (rows_out.div_ceil(MERGE_THREADS) as u32, 1, 1),
-                block_dim: (MERGE_THREADS as u32, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: four ints, then the chunk states, running states and results as above.
-            unsafe { launch(device, &compiled.functions.merge, config, &ints, &pointers) }
-                .map_err(|e| gpu_error("launching the merge kernel", e))?;
-            if let Some(r) = recorded.as_mut() {
-                r.push(&compiled.functions.merge, config, &ints, &pointers);
-            }
-        }
+        self.launch_kernels(&mut recorded)?;
         if queued {
             return Ok(());
         }
+        let fetch = &self.plan.fetch;
         unsafe {
-            result::event::record(events[2], stream).map_err(|e| gpu_error("timing", e))?;
-            if (step.last || step.states_out) && !fetch.is_empty() && data.target.is_none() {
-                result::memcpy_dtoh_async(&mut host[fetch.clone()], at(fetch.start), stream)
-                    .map_err(|e| gpu_error("copying the results", e))?;
+            result::event::record(events[2], stream).map_err(self.error("timing"))?;
+            if (self.step.last || self.step.states_out) && !fetch.is_empty() {
+                result::memcpy_dtoh_async(&mut host[fetch.clone()], self.at(fetch.start), stream)
+                    .map_err(self.error("copying the results"))?;
             }
-            result::event::record(events[3], stream).map_err(|e| gpu_error("timing", e))?;
-            result::stream::synchronize(stream).map_err(|e| gpu_error("running the kernel", e))?;
+            result::event::record(events[3], stream).map_err(self.error("timing"))?;
+            result::stream::synchronize(stream).map_err(self.error("running the kernel"))?;
             let elapsed =
                 |a: usize, b: usize| result::event::elapsed(events[a], events[b]).map_or(0.0, |ms| ms as f64 / 1e3);
             times.upload += elapsed(0, 1);
@@ -659,18 +761,72 @@ fn run_step<S: Stored, T: Real>(
             times.download += elapsed(2, 3);
         }
         Ok(())
-    });
-    if ran.is_err() {
-        // Nothing queued before the failure may still use the buffers when the next call fills them.
-        // SAFETY: a plain wait on this device's stream.
-        let _ = unsafe { result::stream::synchronize(stream) };
-    }
-    ran?;
-    if let Some(slot) = record {
-        *slot = recorded;
     }
 
-    let clock = Instant::now();
+    /// Launches the preparation of the tensor-core dots (if any), the reduction and, unless the
+    /// reduction finalises its rows itself, the merge of its chunks; each recorded when asked.
+    fn launch_kernels(&self, recorded: &mut Option<&mut Recorded>) -> Result<()> {
+        let (data, step, plan, regions) = (self.data, self.step, self.plan, &self.plan.regions);
+        let (kernel, functions) = (&data.compiled.kernel, &data.compiled.functions);
+        let (rows_out, rows_red) = (step.out.len(), step.red.len());
+        let mut launch_and_record = |function: &CudaFunction, config: LaunchConfig, ints: &[i32], pointers: &[u64], what: &str| {
+            // SAFETY: each caller passes the arguments of the kernel's generated signature (below).
+            unsafe { launch(data.device, function, config, ints, pointers) }.map_err(self.error(what))?;
+            if let Some(r) = recorded.as_mut() {
+                r.push(function, config, ints, pointers);
+            }
+            Ok::<(), Error>(())
+        };
+        let ints = [rows_out as i32, rows_red as i32, plan.chunk as i32, step.red.start as i32, plan.finalize_here as i32];
+        let mut pointers: Vec<u64> =
+            regions.inputs.iter().zip(data.resident).map(|(&o, r)| r.map_or(self.at(o), |m| m.pointer())).collect();
+        let values = data.target.map_or(self.at(regions.values), DeviceMatrix::pointer);
+        // (the running states of the earlier steps seed the K-selections: see codegen's Reducer::init)
+        let running = if step.first { 0 } else { self.at(regions.running.start) };
+        pointers.extend([self.at(regions.constants), self.at(regions.states), values, self.at(regions.indices), running]);
+        let blocks = match data.ranged {
+            Some(ranged) => {
+                pointers.extend([self.at(regions.work), self.at(regions.red)]);
+                ranged.blocks()
+            }
+            None => rows_out.div_ceil(kernel.tile * kernel.rows),
+        };
+        if let (Some(prepare), Some(function)) = (kernel.prepare, &functions.prepare) {
+            // Two ints, the two inputs as the reduction reads them, and the regions sized for
+            // `prepare.rows(step.rows_red)` >= `prepare.rows(rows_red)` reduced rows.
+            let split = [pointers[prepare.outer], pointers[prepare.inner], self.at(regions.split), self.at(regions.split_norms)];
+            let grid = prepare.rows(rows_red).div_ceil(PREPARE_THREADS).max(1) as u32;
+            let config = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (PREPARE_THREADS as u32, 1, 1), shared_mem_bytes: 0 };
+            let ints = [rows_out as i32, rows_red as i32];
+            launch_and_record(function, config, &ints, &split, "launching the kernel that prepares the dots")?;
+            pointers.extend([self.at(regions.split), self.at(regions.split_norms)]);
+        }
+        // Five ints, one pointer per input (the step's rows, as the kernel indexes them), the
+        // numbers, the states of `chunks` x `rows_out` rows, the results of `rows_out` rows and
+        // their running states or null (then the ranges', then the prepared dots').
+        let config = LaunchConfig {
+            grid_dim: (blocks as u32, plan.chunks as u32, 1),
+            block_dim: (kernel.tile as u32, 1, 1),
+            shared_mem_bytes: kernel.dynamic_shared as u32,
+        };
+        launch_and_record(&functions.reduce, config, &ints, &pointers, "launching the kernel")?;
+        if !plan.finalize_here {
+            // Four ints, then the chunk states, running states and results as above.
+            let ints = [rows_out as i32, plan.chunks as i32, step.first as i32, step.last as i32];
+            let pointers = [self.at(regions.states), self.at(regions.running.start), values, self.at(regions.indices)];
+            let grid = rows_out.div_ceil(MERGE_THREADS) as u32;
+            let config = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (MERGE_THREADS as u32, 1, 1), shared_mem_bytes: 0 };
+            launch_and_record(&functions.merge, config, &ints, &pointers, "launching the merge kernel")?;
+        }
+        Ok(())
+    }
+}
+
+/// Copies the kept rows of a step's results (after the last block of the reduced range), or its
+/// running states (at the end of a part of the reduced range), from the staging buffer into the
+/// call's `columns`.
+fn collect_results<T: Real>(kernel: &codegen::Kernel, step: &Step, regions: &Regions, host: &[u8], columns: &mut Columns) {
+    let rows_out = step.out.len();
     // The kept rows, in the step's results and in the call's.
     let (from, to) = (step.keep.start - step.out.start, step.keep.start - step.part_start);
     if step.last {
@@ -692,8 +848,6 @@ fn run_step<S: Stored, T: Real>(
         let got: &[f64] = view(&host[regions.running.start..], rows_out * len);
         states[to * len..(to + step.keep.len()) * len].copy_from_slice(&got[from * len..(from + step.keep.len()) * len]);
     }
-    times.results += clock.elapsed().as_secs_f64();
-    Ok(())
 }
 
 /// Rows `rows` of the column-major `n x dim` matrix `data`, as `S`, at the start of `bytes`.

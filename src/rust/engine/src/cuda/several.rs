@@ -176,8 +176,9 @@ pub fn evaluate<S: Stored, T: Real>(
             .map_err(|e| Error::Gpu(format!("binding the CUDA context: {e:?}")))
             .and_then(|_| {
                 let stopped = || stop.load(Relaxed);
-                let (f, p) = (formula, Some(&parts[t]));
-                launch::evaluate::<S, T>(device, compiled, f, inputs, &[], (n_i, n_j), p, options, &stopped, ranges, None, &mut times)
+                let part = Some(&parts[t]);
+                let call = launch::Call { formula, inputs, resident: &[], sizes: (n_i, n_j), part, ranges, options };
+                launch::evaluate::<S, T>(device, compiled, &call, &stopped, None, &mut times)
             });
         if done.is_err() {
             // The other devices leave at their next step.
