@@ -16,7 +16,7 @@ use std::fmt::Write;
 use super::dot_tiles::{self, DotTile};
 use super::dtype::Dtype;
 use super::finish;
-use crate::formula::{Category, Formula, NodeId, Op};
+use crate::formula::{Category, Formula, Node, NodeId, Op};
 use crate::plan::{Plan, Role};
 use crate::ranges::BlockRanges;
 use crate::reduction::Accumulator;
@@ -678,28 +678,44 @@ impl Gen<'_> {
 
     /// Emits `T v{id}[dim]` computed from its arguments.
     fn node(&mut self, id: NodeId) {
-        let node = &self.formula.graph.nodes[id];
-        let d = node.dim;
-        let a: Vec<(String, usize)> = node.args.iter().map(|&x| (self.name(x), self.formula.graph.dim(x))).collect();
-        let out = self.name(id);
-        // Component k of argument i, broadcasting dimension 1.
-        let at = |i: usize, k: &str| -> String {
-            let (name, dim) = &a[i];
-            if *dim == 1 {
-                format!("{name}[0]")
-            } else {
-                format!("{name}[{k}]")
-            }
+        let (formula, layout) = (self.formula, self.layout);
+        let node = &formula.graph.nodes[id];
+        let o = Operands {
+            out: self.name(id),
+            d: node.dim,
+            args: node.args.iter().map(|&x| (self.name(x), formula.graph.dim(x))).collect(),
         };
-        let m = |f: &str| self.math(f);
-        let elementwise = |expr: String| format!("for (int k = 0; k < {d}; k++) {out}[k] = {expr};");
         let body = match node.op {
-            _ if self.layout.dots.is_some_and(|dots| dots.node == id) => self.layout.dots.map(|dots| dots.read(&out)).unwrap_or_default(),
+            _ if layout.dots.is_some_and(|dots| dots.node == id) => layout.dots.map(|dots| dots.read(&o.out)).unwrap_or_default(),
             Op::Input(_) => return,
             Op::Constant(_) => {
                 let slot = self.constant_nodes.iter().position(|&c| c == id).expect("every number has a slot");
-                format!("{out}[0] = rk_consts[{slot}];")
+                format!("{}[0] = rk_consts[{slot}];", o.out)
             }
+            Op::Neg | Op::Abs | Op::Acos | Op::Asin | Op::Atan | Op::Cos | Op::Sin | Op::Exp | Op::Log | Op::Floor | Op::Sqrt
+            | Op::Inv | Op::Square | Op::ReLU | Op::Rsqrt | Op::Sign | Op::Step | Op::SinXDivX | Op::XLogX | Op::Round(_)
+            | Op::Pow(_) | Op::ClampInt(..) => self.one_argument(node, &o),
+            Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Atan2 | Op::Powf | Op::Equal | Op::NotEqual | Op::LessThan
+            | Op::LessOrEqual | Op::Clamp | Op::IfElse | Op::Mod => self.several_arguments(node, &o),
+            Op::Sum | Op::SqNorm2 | Op::Dot | Op::Max | Op::Min | Op::ArgMax | Op::ArgMin => Gen::over_components(node, &o),
+            Op::Elem(_) | Op::ElemT(..) | Op::Extract(..) | Op::ExtractT(..) | Op::Concat | Op::OneHot(_) | Op::SumT(_)
+            | Op::MatVecMult | Op::VecMatMult | Op::TensorProd => self.reshaping(node, &o),
+        };
+        let indent = if matches!(layout.plan.roles[id], Some(Role::Inner | Role::Pair)) { "        " } else { "  " };
+        // A number's value stays out of the source (it is in rk_consts).
+        let what = match node.op {
+            Op::Constant(_) => "number".to_string(),
+            op => format!("{op:?}"),
+        };
+        self.line(&format!("{indent}// node {id}: {what}\n{indent}T {}[{}]; {body}", o.out, o.d));
+    }
+
+    /// The body of an element-wise operation of one argument.
+    fn one_argument(&self, node: &Node, o: &Operands) -> String {
+        let at = |i: usize, k: &str| o.at(i, k);
+        let m = |f: &str| self.math(f);
+        let elementwise = |expr: String| o.elementwise(expr);
+        match node.op {
             Op::Neg => elementwise(format!("-{}", at(0, "k"))),
             Op::Abs => elementwise(format!("{}({})", m("fabs"), at(0, "k"))),
             Op::Acos => elementwise(format!("{}({})", m("acos"), at(0, "k"))),
@@ -729,6 +745,17 @@ impl Gen<'_> {
                 "({0} < (T){lo}) ? (T){lo} : (({0} > (T){hi}) ? (T){hi} : {0})",
                 at(0, "k")
             )),
+            op => unreachable!("{op:?} is not an operation of one argument"),
+        }
+    }
+
+    /// The body of an element-wise operation of two or three arguments (a dimension-1 argument is
+    /// broadcast).
+    fn several_arguments(&self, node: &Node, o: &Operands) -> String {
+        let at = |i: usize, k: &str| o.at(i, k);
+        let m = |f: &str| self.math(f);
+        let elementwise = |expr: String| o.elementwise(expr);
+        match node.op {
             Op::Add => elementwise(format!("{} + {}", at(0, "k"), at(1, "k"))),
             Op::Sub => elementwise(format!("{} - {}", at(0, "k"), at(1, "k"))),
             Op::Mul => elementwise(format!("{} * {}", at(0, "k"), at(1, "k"))),
@@ -758,6 +785,15 @@ impl Gen<'_> {
                 at(2, "k"),
                 m("floor")
             )),
+            op => unreachable!("{op:?} is not an element-wise operation of several arguments"),
+        }
+    }
+
+    /// The body of a reduction over the components of a vector (of dimension 1).
+    fn over_components(node: &Node, o: &Operands) -> String {
+        let at = |i: usize, k: &str| o.at(i, k);
+        let (out, a) = (&o.out, &o.args);
+        match node.op {
             Op::Sum => format!("{out}[0] = {}; for (int k = 1; k < {}; k++) {out}[0] += {};", at(0, "0"), a[0].1, at(0, "k")),
             Op::SqNorm2 => format!("{out}[0] = (T)0; for (int k = 0; k < {}; k++) {out}[0] += {1} * {1};", a[0].1, at(0, "k")),
             Op::Dot => format!(
@@ -785,6 +821,18 @@ impl Gen<'_> {
                     at(0, "k")
                 )
             }
+            op => unreachable!("{op:?} is not a reduction over the components"),
+        }
+    }
+
+    /// The body of a reshaping (elements, extraction, concatenation, ...) or of a product of
+    /// matrices and vectors.
+    fn reshaping(&self, node: &Node, o: &Operands) -> String {
+        let at = |i: usize, k: &str| o.at(i, k);
+        let m = |f: &str| self.math(f);
+        let elementwise = |expr: String| o.elementwise(expr);
+        let (out, d, a) = (&o.out, o.d, &o.args);
+        match node.op {
             Op::Elem(p) => format!("{out}[0] = {};", at(0, &p.to_string())),
             Op::ElemT(_, p) => format!("for (int k = 0; k < {d}; k++) {out}[k] = (T)0; {out}[{p}] = {};", at(0, "0")),
             Op::Extract(start, _) => format!("for (int k = 0; k < {d}; k++) {out}[k] = {};", at(0, &format!("{start} + k"))),
@@ -821,14 +869,34 @@ impl Gen<'_> {
                 at(0, "k"),
                 at(1, "l")
             ),
-        };
-        let indent = if matches!(self.layout.plan.roles[id], Some(Role::Inner | Role::Pair)) { "        " } else { "  " };
-        // A number's value stays out of the source (it is in rk_consts).
-        let what = match node.op {
-            Op::Constant(_) => "number".to_string(),
-            op => format!("{op:?}"),
-        };
-        self.line(&format!("{indent}// node {id}: {what}\n{indent}T {out}[{d}]; {body}"));
+            op => unreachable!("{op:?} is not a reshaping"),
+        }
+    }
+}
+
+/// The register arrays of a node and of its arguments, as `Gen::node` writes its body.
+struct Operands {
+    /// The node's array, and its dimension.
+    out: String,
+    d: usize,
+    /// Each argument's array and its dimension.
+    args: Vec<(String, usize)>,
+}
+
+impl Operands {
+    /// Component `k` of argument `i`, broadcasting dimension 1.
+    fn at(&self, i: usize, k: &str) -> String {
+        let (name, dim) = &self.args[i];
+        if *dim == 1 {
+            format!("{name}[0]")
+        } else {
+            format!("{name}[{k}]")
+        }
+    }
+
+    /// Every component of the node set to `expr` (of `k`).
+    fn elementwise(&self, expr: String) -> String {
+        format!("for (int k = 0; k < {d}; k++) {out}[k] = {expr};", d = self.d, out = self.out)
     }
 }
 
