@@ -16,7 +16,7 @@ use std::fmt::Write;
 use super::dot_tiles::{self, DotTile};
 use super::dtype::Dtype;
 use super::finish;
-use crate::formula::{Category, Formula, NodeId, Op};
+use crate::formula::{Category, Formula, Node, NodeId, Op};
 use crate::plan::{Plan, Role};
 use crate::ranges::BlockRanges;
 use crate::reduction::Accumulator;
@@ -176,23 +176,128 @@ impl Variant {
 /// index `rk_red[2r] .. rk_red[2r + 1]` for `r` in `rk_work[4b + 2] .. rk_work[4b + 3]`, and
 /// finalises them (the 1D scheme).
 pub fn generate_variant(formula: &Formula, options: &KernelOptions) -> Kernel {
-    let KernelOptions { dtype, scheme, variant, selection, unroll } = *options;
-    let ranged = matches!(variant, Variant::Ranged | Variant::RangedNarrow);
-    let narrow = variant == Variant::RangedNarrow;
+    let layout = Layout::new(formula, options);
+    let (acc, dots) = (&layout.acc, layout.dots);
+    let ranged = matches!(options.variant, Variant::Ranged | Variant::RangedNarrow);
+    let constant_nodes = number_nodes(formula, &layout.plan);
+    let constants = constant_nodes
+        .iter()
+        .map(|&id| match formula.graph.nodes[id].op {
+            Op::Constant(bits) => f64::from_bits(bits),
+            _ => unreachable!("number_nodes keeps numbers only"),
+        })
+        .collect();
+    let mut g = Gen { formula, dtype: options.dtype, layout: &layout, src: String::new(), q: 0, constant_nodes };
     let red = &formula.reduction;
-    let plan = Plan::new(formula);
-    let acc = formula.accumulator(scheme);
-    let dots = match variant {
-        Variant::DotTiles => DotTile::find(formula, &plan, dtype),
-        Variant::StreamedDotTiles => DotTile::find(formula, &plan, dtype).map(DotTile::streamed),
-        _ => None,
-    };
-    // The nodes to compute: with tensor-core dots, not those only the dots read.
-    let live = match &dots {
-        Some(dots) => dots.live(formula),
-        None => vec![true; formula.graph.nodes.len()],
-    };
-    let inner_vars: Vec<usize> = formula
+    let reducer = Reducer { acc, f: red.f, g: red.g, fdim: acc.dim, selection: options.selection };
+    g.functions_and_signature(ranged);
+    g.block_start(ranged);
+    g.rows_start(&reducer);
+    g.reduced_ranges_start(ranged);
+    g.load_tile();
+    g.loop_over_tile(&reducer, options.unroll);
+    g.reduced_ranges_end();
+    g.store_rows(&reducer);
+    finish::merge_kernel(&mut g.src, acc);
+    Kernel {
+        source: g.src,
+        name: KERNEL_NAME,
+        merge_name: finish::MERGE_NAME,
+        constants,
+        tile: layout.tile,
+        rows: layout.rows,
+        state_len: acc.state_len(),
+        width: acc.width(),
+        static_shared: layout.dots_shared_bytes() + if layout.shared { layout.tile_len * layout.shared_width * options.dtype.size() } else { 0 },
+        dynamic_shared: dots.map_or(0, |dots| dots.dynamic_shared_bytes()),
+        prepare: dots.and_then(|dots| dots.prepare()),
+    }
+}
+
+/// What a kernel computes and where: its plan, the tensor-core dots, the size of its blocks and
+/// of its tile of the reduced index, and what that tile holds in shared memory.
+struct Layout {
+    plan: Plan,
+    acc: Accumulator,
+    /// The node computed on the tensor cores, read from `rk_smem`.
+    dots: Option<DotTile>,
+    /// Whether a node is computed (not when only tensor-core dots read it).
+    live: Vec<bool>,
+    /// Positions of the inputs of the reduced index that the kernel reads.
+    inner_vars: Vec<usize>,
+    /// Threads per block, and output rows per thread.
+    tile: usize,
+    rows: usize,
+    /// The length of a tile of the reduced index, and its name in the source.
+    tile_len: usize,
+    tile_name: &'static str,
+    /// Whether the tile goes through shared memory, and its values per index of the reduced index.
+    shared: bool,
+    shared_width: usize,
+    /// Where the shared tile holds each input of the reduced index (when it holds the inputs).
+    shared_offsets: Vec<Option<usize>>,
+    /// Where it holds each hoisted term of the reduced index (node, offset), when it holds them.
+    hoisted_offsets: Vec<(NodeId, usize)>,
+}
+
+impl Layout {
+    fn new(formula: &Formula, options: &KernelOptions) -> Layout {
+        let KernelOptions { dtype, scheme, variant, .. } = *options;
+        let narrow = variant == Variant::RangedNarrow;
+        let plan = Plan::new(formula);
+        let acc = formula.accumulator(scheme);
+        let dots = match variant {
+            Variant::DotTiles => DotTile::find(formula, &plan, dtype),
+            Variant::StreamedDotTiles => DotTile::find(formula, &plan, dtype).map(DotTile::streamed),
+            _ => None,
+        };
+        // The nodes to compute: with tensor-core dots, not those only the dots read.
+        let live = match &dots {
+            Some(dots) => dots.live(formula),
+            None => vec![true; formula.graph.nodes.len()],
+        };
+        let inner_vars = inner_inputs(formula, &plan, &live);
+        // Terms of the reduced index alone (Normalize(y), 2 * y, ...) are computed once per value of the
+        // index, by the thread that loads it into the shared tile, which then holds those of them that
+        // the pairs (or the reduction) read: `hoisted`, when they fit; else the tile holds the inputs.
+        let hoisted = inner_frontier(formula, &plan, &live);
+        let width_of = |nodes: &[NodeId]| nodes.iter().map(|&id| formula.graph.dim(id)).sum::<usize>();
+        let inner_width: usize = inner_vars.iter().map(|&p| formula.variables[p].dim).sum();
+        // The tensor-core dots take their part of the shared memory first.
+        let free_bytes = SHARED_BYTES - dots.map_or(0, |dots| dots.shared_floats() * 4);
+        let fits_width = |t: usize, width: usize| t * width * dtype.size() <= free_bytes;
+        let hoisted = match plan.inner.iter().any(|&id| live[id]) && fits_width(if narrow { 64 } else { 128 }, width_of(&hoisted)) {
+            true => hoisted,
+            false => vec![],
+        };
+        let shared_width = if hoisted.is_empty() { inner_width } else { width_of(&hoisted) };
+        // The largest tile whose shared memory fits; wide variables read global memory directly. With
+        // tensor-core dots, a tile has `dot_tiles::COLUMNS` indices, and each of the 128 threads one row.
+        let fits = |t: usize| fits_width(t, shared_width);
+        let tile = match (narrow, dots.is_some()) {
+            (true, _) => 64,
+            (_, true) => dot_tiles::ROWS,
+            _ => [256, 128, 64].into_iter().find(|&t| fits(t)).unwrap_or(64),
+        };
+        let (tile_len, tile_name) = if dots.is_some() { (dot_tiles::COLUMNS, "RK_COLUMNS") } else { (tile, "TILE") };
+        let shared = fits(tile_len) && shared_width > 0;
+        let rows = if narrow || dots.is_some() { 1 } else { rows_per_thread(formula, &plan, &acc, dtype) };
+        let (shared_offsets, hoisted_offsets) = match shared {
+            true => tile_offsets(formula, &inner_vars, &hoisted),
+            false => (vec![None; formula.variables.len()], vec![]),
+        };
+        Layout { plan, acc, dots, live, inner_vars, tile, rows, tile_len, tile_name, shared, shared_width, shared_offsets, hoisted_offsets }
+    }
+
+    /// Bytes of static shared memory the tensor-core dots declare.
+    fn dots_shared_bytes(&self) -> usize {
+        self.dots.map_or(0, |dots| dots.shared_floats() * 4)
+    }
+}
+
+/// The positions of the inputs of the reduced index that the kernel reads.
+fn inner_inputs(formula: &Formula, plan: &Plan, live: &[bool]) -> Vec<usize> {
+    formula
         .graph
         .nodes
         .iter()
@@ -201,201 +306,198 @@ pub fn generate_variant(formula: &Formula, options: &KernelOptions) -> Kernel {
             Op::Input(p) if plan.roles[id] == Some(Role::Inner) && live[id] => Some(p),
             _ => None,
         })
-        .collect();
-    // Terms of the reduced index alone (Normalize(y), 2 * y, ...) are computed once per value of the
-    // index, by the thread that loads it into the shared tile, which then holds those of them that
-    // the pairs (or the reduction) read: `hoisted`, when they fit; else the tile holds the inputs.
-    let hoisted = inner_frontier(formula, &plan, &live);
-    let width_of = |nodes: &[NodeId]| nodes.iter().map(|&id| formula.graph.dim(id)).sum::<usize>();
-    let inner_width: usize = inner_vars.iter().map(|&p| formula.variables[p].dim).sum();
-    // The tensor-core dots take their part of the shared memory first.
-    let free_bytes = SHARED_BYTES - dots.map_or(0, |dots| dots.shared_floats() * 4);
-    let fits_width = |t: usize, width: usize| t * width * dtype.size() <= free_bytes;
-    let hoisted = match plan.inner.iter().any(|&id| live[id]) && fits_width(if narrow { 64 } else { 128 }, width_of(&hoisted)) {
-        true => hoisted,
-        false => vec![],
-    };
-    let shared_width = if hoisted.is_empty() { inner_width } else { width_of(&hoisted) };
-    // The largest tile whose shared memory fits; wide variables read global memory directly. With
-    // tensor-core dots, a tile has `dot_tiles::COLUMNS` indices, and each of the 128 threads one row.
-    let fits = |t: usize| fits_width(t, shared_width);
-    let tile = match (narrow, dots.is_some()) {
-        (true, _) => 64,
-        (_, true) => dot_tiles::ROWS,
-        _ => [256, 128, 64].into_iter().find(|&t| fits(t)).unwrap_or(64),
-    };
-    let (tile_len, tile_name) = if dots.is_some() { (dot_tiles::COLUMNS, "RK_COLUMNS") } else { (tile, "TILE") };
-    let shared = fits(tile_len) && shared_width > 0;
-    let rows = if narrow || dots.is_some() { 1 } else { rows_per_thread(formula, &plan, &acc, dtype) };
-    let constant_nodes: Vec<NodeId> =
-        plan.constant.iter().copied().filter(|&id| matches!(formula.graph.nodes[id].op, Op::Constant(_))).collect();
-    let constants = constant_nodes
-        .iter()
-        .map(|&id| match formula.graph.nodes[id].op {
-            Op::Constant(bits) => f64::from_bits(bits),
-            _ => unreachable!("filtered above"),
-        })
-        .collect();
-    let mut g = Gen {
-        formula,
-        dtype,
-        plan: &plan,
-        src: String::new(),
-        shared_offsets: vec![None; formula.variables.len()],
-        q: 0,
-        constant_nodes,
-        tile_name,
-        live: &live,
-        dots,
-    };
-    g.prelude(tile, rows);
-    if let Some(dots) = &dots {
-        dots.functions(&mut g.src);
-    }
-    finish::functions(&mut g.src, &acc, dtype.c_type());
-    g.signature(ranged);
-    if ranged {
-        g.line("  const int* work = rk_work + 4 * blockIdx.x;");
-        g.line("  const int row0 = work[0] + threadIdx.x;\n  const int row_end = work[1];");
-    } else {
-        g.line("  const int row0 = blockIdx.x * (TILE * ROWS) + threadIdx.x;\n  const int row_end = n_out;");
-    }
-    for q in 0..rows {
-        g.line(&format!("  const int row_{q} = row0 + {q} * TILE; const int r_{q} = row_{q} < row_end ? row_{q} : 0;"));
-    }
-    if let Some(dots) = &dots {
-        g.src.push_str(&dots.block_start());
-    }
+        .collect()
+}
+
+/// The offsets in the shared tile of the inputs of the reduced index (when nothing is hoisted),
+/// then of the hoisted terms.
+fn tile_offsets(formula: &Formula, inner_vars: &[usize], hoisted: &[NodeId]) -> (Vec<Option<usize>>, Vec<(NodeId, usize)>) {
+    let mut shared_offsets = vec![None; formula.variables.len()];
     let mut hoisted_offsets = Vec::new();
-    if shared {
-        let _ = writeln!(g.src, "  __shared__ T tile[{tile_name} * {shared_width}];");
-        let mut offset = 0;
-        if hoisted.is_empty() {
-            for &p in &inner_vars {
-                g.shared_offsets[p] = Some(offset);
-                offset += formula.variables[p].dim;
-            }
-        }
-        for &id in &hoisted {
-            hoisted_offsets.push((id, offset));
-            offset += formula.graph.dim(id);
+    let mut offset = 0;
+    if hoisted.is_empty() {
+        for &p in inner_vars {
+            shared_offsets[p] = Some(offset);
+            offset += formula.variables[p].dim;
         }
     }
-    let reducer = Reducer { acc: &acc, f: red.f, g: red.g, fdim: acc.dim, selection };
-    // Per-row values are emitted once per row slot q (registers v{id}_{q}), the rest once.
-    for q in 0..rows {
-        g.q = q;
-        for (id, node) in formula.graph.nodes.iter().enumerate().filter(|&(id, _)| live[id]) {
-            match (node.op, plan.roles[id]) {
-                (Op::Input(p), Some(Role::Outer)) => g.input_registers(id, p),
-                (Op::Input(p), Some(Role::Constant)) if q == 0 => g.input_registers(id, p),
-                _ => {}
-            }
-        }
-        if q == 0 {
-            for &id in &plan.constant {
-                g.node(id);
-            }
-        }
-        for &id in plan.outer.iter().filter(|&&id| live[id]) {
-            g.node(id);
-        }
-        reducer.init(&mut g);
+    for &id in hoisted {
+        hoisted_offsets.push((id, offset));
+        offset += formula.graph.dim(id);
     }
-    if ranged {
-        g.line("  for (int range = work[2]; range < work[3]; range++) {");
-        g.line("  const int j_begin = rk_red[2 * range];\n  const int j_end = rk_red[2 * range + 1];");
-    } else {
-        g.line("  {");
-        g.line("  const int j_begin = blockIdx.y * chunk;\n  const int j_end = min(n_red, j_begin + chunk);");
+    (shared_offsets, hoisted_offsets)
+}
+
+/// The number nodes of the formula, in the order of `rk_consts`.
+fn number_nodes(formula: &Formula, plan: &Plan) -> Vec<NodeId> {
+    plan.constant.iter().copied().filter(|&id| matches!(formula.graph.nodes[id].op, Op::Constant(_))).collect()
+}
+
+/// The parts of the reduction kernel, in the order of its source.
+impl Gen<'_> {
+    /// The helper functions (the tensor-core dots', the finalisation's), then the kernel's signature.
+    fn functions_and_signature(&mut self, ranged: bool) {
+        let layout = self.layout;
+        self.prelude(layout.tile, layout.rows);
+        if let Some(dots) = &layout.dots {
+            dots.functions(&mut self.src);
+        }
+        finish::functions(&mut self.src, &layout.acc, self.dtype.c_type());
+        self.signature(ranged);
     }
-    g.line(&format!("  for (int j0 = j_begin; j0 < j_end; j0 += {tile_name}) {{"));
-    if shared {
-        g.line("    {");
-        g.line("      const int j = j0 + threadIdx.x;");
-        g.line(if dots.is_some() { "      if (j < j_end && threadIdx.x < RK_COLUMNS) {" } else { "      if (j < j_end) {" });
-        if hoisted_offsets.is_empty() {
-            for &p in &inner_vars {
-                let off = g.shared_offsets[p].unwrap_or(0);
-                let d = formula.variables[p].dim;
-                g.line(&format!("        for (int k = 0; k < {d}; k++) tile[({off} + k) * {tile_name} + threadIdx.x] = rk_load(in{p}[j + (long long)n_red * k]);"));
-            }
+
+    /// The block's output rows (each thread's, per row slot), its tensor-core dots' set-up and its
+    /// shared tile.
+    fn block_start(&mut self, ranged: bool) {
+        let layout = self.layout;
+        if ranged {
+            self.line("  const int* work = rk_work + 4 * blockIdx.x;");
+            self.line("  const int row0 = work[0] + threadIdx.x;\n  const int row_end = work[1];");
         } else {
-            g.inner_terms();
-            for &(id, off) in &hoisted_offsets {
-                let d = formula.graph.dim(id);
-                g.line(&format!("        for (int k = 0; k < {d}; k++) tile[({off} + k) * {tile_name} + threadIdx.x] = v{id}[k];"));
+            self.line("  const int row0 = blockIdx.x * (TILE * ROWS) + threadIdx.x;\n  const int row_end = n_out;");
+        }
+        for q in 0..layout.rows {
+            self.line(&format!("  const int row_{q} = row0 + {q} * TILE; const int r_{q} = row_{q} < row_end ? row_{q} : 0;"));
+        }
+        if let Some(dots) = &layout.dots {
+            self.src.push_str(&dots.block_start());
+        }
+        if layout.shared {
+            let _ = writeln!(self.src, "  __shared__ T tile[{} * {}];", layout.tile_name, layout.shared_width);
+        }
+    }
+
+    /// Per row slot: the registers of the row's inputs and parameters, the numbers (once), the
+    /// terms of the row alone, and the reduction's state.
+    fn rows_start(&mut self, reducer: &Reducer) {
+        let (formula, layout) = (self.formula, self.layout);
+        let (plan, live) = (&layout.plan, &layout.live);
+        for q in 0..layout.rows {
+            self.q = q;
+            for (id, node) in formula.graph.nodes.iter().enumerate().filter(|&(id, _)| live[id]) {
+                match (node.op, plan.roles[id]) {
+                    (Op::Input(p), Some(Role::Outer)) => self.input_registers(id, p),
+                    (Op::Input(p), Some(Role::Constant)) if q == 0 => self.input_registers(id, p),
+                    _ => {}
+                }
             }
+            if q == 0 {
+                for &id in &plan.constant {
+                    self.node(id);
+                }
+            }
+            for &id in plan.outer.iter().filter(|&&id| live[id]) {
+                self.node(id);
+            }
+            reducer.init(self);
         }
-        g.line("      }");
-        g.line("    }");
-        g.line("    __syncthreads();");
     }
-    if let Some(dots) = &dots {
-        g.line(&dots.tile());
-    }
-    g.line("    if (row0 < row_end) {");
-    g.line(&format!("      const int len = min({tile_name}, j_end - j0);"));
-    for q in 0..rows {
-        g.q = q;
-        reducer.tile_begin(&mut g);
-    }
-    // Four iterations unrolled. For K-selections in local memory, not unrolling compiles 2 to 3 x
-    // faster (10-NN, D = 100: 0.22 against 0.62 s with NVRTC 12.9) but the kernels were slower on an
-    // H100 (10-NN, N = 1e6: +16 % at D = 3, +10 % at D = 10; 32-NN D = 64: -13 %): kept.
-    // Tuning::unroll (RKEOPS_GPU_UNROLL=n) forces n (benchmarks).
-    g.line(&format!("      #pragma unroll {unroll}\n      for (int jj = 0; jj < len; jj++) {{"));
-    g.line("        const int j = j0 + jj;");
-    if hoisted_offsets.is_empty() {
-        g.inner_terms();
-    }
-    for &(id, off) in &hoisted_offsets {
-        let d = formula.graph.dim(id);
-        g.line(&format!("        T v{id}[{d}]; for (int k = 0; k < {d}; k++) v{id}[k] = tile[({off} + k) * {tile_name} + jj];"));
-    }
-    for q in 0..rows {
-        g.q = q;
-        for &id in plan.pair.iter().filter(|&&id| live[id]) {
-            g.node(id);
+
+    /// Opens the loop over the ranges of the reduced index (block-sparse) or the block's one chunk,
+    /// and the loop over its tiles.
+    fn reduced_ranges_start(&mut self, ranged: bool) {
+        if ranged {
+            self.line("  for (int range = work[2]; range < work[3]; range++) {");
+            self.line("  const int j_begin = rk_red[2 * range];\n  const int j_end = rk_red[2 * range + 1];");
+        } else {
+            self.line("  {");
+            self.line("  const int j_begin = blockIdx.y * chunk;\n  const int j_end = min(n_red, j_begin + chunk);");
         }
-        reducer.accumulate(&mut g);
+        self.line(&format!("  for (int j0 = j_begin; j0 < j_end; j0 += {}) {{", self.layout.tile_name));
     }
-    g.line("      }");
-    for q in 0..rows {
-        g.q = q;
-        reducer.tile_end(&mut g);
+
+    /// Each thread loads one index of the tile into shared memory: its inputs, or the hoisted terms
+    /// computed from them; then the tensor-core dots of the tile.
+    fn load_tile(&mut self) {
+        let (formula, layout) = (self.formula, self.layout);
+        let tile_name = layout.tile_name;
+        if layout.shared {
+            self.line("    {");
+            self.line("      const int j = j0 + threadIdx.x;");
+            self.line(if layout.dots.is_some() { "      if (j < j_end && threadIdx.x < RK_COLUMNS) {" } else { "      if (j < j_end) {" });
+            if layout.hoisted_offsets.is_empty() {
+                for &p in &layout.inner_vars {
+                    let off = layout.shared_offsets[p].unwrap_or(0);
+                    let d = formula.variables[p].dim;
+                    self.line(&format!("        for (int k = 0; k < {d}; k++) tile[({off} + k) * {tile_name} + threadIdx.x] = rk_load(in{p}[j + (long long)n_red * k]);"));
+                }
+            } else {
+                self.inner_terms();
+                for &(id, off) in &layout.hoisted_offsets {
+                    let d = formula.graph.dim(id);
+                    self.line(&format!("        for (int k = 0; k < {d}; k++) tile[({off} + k) * {tile_name} + threadIdx.x] = v{id}[k];"));
+                }
+            }
+            self.line("      }");
+            self.line("    }");
+            self.line("    __syncthreads();");
+        }
+        if let Some(dots) = &layout.dots {
+            self.line(&dots.tile());
+        }
     }
-    g.line("    }");
-    if shared {
-        g.line("    __syncthreads();");
+
+    /// The loop over the indices of the tile: the terms of the index (from the tile, or computed),
+    /// then per row slot the pairs' terms and the reduction's step.
+    fn loop_over_tile(&mut self, reducer: &Reducer, unroll: usize) {
+        let (formula, layout) = (self.formula, self.layout);
+        self.line("    if (row0 < row_end) {");
+        self.line(&format!("      const int len = min({}, j_end - j0);", layout.tile_name));
+        for q in 0..layout.rows {
+            self.q = q;
+            reducer.tile_begin(self);
+        }
+        // Four iterations unrolled. For K-selections in local memory, not unrolling compiles 2 to 3 x
+        // faster (10-NN, D = 100: 0.22 against 0.62 s with NVRTC 12.9) but the kernels were slower on an
+        // H100 (10-NN, N = 1e6: +16 % at D = 3, +10 % at D = 10; 32-NN D = 64: -13 %): kept.
+        // Tuning::unroll (RKEOPS_GPU_UNROLL=n) forces n (benchmarks).
+        self.line(&format!("      #pragma unroll {unroll}\n      for (int jj = 0; jj < len; jj++) {{"));
+        self.line("        const int j = j0 + jj;");
+        if layout.hoisted_offsets.is_empty() {
+            self.inner_terms();
+        }
+        for &(id, off) in &layout.hoisted_offsets {
+            let d = formula.graph.dim(id);
+            self.line(&format!("        T v{id}[{d}]; for (int k = 0; k < {d}; k++) v{id}[k] = tile[({off} + k) * {} + jj];", layout.tile_name));
+        }
+        for q in 0..layout.rows {
+            self.q = q;
+            for &id in layout.plan.pair.iter().filter(|&&id| layout.live[id]) {
+                self.node(id);
+            }
+            reducer.accumulate(self);
+        }
+        self.line("      }");
+        for q in 0..layout.rows {
+            self.q = q;
+            reducer.tile_end(self);
+        }
+        self.line("    }");
     }
-    g.line("  }");
-    g.line("  }");
-    // The state of a row, either finalised here (one chunk) or stored for rkeops_merge.
-    for q in 0..rows {
-        g.q = q;
-        g.line(&format!("  if (row_{q} < row_end) {{"));
-        g.line(&format!("    if (finalize) {{\n    double out[{}];", acc.state_len()));
-        reducer.store(&mut g);
-        g.line(&format!("    rk_finalize(out, out_values, out_indices, row_{q}, n_out);\n    }} else {{"));
-        g.line(&format!("    double* out = states + ((long long)blockIdx.y * n_out + row_{q}) * {};", acc.state_len()));
-        reducer.store(&mut g);
-        g.line("    }\n  }");
+
+    /// Closes the loops over the tiles and over the ranges (or the chunk).
+    fn reduced_ranges_end(&mut self) {
+        if self.layout.shared {
+            self.line("    __syncthreads();");
+        }
+        self.line("  }");
+        self.line("  }");
     }
-    g.line("}");
-    finish::merge_kernel(&mut g.src, &acc);
-    Kernel {
-        source: g.src,
-        name: KERNEL_NAME,
-        merge_name: finish::MERGE_NAME,
-        constants,
-        tile,
-        rows,
-        state_len: acc.state_len(),
-        width: acc.width(),
-        static_shared: dots.map_or(0, |dots| dots.shared_floats() * 4) + if shared { tile_len * shared_width * dtype.size() } else { 0 },
-        dynamic_shared: dots.map_or(0, |dots| dots.dynamic_shared_bytes()),
-        prepare: dots.and_then(|dots| dots.prepare()),
+
+    /// The state of a row, either finalised here (one chunk) or stored for rkeops_merge.
+    fn store_rows(&mut self, reducer: &Reducer) {
+        let state_len = self.layout.acc.state_len();
+        for q in 0..self.layout.rows {
+            self.q = q;
+            self.line(&format!("  if (row_{q} < row_end) {{"));
+            self.line(&format!("    if (finalize) {{\n    double out[{state_len}];"));
+            reducer.store(self);
+            self.line(&format!("    rk_finalize(out, out_values, out_indices, row_{q}, n_out);\n    }} else {{"));
+            self.line(&format!("    double* out = states + ((long long)blockIdx.y * n_out + row_{q}) * {state_len};"));
+            reducer.store(self);
+            self.line("    }\n  }");
+        }
+        self.line("}");
     }
 }
 
@@ -432,25 +534,18 @@ fn rows_per_thread(formula: &Formula, plan: &Plan, acc: &Accumulator, dtype: Dty
 struct Gen<'a> {
     formula: &'a Formula,
     dtype: Dtype,
-    plan: &'a Plan,
+    layout: &'a Layout,
     src: String,
-    shared_offsets: Vec<Option<usize>>,
     /// The row slot being emitted.
     q: usize,
     /// The number nodes, in the order of `rk_consts`.
     constant_nodes: Vec<NodeId>,
-    /// The length of a tile of the reduced index, in the source.
-    tile_name: &'static str,
-    /// Whether a node is computed (not when only tensor-core dots read it).
-    live: &'a [bool],
-    /// The node computed on the tensor cores, read from `rk_smem`.
-    dots: Option<DotTile>,
 }
 
 impl Gen<'_> {
     /// The register array of node `id`: one per row slot for values that depend on the row.
     fn name(&self, id: NodeId) -> String {
-        match self.plan.roles[id] {
+        match self.layout.plan.roles[id] {
             Some(Role::Outer | Role::Pair) => format!("v{id}_{}", self.q),
             _ => format!("v{id}"),
         }
@@ -538,7 +633,7 @@ impl Gen<'_> {
             params.push("const int* __restrict__ rk_work".into());
             params.push("const int* __restrict__ rk_red".into());
         }
-        params.extend(self.dots.iter().flat_map(DotTile::parameters));
+        params.extend(self.layout.dots.iter().flat_map(DotTile::parameters));
         let _ = writeln!(
             self.src,
             "extern \"C\" __global__ void __launch_bounds__(TILE) {KERNEL_NAME}({}) {{",
@@ -546,26 +641,27 @@ impl Gen<'_> {
         );
     }
 
-    /// Registers of an input that does not vary with the reduced index (parameter or output row).
     /// The terms of the reduced index alone for its index `j`: its inputs, from the shared tile
     /// when it holds them, else from global memory, then the nodes computed from them.
     fn inner_terms(&mut self) {
-        let live = self.live;
+        let layout = self.layout;
+        let live = &layout.live;
         for (id, node) in self.formula.graph.nodes.iter().enumerate().filter(|&(id, _)| live[id]) {
-            if let (Op::Input(p), Some(Role::Inner)) = (node.op, self.plan.roles[id]) {
+            if let (Op::Input(p), Some(Role::Inner)) = (node.op, layout.plan.roles[id]) {
                 let d = node.dim;
-                let line = match self.shared_offsets[p] {
-                    Some(off) => format!("        T v{id}[{d}]; for (int k = 0; k < {d}; k++) v{id}[k] = tile[({off} + k) * {} + jj];", self.tile_name),
+                let line = match layout.shared_offsets[p] {
+                    Some(off) => format!("        T v{id}[{d}]; for (int k = 0; k < {d}; k++) v{id}[k] = tile[({off} + k) * {} + jj];", layout.tile_name),
                     None => format!("        T v{id}[{d}]; for (int k = 0; k < {d}; k++) v{id}[k] = rk_load(in{p}[j + (long long)n_red * k]);"),
                 };
                 self.line(&line);
             }
         }
-        for &id in self.plan.inner.iter().filter(|&&id| live[id]) {
+        for &id in layout.plan.inner.iter().filter(|&&id| live[id]) {
             self.node(id);
         }
     }
 
+    /// Registers of an input that does not vary with the reduced index (parameter or output row).
     fn input_registers(&mut self, id: NodeId, p: usize) {
         let d = self.formula.graph.dim(id);
         let index = match self.formula.variables[p].category {
@@ -582,28 +678,44 @@ impl Gen<'_> {
 
     /// Emits `T v{id}[dim]` computed from its arguments.
     fn node(&mut self, id: NodeId) {
-        let node = &self.formula.graph.nodes[id];
-        let d = node.dim;
-        let a: Vec<(String, usize)> = node.args.iter().map(|&x| (self.name(x), self.formula.graph.dim(x))).collect();
-        let out = self.name(id);
-        // Component k of argument i, broadcasting dimension 1.
-        let at = |i: usize, k: &str| -> String {
-            let (name, dim) = &a[i];
-            if *dim == 1 {
-                format!("{name}[0]")
-            } else {
-                format!("{name}[{k}]")
-            }
+        let (formula, layout) = (self.formula, self.layout);
+        let node = &formula.graph.nodes[id];
+        let o = Operands {
+            out: self.name(id),
+            d: node.dim,
+            args: node.args.iter().map(|&x| (self.name(x), formula.graph.dim(x))).collect(),
         };
-        let m = |f: &str| self.math(f);
-        let elementwise = |expr: String| format!("for (int k = 0; k < {d}; k++) {out}[k] = {expr};");
         let body = match node.op {
-            _ if self.dots.is_some_and(|dots| dots.node == id) => self.dots.map(|dots| dots.read(&out)).unwrap_or_default(),
+            _ if layout.dots.is_some_and(|dots| dots.node == id) => layout.dots.map(|dots| dots.read(&o.out)).unwrap_or_default(),
             Op::Input(_) => return,
             Op::Constant(_) => {
                 let slot = self.constant_nodes.iter().position(|&c| c == id).expect("every number has a slot");
-                format!("{out}[0] = rk_consts[{slot}];")
+                format!("{}[0] = rk_consts[{slot}];", o.out)
             }
+            Op::Neg | Op::Abs | Op::Acos | Op::Asin | Op::Atan | Op::Cos | Op::Sin | Op::Exp | Op::Log | Op::Floor | Op::Sqrt
+            | Op::Inv | Op::Square | Op::ReLU | Op::Rsqrt | Op::Sign | Op::Step | Op::SinXDivX | Op::XLogX | Op::Round(_)
+            | Op::Pow(_) | Op::ClampInt(..) => self.one_argument(node, &o),
+            Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Atan2 | Op::Powf | Op::Equal | Op::NotEqual | Op::LessThan
+            | Op::LessOrEqual | Op::Clamp | Op::IfElse | Op::Mod => self.several_arguments(node, &o),
+            Op::Sum | Op::SqNorm2 | Op::Dot | Op::Max | Op::Min | Op::ArgMax | Op::ArgMin => Gen::over_components(node, &o),
+            Op::Elem(_) | Op::ElemT(..) | Op::Extract(..) | Op::ExtractT(..) | Op::Concat | Op::OneHot(_) | Op::SumT(_)
+            | Op::MatVecMult | Op::VecMatMult | Op::TensorProd => self.reshaping(node, &o),
+        };
+        let indent = if matches!(layout.plan.roles[id], Some(Role::Inner | Role::Pair)) { "        " } else { "  " };
+        // A number's value stays out of the source (it is in rk_consts).
+        let what = match node.op {
+            Op::Constant(_) => "number".to_string(),
+            op => format!("{op:?}"),
+        };
+        self.line(&format!("{indent}// node {id}: {what}\n{indent}T {}[{}]; {body}", o.out, o.d));
+    }
+
+    /// The body of an element-wise operation of one argument.
+    fn one_argument(&self, node: &Node, o: &Operands) -> String {
+        let at = |i: usize, k: &str| o.at(i, k);
+        let m = |f: &str| self.math(f);
+        let elementwise = |expr: String| o.elementwise(expr);
+        match node.op {
             Op::Neg => elementwise(format!("-{}", at(0, "k"))),
             Op::Abs => elementwise(format!("{}({})", m("fabs"), at(0, "k"))),
             Op::Acos => elementwise(format!("{}({})", m("acos"), at(0, "k"))),
@@ -633,12 +745,23 @@ impl Gen<'_> {
                 "({0} < (T){lo}) ? (T){lo} : (({0} > (T){hi}) ? (T){hi} : {0})",
                 at(0, "k")
             )),
+            op => unreachable!("{op:?} is not an operation of one argument"),
+        }
+    }
+
+    /// The body of an element-wise operation of two or three arguments (a dimension-1 argument is
+    /// broadcast).
+    fn several_arguments(&self, node: &Node, o: &Operands) -> String {
+        let at = |i: usize, k: &str| o.at(i, k);
+        let m = |f: &str| self.math(f);
+        let elementwise = |expr: String| o.elementwise(expr);
+        match node.op {
             Op::Add => elementwise(format!("{} + {}", at(0, "k"), at(1, "k"))),
             Op::Sub => elementwise(format!("{} - {}", at(0, "k"), at(1, "k"))),
             Op::Mul => elementwise(format!("{} * {}", at(0, "k"), at(1, "k"))),
             // A divisor that does not vary in the loop over the reduced index (a number of the
             // formula, now a kernel argument, or a value of the row) goes through rk_div_fixed.
-            Op::Div if matches!(self.plan.roles[node.args[1]], Some(Role::Constant | Role::Outer)) => {
+            Op::Div if matches!(self.layout.plan.roles[node.args[1]], Some(Role::Constant | Role::Outer)) => {
                 elementwise(format!("rk_div_fixed({}, {})", at(0, "k"), at(1, "k")))
             }
             Op::Div => elementwise(format!("{} / {}", at(0, "k"), at(1, "k"))),
@@ -662,6 +785,15 @@ impl Gen<'_> {
                 at(2, "k"),
                 m("floor")
             )),
+            op => unreachable!("{op:?} is not an element-wise operation of several arguments"),
+        }
+    }
+
+    /// The body of a reduction over the components of a vector (of dimension 1).
+    fn over_components(node: &Node, o: &Operands) -> String {
+        let at = |i: usize, k: &str| o.at(i, k);
+        let (out, a) = (&o.out, &o.args);
+        match node.op {
             Op::Sum => format!("{out}[0] = {}; for (int k = 1; k < {}; k++) {out}[0] += {};", at(0, "0"), a[0].1, at(0, "k")),
             Op::SqNorm2 => format!("{out}[0] = (T)0; for (int k = 0; k < {}; k++) {out}[0] += {1} * {1};", a[0].1, at(0, "k")),
             Op::Dot => format!(
@@ -689,6 +821,18 @@ impl Gen<'_> {
                     at(0, "k")
                 )
             }
+            op => unreachable!("{op:?} is not a reduction over the components"),
+        }
+    }
+
+    /// The body of a reshaping (elements, extraction, concatenation, ...) or of a product of
+    /// matrices and vectors.
+    fn reshaping(&self, node: &Node, o: &Operands) -> String {
+        let at = |i: usize, k: &str| o.at(i, k);
+        let m = |f: &str| self.math(f);
+        let elementwise = |expr: String| o.elementwise(expr);
+        let (out, d, a) = (&o.out, o.d, &o.args);
+        match node.op {
             Op::Elem(p) => format!("{out}[0] = {};", at(0, &p.to_string())),
             Op::ElemT(_, p) => format!("for (int k = 0; k < {d}; k++) {out}[k] = (T)0; {out}[{p}] = {};", at(0, "0")),
             Op::Extract(start, _) => format!("for (int k = 0; k < {d}; k++) {out}[k] = {};", at(0, &format!("{start} + k"))),
@@ -725,14 +869,34 @@ impl Gen<'_> {
                 at(0, "k"),
                 at(1, "l")
             ),
-        };
-        let indent = if matches!(self.plan.roles[id], Some(Role::Inner | Role::Pair)) { "        " } else { "  " };
-        // A number's value stays out of the source (it is in rk_consts).
-        let what = match node.op {
-            Op::Constant(_) => "number".to_string(),
-            op => format!("{op:?}"),
-        };
-        self.line(&format!("{indent}// node {id}: {what}\n{indent}T {out}[{d}]; {body}"));
+            op => unreachable!("{op:?} is not a reshaping"),
+        }
+    }
+}
+
+/// The register arrays of a node and of its arguments, as `Gen::node` writes its body.
+struct Operands {
+    /// The node's array, and its dimension.
+    out: String,
+    d: usize,
+    /// Each argument's array and its dimension.
+    args: Vec<(String, usize)>,
+}
+
+impl Operands {
+    /// Component `k` of argument `i`, broadcasting dimension 1.
+    fn at(&self, i: usize, k: &str) -> String {
+        let (name, dim) = &self.args[i];
+        if *dim == 1 {
+            format!("{name}[0]")
+        } else {
+            format!("{name}[{k}]")
+        }
+    }
+
+    /// Every component of the node set to `expr` (of `k`).
+    fn elementwise(&self, expr: String) -> String {
+        format!("for (int k = 0; k < {d}; k++) {out}[k] = {expr};", d = self.d, out = self.out)
     }
 }
 

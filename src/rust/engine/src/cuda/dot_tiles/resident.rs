@@ -46,28 +46,20 @@ pub fn tile() -> String {
 
 /// The preparation kernel, `rk_block_start` and `rk_dot_tile`.
 pub fn functions(dots: &DotTile, src: &mut String) {
-    let (d, dp, rows, cols, vectors, chunk) = (dots.dim, padded(dots.dim), ROWS, COLUMNS, STEP_VECTORS, CHUNK_STEPS);
-    let (steps, warps) = (dp / 8, rows / 32);
-    // Distances: x and y centred on x's first row.
-    let centre = if dots.squared { " - rk_load(x[(long long)n_out * k])" } else { "" };
-    let (norms, value) = match dots.squared {
-        true => (
-            String::from(
-                "\x20 float row_norm[2][2], column_norm[8][2];\n\
-                 \x20 #pragma unroll\n\
-                 \x20 for (int m = 0; m < 2; m++)\n\
-                 \x20   #pragma unroll\n\
-                 \x20   for (int u = 0; u < 2; u++) row_norm[m][u] = rk_norms[warp * 32 + m * 16 + g + u * 8];\n\
-                 \x20 #pragma unroll\n\
-                 \x20 for (int n = 0; n < 8; n++)\n\
-                 \x20   #pragma unroll\n\
-                 \x20   for (int u = 0; u < 2; u++) column_norm[n][u] = split_norms[j0 + n * 8 + 2 * t + u];\n"
-            ),
-            "rk_distance(row_norm[m][e >> 1] + column_norm[n][e & 1], v)",
-        ),
-        false => (String::new(), "v"),
-    };
-    let store = super::store_dots(value);
+    prepare_kernel(dots, src);
+    block_start_function(dots, src);
+    copy_functions(dots, src);
+    dot_tile_function(dots, src);
+}
+
+/// Distances: x and y centred on x's first row (`k`: the dimension).
+fn centre(dots: &DotTile) -> &'static str {
+    if dots.squared { " - rk_load(x[(long long)n_out * k])" } else { "" }
+}
+
+/// `rkeops_prepare_dots`, which lays `y` out for the tensor cores, split in TF32 numbers, with its norms.
+fn prepare_kernel(dots: &DotTile, src: &mut String) {
+    let (d, cols, vectors, steps, centre) = (dots.dim, COLUMNS, STEP_VECTORS, padded(dots.dim) / 8, centre(dots));
     let _ = write!(
         src,
         "// The reduced-index vectors laid out for rk_dot_tile, and their squared norms. Per tile of {cols} columns\n\
@@ -96,8 +88,17 @@ pub fn functions(dots: &DotTile, src: &mut String) {
          \x20   }}\n\
          \x20 }}\n\
          \x20 split_norms[j] = s;\n\
-         }}\n\
-         // The block's rows (centred for distances), kept in shared memory as the A fragments of the MMA:\n\
+         }}\n",
+        name = PREPARE_NAME,
+    );
+}
+
+/// `rk_block_start`, which keeps the block's rows in shared memory as the MMA's A fragments.
+fn block_start_function(dots: &DotTile, src: &mut String) {
+    let (d, dp, warps, centre) = (dots.dim, padded(dots.dim), ROWS / 32, centre(dots));
+    let _ = write!(
+        src,
+        "// The block's rows (centred for distances), kept in shared memory as the A fragments of the MMA:\n\
          // dimensions t and t + 4 of step st of row 32 w + 16 m + 8 u + g are elements u and u + 2 of the\n\
          // float4 xs[((st * {warps} + w) * 2 + m) * 32 + 4 g + t]; and their squared norms.\n\
          __device__ __forceinline__ void rk_block_start(const S* __restrict__ x, int n_out, int row_base, float* xs, float* rk_norms) {{\n\
@@ -110,8 +111,16 @@ pub fn functions(dots: &DotTile, src: &mut String) {
          \x20   xs[((((k >> 3) * {warps} + warp) * 2 + m) * 32 + g * 4 + (k & 3)) * 4 + u + 2 * ((k >> 2) & 1)] = v;\n\
          \x20 }}\n\
          \x20 rk_norms[r] = s;\n\
-         }}\n\
-         __device__ __forceinline__ void rk_copy16(void* to, const void* from) {{\n\
+         }}\n"
+    );
+}
+
+/// `rk_copy16` and `rk_copy_chunk`, the asynchronous copies of a tile's chunks (`cp.async`).
+fn copy_functions(dots: &DotTile, src: &mut String) {
+    let (rows, vectors, chunk, steps) = (ROWS, STEP_VECTORS, CHUNK_STEPS, padded(dots.dim) / 8);
+    let _ = write!(
+        src,
+        "__device__ __forceinline__ void rk_copy16(void* to, const void* from) {{\n\
          \x20 asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"((unsigned)__cvta_generic_to_shared(to)), \"l\"(from));\n\
          }}\n\
          // Copies chunk c of the tile's {steps} steps (of {chunk}) into buffer c % 2 of rk_smem, as one group of copies.\n\
@@ -121,8 +130,42 @@ pub fn functions(dots: &DotTile, src: &mut String) {
          \x20 const uint4* from = tile + c * {chunk} * {vectors};\n\
          \x20 for (int i = threadIdx.x; i < n; i += {rows}) rk_copy16(to + i, from + i);\n\
          \x20 asm volatile(\"cp.async.commit_group;\" ::: \"memory\");\n\
-         }}\n\
-         // Dots of the block's {rows} rows with the {cols} columns from j0: warp w computes rows 32 w .. 32 w + 31,\n\
+         }}\n"
+    );
+}
+
+/// For distances, the norms of the thread's rows and columns in the fragments (declared and read
+/// before the dots are stored), and the value stored for a dot `v`.
+fn norms_and_value(dots: &DotTile) -> (String, &'static str) {
+    match dots.squared {
+        true => (
+            String::from(
+                "\x20 float row_norm[2][2], column_norm[8][2];\n\
+                 \x20 #pragma unroll\n\
+                 \x20 for (int m = 0; m < 2; m++)\n\
+                 \x20   #pragma unroll\n\
+                 \x20   for (int u = 0; u < 2; u++) row_norm[m][u] = rk_norms[warp * 32 + m * 16 + g + u * 8];\n\
+                 \x20 #pragma unroll\n\
+                 \x20 for (int n = 0; n < 8; n++)\n\
+                 \x20   #pragma unroll\n\
+                 \x20   for (int u = 0; u < 2; u++) column_norm[n][u] = split_norms[j0 + n * 8 + 2 * t + u];\n"
+            ),
+            "rk_distance(row_norm[m][e >> 1] + column_norm[n][e & 1], v)",
+        ),
+        false => (String::new(), "v"),
+    }
+}
+
+/// `rk_dot_tile`: the dots of the block's rows with a tile's columns, one chunk of the tile
+/// multiplied while the next is copied, then stored in `rk_smem`.
+fn dot_tile_function(dots: &DotTile, src: &mut String) {
+    let (rows, cols, vectors, chunk) = (ROWS, COLUMNS, STEP_VECTORS, CHUNK_STEPS);
+    let (steps, warps) = (padded(dots.dim) / 8, rows / 32);
+    let (norms, value) = norms_and_value(dots);
+    let store = super::store_dots(value);
+    let _ = write!(
+        src,
+        "// Dots of the block's {rows} rows with the {cols} columns from j0: warp w computes rows 32 w .. 32 w + 31,\n\
          // each step in two 16-row by eight 8-column tiles, while the next chunk of the tile is copied.\n\
          __device__ __forceinline__ void rk_dot_tile(const uint4* __restrict__ split, const float* __restrict__ split_norms, int j0,\n\
          \x20   const float* xs, float* rk_smem, const float* rk_norms) {{\n\
@@ -170,7 +213,6 @@ pub fn functions(dots: &DotTile, src: &mut String) {
          \x20 }}\n\
          {norms}\
          {store}\
-         }}\n",
-        name = PREPARE_NAME,
+         }}\n"
     );
 }

@@ -10,10 +10,14 @@ use super::{DotTile, COLUMNS, ROWS};
 const DEPTH: usize = 32;
 /// Padding of the staged arrays and of the dots, which keeps the accesses of a warp on distinct banks.
 const PAD: usize = 8;
+/// Strides of the staged x and y, in floats and in pairs (a stride of 4 mod 16 pairs keeps the
+/// 64-bit reads of a half-warp on distinct banks).
+const XS_STRIDE: usize = ROWS + PAD;
+const YS_STRIDE: usize = COLUMNS + 4;
 
 /// Floats of `rk_smem`: the staged inputs (x as floats, y as pairs of TF32 numbers), then the dots.
 const SMEM_FLOATS: usize = {
-    let staging = DEPTH * (ROWS + PAD) + 2 * DEPTH * (COLUMNS + 4);
+    let staging = DEPTH * XS_STRIDE + 2 * DEPTH * YS_STRIDE;
     let dots = super::DOT_FLOATS;
     if staging > dots { staging } else { dots }
 };
@@ -50,11 +54,31 @@ pub fn tile(dots: &DotTile) -> String {
 
 /// `rk_block_start` and `rk_dot_tile`.
 pub fn functions(dots: &DotTile, src: &mut String) {
-    let (d, depth, rows, cols, pad) = (dots.dim, DEPTH, ROWS, COLUMNS, PAD);
-    // (a stride of 4 mod 16 pairs keeps the 64-bit reads of a half-warp on distinct banks)
-    let (xs_stride, ys_stride) = (rows + pad, cols + 4);
-    // x and y staged at dimension k0 + k, centred for distances.
-    let centre = if dots.squared { " - rk_centre[k0 + k]" } else { "" };
+    block_start_function(dots, src);
+    dot_tile_function(dots, src);
+}
+
+/// `rk_block_start`: the block's centre, and the centred norm of each thread's row.
+fn block_start_function(dots: &DotTile, src: &mut String) {
+    let (d, rows) = (dots.dim, ROWS);
+    let _ = write!(
+        src,
+        "// The block's centre (its first row) and the squared norm of the thread's row r, centred.\n\
+         __device__ __forceinline__ void rk_block_start(const S* __restrict__ x, int n_out, int row_base, int r, float* rk_centre, float* rk_norms) {{\n\
+         \x20 for (int k = threadIdx.x; k < {d}; k += {rows}) rk_centre[k] = rk_load(x[row_base + (long long)n_out * k]);\n\
+         \x20 __syncthreads();\n\
+         \x20 float s = 0.f;\n\
+         \x20 for (int k = 0; k < {d}; k++) {{ float v = rk_load(x[r + (long long)n_out * k]) - rk_centre[k]; s = fmaf(v, v, s); }}\n\
+         \x20 rk_norms[threadIdx.x] = s;\n\
+         }}\n"
+    );
+}
+
+/// `rk_dot_tile`: the dots of the block's rows with a tile's columns, both staged a few dimensions
+/// at a time, then stored in `rk_smem`.
+fn dot_tile_function(dots: &DotTile, src: &mut String) {
+    let (d, depth, rows, cols, xs_stride, ys_stride) = (dots.dim, DEPTH, ROWS, COLUMNS, XS_STRIDE, YS_STRIDE);
+    let stage = stage_inputs(dots);
     let value = match dots.squared {
         true => format!(
             "rk_distance(rk_norms[rr] + rk_norms[{rows} + cc] + rk_norms[{} + cc], v)",
@@ -65,15 +89,7 @@ pub fn functions(dots: &DotTile, src: &mut String) {
     let store = super::store_dots(&value);
     let _ = write!(
         src,
-        "// The block's centre (its first row) and the squared norm of the thread's row r, centred.\n\
-         __device__ __forceinline__ void rk_block_start(const S* __restrict__ x, int n_out, int row_base, int r, float* rk_centre, float* rk_norms) {{\n\
-         \x20 for (int k = threadIdx.x; k < {d}; k += {rows}) rk_centre[k] = rk_load(x[row_base + (long long)n_out * k]);\n\
-         \x20 __syncthreads();\n\
-         \x20 float s = 0.f;\n\
-         \x20 for (int k = 0; k < {d}; k++) {{ float v = rk_load(x[r + (long long)n_out * k]) - rk_centre[k]; s = fmaf(v, v, s); }}\n\
-         \x20 rk_norms[threadIdx.x] = s;\n\
-         }}\n\
-         // Dots of the block's {rows} rows with the {cols} columns from j0, staged {depth} dimensions at a\n\
+        "// Dots of the block's {rows} rows with the {cols} columns from j0, staged {depth} dimensions at a\n\
          // time (x as floats, y split in TF32 numbers); warp w computes rows 32 w .. 32 w + 31, each\n\
          // kstep in two 16-row by eight 8-column tiles. rk_norms: rows' norms, then two partial norms\n\
          // per column.\n\
@@ -94,19 +110,7 @@ pub fn functions(dots: &DotTile, src: &mut String) {
          \x20   for (int n = 0; n < 8; n++) {{ acc[m][n][0] = 0.f; acc[m][n][1] = 0.f; acc[m][n][2] = 0.f; acc[m][n][3] = 0.f; }}\n\
          \x20 float y_norm = 0.f;\n\
          \x20 for (int k0 = 0; k0 < {d}; k0 += {depth}) {{\n\
-         \x20   const int kn = min({depth}, {d} - k0);\n\
-         \x20   __syncthreads();\n\
-         \x20   #pragma unroll 8\n\
-         \x20   for (int k = 0; k < kn; k++, px += x_step) xs[k * {xs_stride} + threadIdx.x] = rk_load(*px){centre};\n\
-         \x20   for (int k = kn; k < {depth}; k++) xs[k * {xs_stride} + threadIdx.x] = 0.f;\n\
-         \x20   #pragma unroll 8\n\
-         \x20   for (int k = h; k < {depth}; k += 2, py += y_step) {{\n\
-         \x20     const float v = (column && k < kn) ? rk_load(*py){centre} : 0.f;\n\
-         \x20     const unsigned big = rk_big(v);\n\
-         \x20     ys[k * {ys_stride} + c] = make_uint2(big, __float_as_uint(v - __uint_as_float(big)));\n\
-         \x20     y_norm = fmaf(v, v, y_norm);\n\
-         \x20   }}\n\
-         \x20   __syncthreads();\n\
+         {stage}\
          \x20   #pragma unroll\n\
          \x20   for (int kk = 0; kk < {depth}; kk += 8) {{\n\
          \x20     if (kk >= kn) break;\n\
@@ -131,4 +135,27 @@ pub fn functions(dots: &DotTile, src: &mut String) {
          {store}\
          }}\n"
     );
+}
+
+/// The statements of `rk_dot_tile` that stage the dimensions `k0 ..` of the block's rows and of
+/// the tile's columns in shared memory (x as floats, y split in TF32 numbers), centred for
+/// distances, and add the columns' to their partial norms.
+fn stage_inputs(dots: &DotTile) -> String {
+    let (d, depth, xs_stride, ys_stride) = (dots.dim, DEPTH, XS_STRIDE, YS_STRIDE);
+    let centre = if dots.squared { " - rk_centre[k0 + k]" } else { "" };
+    format!(
+        "\x20   const int kn = min({depth}, {d} - k0);\n\
+         \x20   __syncthreads();\n\
+         \x20   #pragma unroll 8\n\
+         \x20   for (int k = 0; k < kn; k++, px += x_step) xs[k * {xs_stride} + threadIdx.x] = rk_load(*px){centre};\n\
+         \x20   for (int k = kn; k < {depth}; k++) xs[k * {xs_stride} + threadIdx.x] = 0.f;\n\
+         \x20   #pragma unroll 8\n\
+         \x20   for (int k = h; k < {depth}; k += 2, py += y_step) {{\n\
+         \x20     const float v = (column && k < kn) ? rk_load(*py){centre} : 0.f;\n\
+         \x20     const unsigned big = rk_big(v);\n\
+         \x20     ys[k * {ys_stride} + c] = make_uint2(big, __float_as_uint(v - __uint_as_float(big)));\n\
+         \x20     y_norm = fmaf(v, v, y_norm);\n\
+         \x20   }}\n\
+         \x20   __syncthreads();\n"
+    )
 }
