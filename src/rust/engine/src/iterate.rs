@@ -171,8 +171,8 @@ fn on_device(
     // values are swapped at every step that replaces one, so that every later iteration issues the
     // launches of the one two before it, on the same buffers. Freed only after the wait below.
     let mut recorded: Vec<[Option<Recorded>; 2]> = steps.iter().map(|_| [None, None]).collect();
-    let (kept, values) = (&kept_inputs[..], (&mut current[..], &mut next[..]));
-    let looped = run_steps(steps, step_options, states, iterations, options, kept, values, &mut recorded, &device);
+    let device_loop = DeviceLoop { steps, step_options, states, iterations, options, kept_inputs: &kept_inputs, device: &device };
+    let looped = device_loop.run((&mut current[..], &mut next[..]), &mut recorded);
     // Nothing queued may still use the buffers when they are read or freed.
     let waited = device.synchronize();
     looped?;
@@ -188,62 +188,72 @@ fn on_device(
     })
 }
 
-/// The loop of `on_device`, its steps queued.
-#[allow(clippy::too_many_arguments)]
-fn run_steps(
-    steps: &[Step],
-    step_options: &[RunOptions],
-    states: &[Input],
+/// The loop of `on_device`: its steps, their options, the shapes of the iterated values, the
+/// number of iterations, the inputs each step keeps on the device.
+struct DeviceLoop<'a> {
+    steps: &'a [Step<'a>],
+    step_options: &'a [RunOptions],
+    states: &'a [Input<'a>],
     iterations: usize,
-    options: &RunOptions,
-    kept_inputs: &[Vec<Option<DeviceMatrix>>],
-    (current, next): (&mut [DeviceMatrix], &mut [Option<DeviceMatrix>]),
-    recorded: &mut [[Option<Recorded>; 2]],
-    device: &cuda::device::Device,
-) -> Result<()> {
-    let mut asked = Instant::now();
-    // Tuning::replay false (RKEOPS_GPU_REPLAY=0) runs every step as a call, as before the records
-    // (for benchmarks).
-    let replay = options.tuning.replay;
-    for iteration in 0..iterations {
-        let steps = steps.iter().zip(step_options).zip(kept_inputs).zip(recorded.iter_mut());
-        for (((step, step_options), kept), recorded) in steps {
-            let record = &mut recorded[iteration % 2];
-            if let Some(launches) = record.as_ref() {
-                launches.replay(device)?;
-            } else {
-                let shapes: Vec<Input> = step
-                    .inputs
-                    .iter()
-                    .map(|source| match *source {
-                        Source::Host(x) => Input { data: &[], ..x },
-                        Source::State(k) => Input { data: &[], ..states[k] },
-                    })
-                    .collect();
-                let resident: Vec<Option<&DeviceMatrix>> = step
-                    .inputs
-                    .iter()
-                    .zip(kept)
-                    .map(|(source, kept)| match *source {
-                        Source::Host(_) => kept.as_ref(),
-                        Source::State(k) => Some(&current[k]),
-                    })
-                    .collect();
-                let target = next[step.output].as_ref().expect("allocated for every output");
-                step.operator.run_into(&shapes, &resident, step_options, target, replay.then_some(record))?;
-            }
-            // The value replaced: its new buffer becomes the current one.
-            let replaced = next[step.output].take().expect("allocated for every output");
-            next[step.output] = Some(std::mem::replace(&mut current[step.output], replaced));
-            if let Some(interrupted) = options.interrupt.filter(|_| asked.elapsed() >= INTERRUPT_EVERY) {
-                if interrupted() {
-                    return Err(Error::Interrupted);
+    options: &'a RunOptions,
+    kept_inputs: &'a [Vec<Option<DeviceMatrix>>],
+    device: &'a cuda::device::Device,
+}
+
+impl DeviceLoop<'_> {
+    /// Queues the loop's steps, each writing the `next` buffer of its output, which then becomes
+    /// the `current` one; each step's launches of the first two iterations are recorded, and
+    /// replayed by the later ones.
+    fn run(
+        &self,
+        (current, next): (&mut [DeviceMatrix], &mut [Option<DeviceMatrix>]),
+        recorded: &mut [[Option<Recorded>; 2]],
+    ) -> Result<()> {
+        let DeviceLoop { steps, step_options, states, iterations, options, kept_inputs, device } = *self;
+        let mut asked = Instant::now();
+        // Tuning::replay false (RKEOPS_GPU_REPLAY=0) runs every step as a call, as before the records
+        // (for benchmarks).
+        let replay = options.tuning.replay;
+        for iteration in 0..iterations {
+            let steps = steps.iter().zip(step_options).zip(kept_inputs).zip(recorded.iter_mut());
+            for (((step, step_options), kept), recorded) in steps {
+                let record = &mut recorded[iteration % 2];
+                if let Some(launches) = record.as_ref() {
+                    launches.replay(device)?;
+                } else {
+                    let shapes: Vec<Input> = step
+                        .inputs
+                        .iter()
+                        .map(|source| match *source {
+                            Source::Host(x) => Input { data: &[], ..x },
+                            Source::State(k) => Input { data: &[], ..states[k] },
+                        })
+                        .collect();
+                    let resident: Vec<Option<&DeviceMatrix>> = step
+                        .inputs
+                        .iter()
+                        .zip(kept)
+                        .map(|(source, kept)| match *source {
+                            Source::Host(_) => kept.as_ref(),
+                            Source::State(k) => Some(&current[k]),
+                        })
+                        .collect();
+                    let target = next[step.output].as_ref().expect("allocated for every output");
+                    step.operator.run_into(&shapes, &resident, step_options, target, replay.then_some(record))?;
                 }
-                asked = Instant::now();
+                // The value replaced: its new buffer becomes the current one.
+                let replaced = next[step.output].take().expect("allocated for every output");
+                next[step.output] = Some(std::mem::replace(&mut current[step.output], replaced));
+                if let Some(interrupted) = options.interrupt.filter(|_| asked.elapsed() >= INTERRUPT_EVERY) {
+                    if interrupted() {
+                        return Err(Error::Interrupted);
+                    }
+                    asked = Instant::now();
+                }
             }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Seconds per phase, summed over the steps, in the order the phases first appear.

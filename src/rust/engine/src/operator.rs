@@ -255,6 +255,21 @@ struct Run<'a> {
     timings: Vec<(&'static str, f64)>,
 }
 
+impl<'a> Run<'a> {
+    /// The whole call, as the CUDA backend takes it.
+    fn call(&self, options: &'a RunOptions) -> cuda::launch::Call<'a> {
+        cuda::launch::Call {
+            formula: &self.op.formula,
+            inputs: self.inputs,
+            resident: self.resident,
+            sizes: self.sizes,
+            part: None,
+            ranges: self.ranges,
+            options,
+        }
+    }
+}
+
 /// What a run computed: the results in R's order and what computed them.
 struct Done {
     values: Option<Vec<f64>>,
@@ -291,23 +306,15 @@ impl ForPrecision for OnGpu<'_> {
         if options.gpus.len() > 1 && !alone {
             let mut gpus = vec![device.ordinal];
             gpus.extend(&options.gpus[1..]);
-            let (f, t) = (&op.formula, &mut r.timings);
-            let (columns, backend) = cuda::several::evaluate::<S, T>(&gpus, &compile, f, r.inputs, r.sizes, options, r.ranges, t)?;
+            let call = cuda::launch::Call { resident: &[], ..r.call(options) };
+            let (columns, backend) = cuda::several::evaluate::<S, T>(&gpus, &compile, &call, &mut r.timings)?;
             return Ok((Done { values: columns.values, indices: columns.indices, backend }, r.timings));
         }
         let clock = std::time::Instant::now();
         let compiled = compile(&device)?;
         r.timings.push(("compile or load", clock.elapsed().as_secs_f64()));
         let stop = || options.interrupt.is_some_and(|interrupted| interrupted());
-        let call = cuda::launch::Call {
-            formula: &op.formula,
-            inputs: r.inputs,
-            resident: r.resident,
-            sizes: r.sizes,
-            part: None,
-            ranges: r.ranges,
-            options,
-        };
+        let call = r.call(options);
         let columns = cuda::launch::evaluate::<S, T>(&device, &compiled, &call, &stop, r.kept, &mut r.timings)?;
         let backend = format!("GPU {} ({})", device.ordinal, device.name);
         Ok((Done { values: columns.values, indices: columns.indices, backend }, r.timings))

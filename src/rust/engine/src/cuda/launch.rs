@@ -106,6 +106,7 @@ pub struct Kept<'a> {
 /// One reduction on one device, or `part` of it: the formula, its inputs (from the host, or kept on
 /// the device: `resident[p]`), the sizes of the i and j ranges, and the blocks of `ranges` only,
 /// when given.
+#[derive(Clone, Copy)]
 pub struct Call<'a> {
     pub formula: &'a Formula,
     pub inputs: &'a [Input<'a>],

@@ -18,7 +18,7 @@ use crate::real::Stored;
 use crate::error::{Error, Result};
 use crate::formula::Formula;
 use crate::memory;
-use crate::api::{Input, RunOptions};
+use crate::api::RunOptions;
 use crate::ranges::BlockRanges;
 use crate::real::Real;
 
@@ -128,32 +128,21 @@ fn cut_at(costs: &[f64], weights: &[f64]) -> Vec<usize> {
     cuts
 }
 
-/// Runs the reduction over the GPUs `ordinals` (a GPU listed twice gets two parts, one after the
-/// other: only useful to test the splitting on one GPU). `compile` gives a device's kernels.
-/// Returns the results and a description of the devices.
-#[allow(clippy::too_many_arguments)]
+/// Runs the reduction of `call` (whole: no part, no input kept on a device) over the GPUs
+/// `ordinals` (a GPU listed twice gets two parts, one after the other: only useful to test the
+/// splitting on one GPU). `compile` gives a device's kernels. Returns the results and a description
+/// of the devices.
 pub fn evaluate<S: Stored, T: Real>(
     ordinals: &[usize],
     compile: &(dyn Fn(&Device) -> Result<Arc<Compiled>> + Sync),
-    formula: &Formula,
-    inputs: &[Input],
-    (n_i, n_j): (usize, usize),
-    options: &RunOptions,
-    ranges: Option<&BlockRanges>,
+    call: &launch::Call,
     timings: &mut Vec<(&'static str, f64)>,
 ) -> Result<(Columns, String)> {
     let devices: Vec<Arc<Device>> = ordinals.iter().map(|&d| device::device(d)).collect::<Result<_>>()?;
-    // Compiled (or loaded) here, one device after the other: a kernel compiled for the first is
-    // loaded from the disk cache for the next ones of the same architecture.
     let clock = Instant::now();
-    let compiled: Vec<Arc<Compiled>> = devices
-        .iter()
-        .map(|d| {
-            d.ctx.bind_to_thread().map_err(|e| Error::Gpu(format!("binding the CUDA context: {e:?}")))?;
-            compile(d)
-        })
-        .collect::<Result<_>>()?;
+    let compiled = compile_on_each(&devices, compile)?;
     timings.push(("compile or load", clock.elapsed().as_secs_f64()));
+    let (formula, (n_i, n_j)) = (call.formula, call.sizes);
     let n_out = if formula.reduction.axis == 0 { n_i } else { n_j };
     let n_red = n_i + n_j - n_out;
     let kernel = &compiled[0].kernel;
@@ -161,11 +150,57 @@ pub fn evaluate<S: Stored, T: Real>(
     // A device whose share of the rows is not a block per multiprocessor is better given a part
     // of the reduced range (it would cut its rows' reductions into chunks anyway: the 2D scheme).
     let fill = devices[0].multiprocessors;
-    let split = plan((n_out, n_red), &weights, (kernel.tile * kernel.rows, kernel.tile, fill), ranges);
-    let parts = split.parts();
+    let split = plan((n_out, n_red), &weights, (kernel.tile * kernel.rows, kernel.tile, fill), call.ranges);
+    let done = run_parts::<S, T>(&devices, &compiled, split.parts(), call)?;
+    // Each phase as long as on the slowest device (they run side by side).
+    for (_, times) in &done {
+        for &(phase, t) in times {
+            match timings.iter_mut().find(|(p, _)| *p == phase) {
+                Some(slot) => slot.1 = slot.1.max(t),
+                None => timings.push((phase, t)),
+            }
+        }
+    }
+    let clock = Instant::now();
+    let width = kernel.width;
+    let columns: Vec<Columns> = done.into_iter().map(|(c, _)| c).collect();
+    let columns = match &split {
+        Split::Rows(parts) => stack_rows(parts, columns, n_out, width)?,
+        Split::Reduced(_) => merge_states::<T>(formula, call.options, columns, n_out, width)?,
+    };
+    timings.push(("merge", clock.elapsed().as_secs_f64()));
+    let mut names: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
+    names.dedup();
+    let list: Vec<String> = ordinals.iter().map(|d| d.to_string()).collect();
+    Ok((columns, format!("GPUs {} ({})", list.join(", "), names.join(", "))))
+}
 
-    type Done = Result<(Columns, Vec<(&'static str, f64)>)>;
-    let results: Vec<Mutex<Option<Done>>> = parts.iter().map(|_| Mutex::new(None)).collect();
+/// Each device's kernels, compiled (or loaded) one device after the other: a kernel compiled for
+/// the first is loaded from the disk cache for the next ones of the same architecture.
+fn compile_on_each(
+    devices: &[Arc<Device>],
+    compile: &(dyn Fn(&Device) -> Result<Arc<Compiled>> + Sync),
+) -> Result<Vec<Arc<Compiled>>> {
+    devices
+        .iter()
+        .map(|d| {
+            d.ctx.bind_to_thread().map_err(|e| Error::Gpu(format!("binding the CUDA context: {e:?}")))?;
+            compile(d)
+        })
+        .collect()
+}
+
+type PartDone = (Columns, Vec<(&'static str, f64)>);
+
+/// Runs part `t` on device `t`, one host thread each; the first failure stops the others at their
+/// next step, and is the error returned (unless it is only the interruption another one caused).
+fn run_parts<S: Stored, T: Real>(
+    devices: &[Arc<Device>],
+    compiled: &[Arc<Compiled>],
+    parts: &[Part],
+    call: &launch::Call,
+) -> Result<Vec<PartDone>> {
+    let results: Vec<Mutex<Option<Result<PartDone>>>> = parts.iter().map(|_| Mutex::new(None)).collect();
     let stop = AtomicBool::new(false);
     let work = |t: usize| {
         let (device, compiled) = (&devices[t], &compiled[t]);
@@ -176,8 +211,7 @@ pub fn evaluate<S: Stored, T: Real>(
             .map_err(|e| Error::Gpu(format!("binding the CUDA context: {e:?}")))
             .and_then(|_| {
                 let stopped = || stop.load(Relaxed);
-                let part = Some(&parts[t]);
-                let call = launch::Call { formula, inputs, resident: &[], sizes: (n_i, n_j), part, ranges, options };
+                let call = launch::Call { part: Some(&parts[t]), ..*call };
                 launch::evaluate::<S, T>(device, compiled, &call, &stopped, None, &mut times)
             });
         if done.is_err() {
@@ -188,7 +222,7 @@ pub fn evaluate<S: Stored, T: Real>(
             *slot = Some(done.map(|c| (c, times)));
         }
     };
-    match options.interrupt {
+    match call.options.interrupt {
         Some(interrupted) => crate::parallel::run_polling(parts.len(), work, interrupted, &stop),
         None => std::thread::scope(|s| {
             for t in 0..parts.len() {
@@ -208,35 +242,14 @@ pub fn evaluate<S: Stored, T: Real>(
             Some(Err(e)) => e,
             None => Error::Gpu("a device's thread stopped without a result".into()),
         };
-        // The first error, unless it is only the interruption that another one caused.
         if failure.as_ref().is_none_or(|f| matches!(f, Error::Interrupted)) {
             failure = Some(e);
         }
     }
-    if let Some(e) = failure {
-        return Err(e);
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(done),
     }
-    // Each phase as long as on the slowest device (they run side by side).
-    for (_, times) in &done {
-        for &(phase, t) in times {
-            match timings.iter_mut().find(|(p, _)| *p == phase) {
-                Some(slot) => slot.1 = slot.1.max(t),
-                None => timings.push((phase, t)),
-            }
-        }
-    }
-    let clock = Instant::now();
-    let width = kernel.width;
-    let columns: Vec<Columns> = done.into_iter().map(|(c, _)| c).collect();
-    let columns = match &split {
-        Split::Rows(parts) => stack_rows(parts, columns, n_out, width)?,
-        Split::Reduced(_) => merge_states::<T>(formula, options, columns, n_out, width)?,
-    };
-    timings.push(("merge", clock.elapsed().as_secs_f64()));
-    let mut names: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
-    names.dedup();
-    let list: Vec<String> = ordinals.iter().map(|d| d.to_string()).collect();
-    Ok((columns, format!("GPUs {} ({})", list.join(", "), names.join(", "))))
 }
 
 /// The results of blocks of output rows, column-major, into those of all the rows.
