@@ -2,6 +2,7 @@
 
 pub mod ast;
 pub mod autodiff;
+pub mod gradient;
 pub mod graph;
 pub mod lexer;
 pub mod lower;
@@ -59,6 +60,9 @@ impl Formula {
                 text.len()
             )));
         }
+        if gradient::is_form(text) {
+            return Formula::gradient(text, args);
+        }
         let declared = variables::parse_declarations(args)?;
         let tree = parser::parse(text)?;
         let mut lowerer = Lowerer::new(text, declared);
@@ -73,6 +77,22 @@ impl Formula {
             )));
         }
         Ok(Formula { text: text.to_string(), variables, graph: lowerer.graph, reduction })
+    }
+
+    /// KeOps' `Grad(reduction, v, e)` where the gradient is one reduction: that reduction (a Sum
+    /// of `Grad(f, v, e)`, in an i- or j-variable, its inputs those of `args`). Others need forward
+    /// results, or sum rows: `gradient::GradientPlan` computes them.
+    fn gradient(text: &str, args: &[String]) -> Result<Formula> {
+        let plan = gradient::GradientPlan::parse(text, args)?;
+        match plan.output {
+            gradient::GradientOutput::Formula { formula, args, sum_rows: false } if plan.steps.is_empty() => {
+                Formula::parse(&formula, &args)
+            }
+            _ => Err(Error::Gradient(format!(
+                "{text} is not one reduction (it needs forward results, sums the gradient's rows for a \
+                 parameter, or is zero): compute it with its gradient plan (formula::gradient::GradientPlan)"
+            ))),
+        }
     }
 
     /// Dimension of the formula's values per output row (K excluded).
