@@ -308,13 +308,13 @@ batch_forward <- function(formula, sum_scheme, info, input, ranges, inner_dim) {
 }
 
 # The gradient of `op` (its forward operator) in its variable number `k` over the batch `input`
-# (the inputs of `op`, then the gradient input `e`, batched like the result, or shared); `plain`
-# is the gradient operator for inputs that are not batches, used when no parameter moves.
-batch_gradient <- function(op, k, eta, plain, input, ranges, inner_dim) {
+# (the inputs of `op`, then the gradient input `e`, batched like the result, or shared); `plan`
+# is the engine's plan of that gradient and `plain` its operator for inputs that are not batches,
+# used when no parameter moves.
+batch_gradient <- function(op, k, plan, plain, input, ranges, inner_dim) {
   batch_unsupported(ranges, inner_dim)
   spec <- attr(op, "rkeops")
   info <- spec$info
-  out_category <- if (info$axis == 0L) "Vi" else "Vj"
   n <- length(info$names)
   # The gradient input of a KMin may be given like its values: n x K x d per member (in a list),
   # or one n x K x d array shared by every member.
@@ -324,15 +324,14 @@ batch_gradient <- function(op, k, eta, plain, input, ranges, inner_dim) {
   } else if (length(input) == n + 1L && values_shaped(e, info)) {
     input[[length(input)]] <- matrix(e, nrow = dim(e)[1L])
   }
-  info_g <- list(names = c(info$names, eta), categories = c(info$categories, out_category),
-                 dims = c(info$dims, grad_input_dim(info)))
+  info_g <- plan[c("names", "categories", "dims")]
   # (a batch of one member is shared: the gradient of the only member, not an array)
   one <- batch_of_one(input, info_g)
   if (!is.null(one)) return(plain(one$input))
   layout <- batch_layout(input, info_g, info$axis)
   forward_cats <- layout$categories[seq_len(n)]
   grad_op <- if (identical(forward_cats, info$categories)) plain else
-    grad_operator(batch_operator(spec$formula, batch_args(info, forward_cats), spec$sum_scheme), k, eta)
+    grad_operator(batch_operator(spec$formula, batch_args(info, forward_cats), spec$sum_scheme), k)
   res <- grad_op(layout$inputs, ranges = layout$ranges)
   category <- forward_cats[k]
   if (category == "Pm") return(res)                    # a shared parameter: summed over all pairs

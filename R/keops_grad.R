@@ -87,140 +87,95 @@ keops_grad <- function(op, var) {
       "to be clear in both. This warning is given once per session."),
       k, k, names[k], k, meant, names[k]))
   }
-  eta <- "eta"
-  while (eta %in% spec$info$names) eta <- paste0(eta, "_")
-  plain <- grad_operator(op, k, eta)
+  grad_with_batches(op, k)
+}
+
+# The gradient operator of `op` (made by keops_kernel()) in its variable number `k`, its gradient
+# input last, for plain inputs and for batches.
+grad_with_batches <- function(op, k) {
+  plan <- gradient_plan(op, k)
+  plain <- grad_operator(op, k, plan)
   with_batches(plain, function(input, ranges, inner_dim) {
-    batch_gradient(op, k, eta, plain, input, ranges, inner_dim)
-  }, spec$info, length(spec$info$names) + 1L)
+    batch_gradient(op, k, plan, plain, input, ranges, inner_dim)
+  }, attr(op, "rkeops")$info, plan$input)
 }
 
 # The dimension of the gradient input of a reduction described by `info`: that of its result
-# (K values per component for the KMin reductions).
+# (K values per component for the KMin reductions), as the engine's plan declares it.
 grad_input_dim <- function(info) {
   if (info$reduction %in% c("KMin", "KMinArgKMin")) info$k * info$dim else info$dim
 }
 
-# The gradient operator of `op` (made by keops_kernel()) in its variable number `k`, with gradient
-# input named `eta` (a name no variable of `op` has): a kernel made by make_kernel() when the
-# gradient is one Sum reduction of `op`'s inputs and `eta` (Sum in a variable), else a function
-# that computes forward passes first.
-grad_operator <- function(op, k, eta) {
+# The engine's plan of the gradient of `op` (made by keops_kernel()) in its variable number `k`,
+# the gradient input after its inputs (see keops_gradient() in src/rust/rkeops/src/gradient.rs):
+# which forward reductions to run first, and the gradient's reduction of the inputs and of their
+# results. Each reduction's rule is the engine's (src/rust/engine/src/reduction/gradient.rs).
+gradient_plan <- function(op, k) {
   spec <- attr(op, "rkeops")
-  info <- spec$info
-  parts <- split_call(spec$formula)$args   # the reduction's arguments, as strings
-  f <- parts[1L]
-  v <- info$names[k]
-  category <- info$categories[k]
-  n_inputs <- length(info$names)
-  # Names for the new inputs that no variable has.
-  fresh <- function(base) {
-    while (base %in% c(info$names, eta)) base <- paste0(base, "_")
-    base
-  }
-  out_category <- if (info$axis == 0L) "Vi" else "Vj"
-  declare <- function(name, dim, category = out_category) sprintf("%s = %s(%d)", name, category, dim)
-  eta_dim <- grad_input_dim(info)
-  # What the operator describes when called without input: the gradient in KeOps' own form.
-  shown <- list(formula = sprintf("Grad(%s, %s, %s)", spec$formula, v, eta),
-                args = c(spec$args, declare(eta, eta_dim)),
-                info = list(names = c(info$names, eta), categories = c(info$categories, out_category),
-                            dims = c(info$dims, eta_dim)))
-  # Each reduction's gradient is a sum over the reduced index of Grad terms, possibly using the
-  # forward results (`extra`: name -> function of the inputs and ranges computing it, with its
-  # dimension).
-  extra <- list()
-  g_formula <- NULL
-  if (info$reduction == "Sum") {
-    terms <- sprintf("Grad(%s, %s, %s)", f, v, eta)
-  } else if (info$reduction %in% c("LogSumExp", "SumSoftMaxWeight", "LogSumExpWeight")) {
-    lse <- fresh("lse")
-    # The weights: Name_Reduction(f, g, axis), or KeOps' LogSumExp_Reduction(f, axis, g).
-    g_formula <- if (length(parts) < 3L) NULL else
-      if (startsWith(trimws(spec$formula), "LogSumExp_Reduction")) parts[3L] else parts[2L]
-    lse_op <- keops_kernel(sprintf("LogSumExp_Reduction(%s, %d)", f, info$axis), spec$args, spec$sum_scheme)
-    softmax <- sprintf("Exp(%s - %s)", f, lse)
-    extra[[lse]] <- list(run = lse_op, dim = 1L)
-    if (is.null(g_formula)) {
-      terms <- sprintf("Grad(%s, %s, %s * %s)", f, v, eta, softmax)
-    } else {
-      out <- fresh("out")
-      extra[[out]] <- list(run = op, dim = info$dim)
-      if (info$reduction == "SumSoftMaxWeight") {
-        terms <- c(sprintf("Grad(%s, %s, %s * %s)", g_formula, v, eta, softmax),
-                   sprintf("Grad(%s, %s, %s * (%s | %s - %s))", f, v, softmax, eta, g_formula, out))
-      } else {
-        # log sum_j exp(f) g_c: weights exp(f - out_c) per component.
-        w <- sprintf("Exp(%s - %s)", f, out)
-        terms <- c(sprintf("Grad(%s, %s, Sum(%s * %s * %s))", f, v, eta, w, g_formula),
-                   sprintf("Grad(%s, %s, %s * %s)", g_formula, v, eta, w))
-      }
-    }
-  } else if (info$reduction %in% c("Min", "Max", "MinArgMin", "MaxArgMax", "KMin", "KMinArgKMin")) {
-    # The gradient flows to the selected j: the forward pass's indices `sel` (0-based, N x (K d),
-    # column k + K c) are compared with the index of each reduced row, `jj` = 0, 1, ... Integers
-    # compare exactly on every backend (comparing values would depend on how each kernel rounds).
-    K <- info$k
-    selection <- switch(info$reduction, Min = , MinArgMin = "ArgMin", Max = , MaxArgMax = "ArgMax", "ArgKMin")
-    index_formula <- if (selection == "ArgKMin") {
-      sprintf("ArgKMin_Reduction(%s, %d, %d)", f, K, info$axis)
-    } else {
-      sprintf("%s_Reduction(%s, %d)", selection, f, info$axis)
-    }
-    index_op <- keops_kernel(index_formula, spec$args)
-    sel <- fresh("sel")
-    jj <- fresh("jj")
-    reduced_category <- if (info$axis == 0L) "Vj" else "Vi"
-    reduced <- match(reduced_category, info$categories)
-    extra[[sel]] <- list(run = function(x, ranges) index_op(x, ranges = ranges) - 1, dim = K * info$dim)
-    extra[[jj]] <- list(run = function(x, ranges) {
-      rows <- if (is.na(reduced)) 1L else NROW(x[[reduced]])
-      seq_len(rows) - 1
-    }, dim = 1L, category = reduced_category)
-    components <- vapply(seq_len(info$dim) - 1L, function(c) {
-      at <- seq_len(K) - 1L + K * c
-      paste(sprintf("Elem(%s, %d) * Equal(%s, Elem(%s, %d))", eta, at, jj, sel, at), collapse = " + ")
-    }, "")
-    weight <- Reduce(function(a, b) sprintf("Concat(%s, %s)", a, b), components)
-    terms <- sprintf("Grad(%s, %s, %s)", f, v, weight)
-  } else if (info$reduction %in% c("ArgMin", "ArgMax", "ArgKMin")) {
-    # Indices do not move with the inputs: a zero gradient of the variable's shape.
-    dim <- info$dims[k]
-    return(wrap_operator(function(inputs, ranges) {
-      rows <- if (category == "Pm") 1L else NROW(inputs[[k]])
-      matrix(0, rows, dim)
-    }, shown, spec$sum_scheme))
-  } else {
-    rkeops_abort("keops_grad() does not differentiate ", info$reduction, "_Reduction of a ",
-                 info$dim, "-dimensional formula yet", kind = "formula")
-  }
-  new_axis <- if (category == "Vi" || category == "Pm") 0L else 1L
-  formula <- sprintf("Sum_Reduction(%s, %d)", paste(terms, collapse = " + "), new_axis)
-  args <- c(spec$args, declare(eta, eta_dim),
-            vapply(names(extra), function(n) {
-              declare(n, extra[[n]]$dim, if (is.null(extra[[n]]$category)) out_category else extra[[n]]$category)
-            }, ""))
-  if (length(extra) == 0L && category != "Pm") {
-    return(make_kernel(formula, args, spec$sum_scheme, shown = shown))
-  }
-  grad <- make_kernel(formula, args, spec$sum_scheme)
-  n_inputs <- length(info$names)
+  rust_result(.Call(wrap__keops_gradient, spec$formula, spec$args, as.integer(k)))
+}
+
+# The gradient operator of `op` in its variable number `k`, following `plan`; called without
+# input, it describes itself in KeOps' form, Grad(formula, v, eta).
+grad_operator <- function(op, k, plan = gradient_plan(op, k)) {
+  spec <- attr(op, "rkeops")
+  e <- plan$input
+  shown <- list(formula = sprintf("Grad(%s, %s, %s)", spec$formula, spec$info$names[k], plan$names[e]),
+                args = c(spec$args, sprintf("%s = %s(%d)", plan$names[e], plan$categories[e], plan$dims[e])),
+                info = plan[c("names", "categories", "dims")])
+  plan_operator(plan, shown, spec$sum_scheme)
+}
+
+# The operator that computes the gradient `plan` describes: a kernel made by make_kernel() when the
+# gradient is one reduction of the inputs (a Sum in a variable: it can be differentiated again),
+# else a function that runs the plan's forward steps, then its reduction of the inputs and of their
+# results (for a parameter, summed over the rows), or a zero matrix.
+plan_operator <- function(plan, shown, sum_scheme) {
+  if (plan$plain) return(make_kernel(plan$formula, plan$args, sum_scheme, shown = shown))
+  if (is.null(plan$formula)) return(wrap_operator(zero_gradient(plan$zero), shown, sum_scheme))
+  steps <- lapply(plan$steps, function(step) {
+    if (!is.null(step$formula)) step$op <- make_kernel(step$formula, step$args, sum_scheme)
+    step
+  })
+  grad <- make_kernel(plan$formula, plan$args, sum_scheme)
   run <- function(inputs, ranges) {
     inputs <- unname(inputs)
-    forward <- inputs[seq_len(n_inputs)]
-    saved <- lapply(extra, function(x) matrix(x$run(forward, ranges = ranges), ncol = x$dim))
-    res <- grad(c(inputs, unname(saved)), ranges = ranges)
-    # A parameter's gradient sums over the whole reduction.
-    if (category == "Pm") matrix(colSums(res), nrow = 1L) else res
+    saved <- lapply(steps, run_step, inputs = inputs, ranges = ranges)
+    res <- grad(c(inputs, saved), ranges = ranges)
+    if (plan$sum_rows) matrix(colSums(res), nrow = 1L) else res
   }
-  # The gradient input of a KMin may be given like its values, an n x K x d array.
-  flatten_eta <- function(input) {
-    at <- if (!is.null(names(input)) && eta %in% names(input)) eta else n_inputs + 1L
-    e <- if (is.list(input) && length(input) == n_inputs + 1L) input[[at]]
-    if (length(dim(e)) == 3L) input[[at]] <- matrix(e, nrow = dim(e)[1L])
-    input
+  wrap_operator(run, shown, sum_scheme, adjust = function(input) flatten_grad_input(input, plan))
+}
+
+# The result of a forward step of a gradient plan on the gradient's `inputs` (with their `ranges`:
+# the forward results of the same blocks), as a matrix of the step's dimension: a reduction's values
+# or 0-based indices (the selected rows), or the 0-based index of each row of an input.
+run_step <- function(step, inputs, ranges) {
+  if (is.null(step$formula)) {
+    rows <- if (is.na(step$rows_of)) 1L else NROW(inputs[[step$rows_of]])
+    return(matrix(seq_len(rows) - 1, ncol = 1L))
   }
-  wrap_operator(run, shown, spec$sum_scheme, adjust = flatten_eta)
+  res <- step$op(inputs[step$inputs], ranges = ranges)
+  if (step$indices) res <- res - 1
+  matrix(res, ncol = step$dim)
+}
+
+# A zero gradient (that of indices) shaped like its variable: `zero$dim` columns, the rows of input
+# `zero$rows_of` (one row for a parameter).
+zero_gradient <- function(zero) {
+  function(inputs, ranges) {
+    rows <- if (is.na(zero$rows_of)) 1L else NROW(inputs[[zero$rows_of]])
+    matrix(0, rows, zero$dim)
+  }
+}
+
+# The gradient input of a KMin may be given like its values, an n x K x d array: made n x (K d).
+flatten_grad_input <- function(input, plan) {
+  e <- plan$names[plan$input]
+  at <- if (!is.null(names(input)) && e %in% names(input)) e else plan$input
+  x <- if (is.list(input) && length(input) == length(plan$names)) input[[at]]
+  if (length(dim(x)) == 3L) input[[at]] <- matrix(x, nrow = dim(x)[1L])
+  input
 }
 
 # The 1-based position of `var` (a name or a position) among the variables of `info`.

@@ -236,11 +236,8 @@ keops_kernel <- function(formula, args, sum_scheme = "auto") {
 # v, I)): the engine's for a reduction, a gradient operator for the Grad forms. `shown` (formula,
 # args, info) is what the operator describes when called without input, if not itself.
 make_kernel <- function(formula, args, sum_scheme, shown = NULL) {
-  call <- split_call(formula)
-  if (!is.null(call) && call$name %in% c("Grad", "GradFromPos")) {
-    return(grad_kernel(call, formula, args, sum_scheme))
-  }
   info <- rust_result(.Call(wrap__keops_parse, formula, args))
+  if (isTRUE(info$gradient)) return(grad_kernel(formula, args, sum_scheme))
   if (is.null(shown)) shown <- list(formula = formula, args = args, info = info)
   force(sum_scheme)
   # Everything below runs at every call, so it stays at a few microseconds and does no work that
@@ -376,115 +373,25 @@ axis_notice <- function(formula) {
   invisible()
 }
 
-# `text` = "Name(a, b, ...)" (nothing after the closing parenthesis): list(name, args) with the
-# top-level arguments as strings; NULL when `text` is not such a call.
-split_call <- function(text) {
-  m <- regmatches(text, regexec("^\\s*([A-Za-z_][A-Za-z0-9_]*)\\s*\\(", text))[[1L]]
-  if (length(m) == 0L) return(NULL)
-  chars <- strsplit(text, "")[[1L]]
-  open <- nchar(m[1L])
-  depth <- 0L
-  start <- open + 1L
-  parts <- character()
-  for (p in seq.int(open, length(chars))) {
-    ch <- chars[p]
-    if (ch == "(") depth <- depth + 1L
-    if (ch == ")") depth <- depth - 1L
-    if ((ch == "," && depth == 1L) || (ch == ")" && depth == 0L)) {
-      parts <- c(parts, trimws(paste(chars[seq_len(p - start) + start - 1L], collapse = "")))
-      start <- p + 1L
-    }
-    if (depth == 0L) {
-      if (p < length(chars) && nzchar(trimws(paste(chars[(p + 1L):length(chars)], collapse = "")))) {
-        return(NULL)
-      }
-      return(list(name = m[2L], args = parts))
-    }
-  }
-  NULL   # unbalanced: the engine's parser says where
-}
-
 # KeOps' gradient forms, as an operator taking the inputs in the order of `args`:
 # * Grad(reduction, v, e): the gradient in `v` of <reduction, e>, `e` declared in `args` like the
 #   reduction's result (Vi for axis 0, Vj for axis 1, of its dimension);
 # * GradFromPos(reduction, v, I) (KeOps' C++ form): the same, with the gradient input not declared
 #   but inserted at 0-based input position I.
-# The gradient is keops_grad()'s (the same formulas and forward passes).
-grad_kernel <- function(call, formula, args, sum_scheme) {
-  form <- call$name
-  if (length(call$args) != 3L) {
-    rkeops_abort(form, "() takes 3 arguments: ", form, "(reduction, variable, ",
-                 if (form == "Grad") "gradient input)" else "position of the gradient input)",
-                 ", not ", length(call$args), kind = "formula")
-  }
-  reduction <- call$args[1L]
-  v <- call$args[2L]
-  is_name <- function(s) grepl("^[A-Za-z_][A-Za-z0-9_]*$", s)
-  declare <- function(names, categories, dims) sprintf("%s = %s(%d)", names, categories, dims)
-  if (form == "Grad") {
-    e <- call$args[3L]
-    if (!is_name(e)) {
-      rkeops_abort("in ", formula, ": the gradient input ", .rkeops_show(e), " must be the name of a ",
-                   "variable declared in 'args'", kind = "formula")
-    }
-    # The declarations in input order (explicit positions resolved by the engine's parser).
-    all_info <- rust_result(.Call(wrap__keops_parse, sprintf("Sum_Reduction(%s, 0)", e), args))
-    keep <- all_info$names != e
-    inner <- make_kernel(reduction, declare(all_info$names[keep], all_info$categories[keep],
-                                            all_info$dims[keep]), sum_scheme)
-  } else {
-    pos <- suppressWarnings(as.numeric(call$args[3L]))
-    inner <- make_kernel(reduction, args, sum_scheme)
-    n <- length(attr(inner, "rkeops")$info$names)
-    if (!is_whole(pos, 0, n)) {
-      rkeops_abort("in ", formula, ": the position of the gradient input must be a whole number from 0 ",
-                   "to ", n, " (0-based, among the inputs), not ", .rkeops_show(call$args[3L]),
-                   kind = "formula")
-    }
-  }
-  spec <- attr(inner, "rkeops")
-  if (is.null(spec)) {
-    rkeops_abort("in ", formula, ": only gradients of Sum reductions can be differentiated again",
-                 kind = "formula")
-  }
-  info <- spec$info
-  if (!is_name(v) || !v %in% info$names) {
-    rkeops_abort("in ", formula, ": ", .rkeops_show(v), " is not a variable of the reduction (",
-                 paste(info$names, collapse = ", "), ")", kind = "formula")
-  }
-  out_category <- if (info$axis == 0L) "Vi" else "Vj"
-  out_dim <- grad_input_dim(info)
-  if (form == "Grad") {
-    k <- match(e, all_info$names)
-    if (all_info$categories[k] != out_category || all_info$dims[k] != out_dim) {
-      rkeops_abort("in ", formula, ": the gradient input '", e, "' must be declared ",
-                   sprintf("%s = %s(%d)", e, out_category, out_dim), ", shaped like the result of the ",
-                   "reduction (axis ", info$axis, ": one row per ", if (info$axis == 0L) "i" else "j",
-                   "), not ", sprintf("%s(%d)", all_info$categories[k], all_info$dims[k]), kind = "formula")
-    }
-  } else {
-    e <- "eta"
-    while (e %in% info$names) e <- paste0(e, "_")
-    all_info <- list(names = append(info$names, e, pos), categories = append(info$categories, out_category, pos),
-                     dims = append(info$dims, out_dim, pos))
-  }
-  shown <- list(formula = formula, args = args, info = all_info)
-  k <- match(v, info$names)
-  grad <- grad_operator(inner, k, e)
-  gspec <- attr(grad, "rkeops")
-  order <- match(c(info$names, e), all_info$names)
-  plain <- if (!is.null(gspec)) {
-    # A plain kernel (Sum in a variable): the same formula with the declarations in the order of
-    # `args`, so that it can be differentiated again.
-    make_kernel(gspec$formula, declare(all_info$names, all_info$categories, all_info$dims),
-                sum_scheme, shown = shown)
-  } else {
-    wrap_operator(function(inputs, ranges) grad(inputs[order], ranges = ranges), shown, sum_scheme)
-  }
+# The engine checks the form and plans the gradient (keops_gradient()), as for keops_grad().
+grad_kernel <- function(formula, args, sum_scheme) {
+  plan <- rust_result(.Call(wrap__keops_gradient, formula, args, NULL))
+  shown <- list(formula = formula, args = args, info = plan[c("names", "categories", "dims")])
+  plain <- plan_operator(plan, shown, sum_scheme)
+  # Batches go to keops_grad()'s operator of the reduction, whose gradient input comes last.
+  forward <- make_kernel(plan$forward$formula, plan$forward$args, sum_scheme)
+  order <- c(seq_along(plan$names)[-plan$input], plan$input)
+  batched <- NULL
   with_batches(plain, function(input, ranges, inner_dim) {
-    if (!is.null(names(input)) && all(nzchar(names(input)))) input <- input[all_info$names]
-    batch_gradient(inner, k, e, grad, unname(input)[order], ranges, inner_dim)
-  }, info, match(e, all_info$names))
+    if (!is.null(names(input)) && all(nzchar(names(input)))) input <- input[plan$names]
+    if (is.null(batched)) batched <<- grad_with_batches(forward, match(plan$variable, order))
+    batched(unname(input)[order], inner_dim, ranges)
+  }, attr(forward, "rkeops")$info, plan$input)
 }
 
 # Checks the list of inputs (count, names, types) and converts each to a double vector or matrix.

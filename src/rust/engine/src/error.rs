@@ -17,6 +17,11 @@ pub enum Error {
     #[error("{}", formula_message(.what, .pos, .formula))]
     Formula { what: String, pos: usize, formula: String },
 
+    /// A gradient form (`Grad(reduction, v, e)`, `GradFromPos(reduction, v, I)`) that cannot be a
+    /// gradient; the message quotes the formula.
+    #[error("{0}")]
+    Gradient(String),
+
     /// An input passed at run time does not fit the declaration of its variable.
     #[error("input '{name}': {what}")]
     Input { name: String, what: String },
@@ -49,7 +54,9 @@ impl Error {
     /// input or request that does not fit it, the GPU, memory, the kernel cache, an interrupt.
     pub fn kind(&self) -> &'static str {
         match self {
-            Error::Parse { .. } | Error::ArgDeclaration { .. } | Error::Formula { .. } => "formula",
+            Error::Parse { .. } | Error::ArgDeclaration { .. } | Error::Formula { .. } | Error::Gradient(_) => {
+                "formula"
+            }
             Error::Input { .. } | Error::Invalid(_) => "input",
             Error::Gpu(_) => "gpu",
             Error::Memory(_) => "memory",

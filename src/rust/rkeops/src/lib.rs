@@ -5,6 +5,7 @@
 mod batch;
 mod clustering;
 mod error;
+mod gradient;
 mod iterate;
 mod knn;
 mod results;
@@ -54,10 +55,15 @@ fn strings(robj: &Robj, what: &str) -> Fallible<Vec<String>> {
     robj.as_string_vector().or_input(what, format!("'{what}' must be a character vector"))
 }
 
-/// Parses and checks a formula; returns the variables it takes, in input order, and its reduction.
+/// Parses and checks a formula; returns the variables it takes, in input order, and its reduction,
+/// or `list(gradient = TRUE)` for KeOps' gradient forms (`Grad(reduction, v, e)`, `GradFromPos`),
+/// whose plan `keops_gradient()` gives (gradient.rs).
 #[extendr]
 fn keops_parse(formula: &str, args: Robj) -> Robj {
     guarded(|| {
+        if engine::formula::gradient::is_form(formula) {
+            return Ok(List::from_names_and_values(["gradient"], [Robj::from(true)])?.into());
+        }
         let args = strings(&args, "args")?;
         let op = operator(formula, &args)?;
         let vars = &op.formula.variables;
@@ -388,6 +394,7 @@ extendr_module! {
     mod rkeops;
     use batch;
     use clustering;
+    use gradient;
     use iterate;
     use knn;
     fn keops_parse;

@@ -2,6 +2,7 @@
 
 pub mod ast;
 pub mod autodiff;
+pub mod gradient;
 pub mod graph;
 pub mod lexer;
 pub mod lower;
@@ -13,11 +14,12 @@ pub use variables::{Category, Variable};
 
 use crate::error::{Error, Result};
 use crate::reduction::{Accumulator, ReductionKind, Signature, SumScheme};
-use ast::{Ast, Node as AstNode};
+use ast::{Ast, BinOp, Node as AstNode};
 use lower::Lowerer;
 
 /// A reduction of a formula: its kind, the axis, K for the K-selections, and the formula nodes
-/// of its values `f` and, for the weighted ones, its weights `g`.
+/// of its values `f` and, for the weighted ones, its weights `g`, with their text as written
+/// (as operands: in parentheses when a sum or a difference), of which gradients are written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reduction {
     pub kind: ReductionKind,
@@ -25,6 +27,8 @@ pub struct Reduction {
     pub k: usize,
     pub f: NodeId,
     pub g: Option<NodeId>,
+    pub f_text: String,
+    pub g_text: Option<String>,
 }
 
 /// A parsed, dimension-checked reduction of a formula, ready to be evaluated.
@@ -56,6 +60,9 @@ impl Formula {
                 text.len()
             )));
         }
+        if gradient::is_form(text) {
+            return Formula::gradient(text, args);
+        }
         let declared = variables::parse_declarations(args)?;
         let tree = parser::parse(text)?;
         let mut lowerer = Lowerer::new(text, declared);
@@ -70,6 +77,22 @@ impl Formula {
             )));
         }
         Ok(Formula { text: text.to_string(), variables, graph: lowerer.graph, reduction })
+    }
+
+    /// KeOps' `Grad(reduction, v, e)` where the gradient is one reduction: that reduction (a Sum
+    /// of `Grad(f, v, e)`, in an i- or j-variable, its inputs those of `args`). Others need forward
+    /// results, or sum rows: `gradient::GradientPlan` computes them.
+    fn gradient(text: &str, args: &[String]) -> Result<Formula> {
+        let plan = gradient::GradientPlan::parse(text, args)?;
+        match plan.output {
+            gradient::GradientOutput::Formula { formula, args, sum_rows: false } if plan.steps.is_empty() => {
+                Formula::parse(&formula, &args)
+            }
+            _ => Err(Error::Gradient(format!(
+                "{text} is not one reduction (it needs forward results, sums the gradient's rows for a \
+                 parameter, or is zero): compute it with its gradient plan (formula::gradient::GradientPlan)"
+            ))),
+        }
     }
 
     /// Dimension of the formula's values per output row (K excluded).
@@ -125,6 +148,7 @@ fn lower_reduction(lw: &mut Lowerer, tree: &AstNode) -> Result<Reduction> {
     };
     let f = lw.lower(&args[0])?;
     let g = g_node.map(|n| lw.lower(n)).transpose()?;
+    let (f_text, g_text) = (operand(lw.formula, &args[0]), g_node.map(|n| operand(lw.formula, n)));
     let kind = if kind == ReductionKind::LogSumExp && g.is_some() { ReductionKind::LogSumExpWeight } else { kind };
     if matches!(kind, ReductionKind::LogSumExp | ReductionKind::LogSumExpWeight | ReductionKind::SumSoftMaxWeight)
         && lw.graph.dim(f) != 1
@@ -133,7 +157,17 @@ fn lower_reduction(lw: &mut Lowerer, tree: &AstNode) -> Result<Reduction> {
             lw.error(args[0].pos, format!("the formula inside {name} must have dimension 1, not {}", lw.graph.dim(f)))
         );
     }
-    Ok(Reduction { kind, axis: axis as usize, k, f, g })
+    Ok(Reduction { kind, axis: axis as usize, k, f, g, f_text, g_text })
+}
+
+/// The text of `node` as an operand: in parentheses when it is a sum or a difference, so that a
+/// gradient can write `e * g` whatever `g` is.
+fn operand(text: &str, node: &AstNode) -> String {
+    let written = &text[node.span.clone()];
+    match node.ast {
+        Ast::Binary(BinOp::Add | BinOp::Sub, ..) => format!("({written})"),
+        _ => written.to_string(),
+    }
 }
 
 #[cfg(test)]

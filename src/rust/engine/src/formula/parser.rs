@@ -55,6 +55,13 @@ impl Parser<'_> {
         }
     }
 
+    /// Consumes the ')' that closes a call or parentheses; returns the offset just past it.
+    fn closing(&mut self, what: &str) -> Result<usize> {
+        let end = self.peek().pos + 1;
+        self.expect(&Tok::RParen, what)?;
+        Ok(end)
+    }
+
     /// One level deeper in the tree being built: an error past `MAX_DEPTH`, so that neither this
     /// parser nor the recursive passes over the tree (lowering, dropping it) can overflow the stack.
     fn deeper(&mut self) -> Result<()> {
@@ -83,8 +90,8 @@ impl Parser<'_> {
             chain += 1;
             self.next();
             let right = self.term()?;
-            let pos = left.pos;
-            left = Node { ast: Ast::Binary(op, Box::new(left), Box::new(right)), pos };
+            let (pos, span) = (left.pos, left.span.start..right.span.end);
+            left = Node { ast: Ast::Binary(op, Box::new(left), Box::new(right)), pos, span };
         }
         self.depth -= 1 + chain;
         Ok(left)
@@ -103,8 +110,8 @@ impl Parser<'_> {
             chain += 1;
             self.next();
             let right = self.unary()?;
-            let pos = left.pos;
-            left = Node { ast: Ast::Binary(op, Box::new(left), Box::new(right)), pos };
+            let (pos, span) = (left.pos, left.span.start..right.span.end);
+            left = Node { ast: Ast::Binary(op, Box::new(left), Box::new(right)), pos, span };
         }
         self.depth -= chain;
         Ok(left)
@@ -116,26 +123,28 @@ impl Parser<'_> {
             self.deeper()?;
             let inner = self.unary()?;
             self.depth -= 1;
-            return Ok(Node { ast: Ast::Neg(Box::new(inner)), pos });
+            let span = pos..inner.span.end;
+            return Ok(Node { ast: Ast::Neg(Box::new(inner)), pos, span });
         }
         self.primary()
     }
 
     fn primary(&mut self) -> Result<Node> {
         let t = self.peek().clone();
+        let span = t.pos..t.pos + t.text.len();
         match t.tok {
             Tok::Int(n) => {
                 self.next();
-                Ok(Node { ast: Ast::Int(n), pos: t.pos })
+                Ok(Node { ast: Ast::Int(n), pos: t.pos, span })
             }
             Tok::Float(x) => {
                 self.next();
-                Ok(Node { ast: Ast::Float(x), pos: t.pos })
+                Ok(Node { ast: Ast::Float(x), pos: t.pos, span })
             }
             Tok::Ident(name) => {
                 self.next();
                 if self.peek().tok != Tok::LParen {
-                    return Ok(Node { ast: Ast::Name(name), pos: t.pos });
+                    return Ok(Node { ast: Ast::Name(name), pos: t.pos, span });
                 }
                 self.next();
                 let mut args = vec![self.expr()?];
@@ -143,22 +152,26 @@ impl Parser<'_> {
                     self.next();
                     args.push(self.expr()?);
                 }
-                self.expect(&Tok::RParen, &format!("expected ',' or ')' in the arguments of {name}"))?;
-                Ok(Node { ast: Ast::Call(name, args), pos: t.pos })
+                let end = self.closing(&format!("expected ',' or ')' in the arguments of {name}"))?;
+                Ok(Node { ast: Ast::Call(name, args), pos: t.pos, span: t.pos..end })
             }
             Tok::LParen => {
                 self.next();
                 let inner = self.expr()?;
                 match self.peek().tok {
                     Tok::RParen => {
-                        self.next();
-                        Ok(inner)
+                        let end = self.closing("")?;
+                        Ok(Node { span: t.pos..end, ..inner })
                     }
                     Tok::Pipe => {
                         self.next();
                         let right = self.expr()?;
-                        self.expect(&Tok::RParen, "expected ')' to close the scalar product (a|b)")?;
-                        Ok(Node { ast: Ast::ScalarProduct(Box::new(inner), Box::new(right)), pos: t.pos })
+                        let end = self.closing("expected ')' to close the scalar product (a|b)")?;
+                        Ok(Node {
+                            ast: Ast::ScalarProduct(Box::new(inner), Box::new(right)),
+                            pos: t.pos,
+                            span: t.pos..end,
+                        })
                     }
                     _ => Err(self.error("expected ')' or '|'")),
                 }
@@ -191,6 +204,22 @@ mod tests {
         assert!(text.contains("ScalarProduct"));
         assert!(text.contains("Float(0.5)"));
         assert!(text.contains("Float(0.001)"));
+    }
+
+    #[test]
+    fn nodes_know_their_text() {
+        let src = "Sum_Reduction( (x|y) * 0.5 + -(a - b), 0)";
+        let n = parse(src).unwrap();
+        let text = |node: &Node| src[node.span.clone()].to_string();
+        assert_eq!(text(&n), src);
+        let Ast::Call(_, args) = &n.ast else { panic!("{n:?}") };
+        assert_eq!(text(&args[0]), "(x|y) * 0.5 + -(a - b)");
+        assert_eq!(text(&args[1]), "0");
+        let Ast::Binary(_, l, r) = &args[0].ast else { panic!("{:?}", args[0]) };
+        assert_eq!((text(l), text(r)), ("(x|y) * 0.5".into(), "-(a - b)".into()));
+        let Ast::Neg(inner) = &r.ast else { panic!("{r:?}") };
+        // Errors point into the parentheses, at the expression.
+        assert_eq!((text(inner), inner.pos), ("(a - b)".into(), 31));
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! The reductions: what they compute, the shape of their output, and how they are named in formulas.
+//! The reductions: what they compute, the shape of their output, how they are named in formulas,
+//! and their gradients (`gradient`).
 
+pub mod gradient;
 mod state;
 
 pub use state::{better, Accumulator};
