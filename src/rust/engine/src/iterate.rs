@@ -7,11 +7,11 @@
 
 use std::time::{Duration, Instant};
 
+use crate::api::{Input, Precision, RunOptions};
 use crate::cuda;
 use crate::cuda::recorded::Recorded;
 use crate::cuda::resident::DeviceMatrix;
 use crate::error::{Error, Result};
-use crate::api::{Input, Precision, RunOptions};
 use crate::operator::Operator;
 use crate::ranges::Ranges;
 use crate::reduction::SumScheme;
@@ -73,7 +73,13 @@ fn check(steps: &[Step], states: &[Input]) -> Result<()> {
     for (s, step) in steps.iter().enumerate() {
         let red = &step.operator.formula.reduction;
         if !red.kind.returns_values() || red.kind.returns_indices() || red.kind.is_k_selection() {
-            return invalid(s, format!("{:?} cannot be iterated: only reductions that return one value per row (or vector) can", red.kind));
+            return invalid(
+                s,
+                format!(
+                    "{:?} cannot be iterated: only reductions that return one value per row (or vector) can",
+                    red.kind
+                ),
+            );
         }
         let Some(out) = states.get(step.output) else {
             return invalid(s, format!("it replaces state {} of {}", step.output + 1, states.len()));
@@ -171,7 +177,8 @@ fn on_device(
     // values are swapped at every step that replaces one, so that every later iteration issues the
     // launches of the one two before it, on the same buffers. Freed only after the wait below.
     let mut recorded: Vec<[Option<Recorded>; 2]> = steps.iter().map(|_| [None, None]).collect();
-    let device_loop = DeviceLoop { steps, step_options, states, iterations, options, kept_inputs: &kept_inputs, device: &device };
+    let device_loop =
+        DeviceLoop { steps, step_options, states, iterations, options, kept_inputs: &kept_inputs, device: &device };
     let looped = device_loop.run((&mut current[..], &mut next[..]), &mut recorded);
     // Nothing queued may still use the buffers when they are read or freed.
     let waited = device.synchronize();
@@ -181,11 +188,7 @@ fn on_device(
     let clock = Instant::now();
     let values = current.iter().map(DeviceMatrix::to_host).collect::<Result<_>>()?;
     timings.add(&[("download once", clock.elapsed().as_secs_f64())]);
-    Ok(Iterated {
-        states: values,
-        backend: format!("GPU {} ({})", device.ordinal, device.name),
-        timings: timings.0,
-    })
+    Ok(Iterated { states: values, backend: format!("GPU {} ({})", device.ordinal, device.name), timings: timings.0 })
 }
 
 /// The loop of `on_device`: its steps, their options, the shapes of the iterated values, the
@@ -306,14 +309,26 @@ mod tests {
         let steps = [
             Step {
                 operator: &g_op,
-                inputs: vec![Source::Host(col(&x)), Source::Host(col(&y)), Source::Host(col(&lmu)), Source::State(0), Source::Host(par)],
+                inputs: vec![
+                    Source::Host(col(&x)),
+                    Source::Host(col(&y)),
+                    Source::Host(col(&lmu)),
+                    Source::State(0),
+                    Source::Host(par),
+                ],
                 output: 1,
                 sum_scheme: SumScheme::default(),
                 ranges: None,
             },
             Step {
                 operator: &f_op,
-                inputs: vec![Source::Host(col(&x)), Source::Host(col(&y)), Source::Host(col(&lnu)), Source::State(1), Source::Host(par)],
+                inputs: vec![
+                    Source::Host(col(&x)),
+                    Source::Host(col(&y)),
+                    Source::Host(col(&lnu)),
+                    Source::State(1),
+                    Source::Host(par),
+                ],
                 output: 0,
                 sum_scheme: SumScheme::default(),
                 ranges: None,
@@ -356,7 +371,10 @@ mod tests {
         let got = iterate(&[step(&op, 0)], &[col(&a)], 2, &options).unwrap();
         assert_eq!(got.states[0], vec![64.0; 5]);
         let wrong_shape = iterate(&[step(&op, 1)], &[col(&a), col(&b)], 1, &options).unwrap_err();
-        assert!(wrong_shape.to_string().contains("its result is 5 x 1, but the value it replaces is 4 x 1"), "{wrong_shape}");
+        assert!(
+            wrong_shape.to_string().contains("its result is 5 x 1, but the value it replaces is 4 x 1"),
+            "{wrong_shape}"
+        );
         let indices = iterate(&[step(&knn, 0)], &[col(&a)], 1, &options).unwrap_err();
         assert!(indices.to_string().contains("cannot be iterated"), "{indices}");
         let missing = iterate(&[step(&op, 3)], &[col(&a)], 1, &options).unwrap_err();

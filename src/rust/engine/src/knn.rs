@@ -88,7 +88,39 @@ pub fn knn_plan(
     if queries.n == 0 {
         return Ok(None);
     }
-    // Cells of about `cell_points` data points if the data filled its bounding box.
+    let size = cell_sizes(data, cell_points)?;
+    let largest = |x: Points| x.values.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let margin = 1e-9 * (largest(data).max(largest(queries)) + size.iter().fold(0.0f64, |m, &s| m.max(s)));
+    let data_cells = Cells::new(data, &size, margin)?;
+    let query_cells = Cells::new(queries, &size, margin)?;
+    let full: Vec<bool> = data_cells.rows.iter().map(|r| r.len() >= k).collect();
+    if !full.iter().any(|&f| f) {
+        return Ok(None);
+    }
+    let Some(searched) = searched_ranges(&data_cells, &query_cells, &full, metric, search) else { return Ok(None) };
+    if !force && searched.pairs > 0.5 * data.n as f64 * queries.n as f64 {
+        return Ok(None);
+    }
+    let mut reach = vec![f64::INFINITY; queries.n];
+    if search == Search::Neighbourhood {
+        for (q, reach) in reach.iter_mut().enumerate() {
+            let window = &searched.windows[query_cells.label[q] as usize];
+            *reach = data_cells.distance_outside(window, |c| queries.values[c * queries.n + q]) - margin;
+        }
+    }
+    Ok(Some(KnnPlan {
+        data_order: data_cells.order,
+        query_order: query_cells.order,
+        ranges: BlockRanges { blocks: query_cells.rows, slices: searched.slices, reduced: searched.reduced },
+        pairs: searched.pairs,
+        reach,
+    }))
+}
+
+/// The sides of cells of about `cell_points` data points: as if the data filled its bounding box,
+/// then shrunk for clustered data, which fill few cells of its bounding box, each with many more
+/// points, until a point's cell holds about `cell_points` points (on average over the points).
+fn cell_sizes(data: Points, cell_points: f64) -> Result<Vec<f64>> {
     let span: Vec<f64> = (0..data.d)
         .map(|c| {
             let col = data.column(c);
@@ -98,8 +130,6 @@ pub fn knn_plan(
         .collect();
     let side = (span.iter().product::<f64>() * cell_points / data.n as f64).powf(1.0 / data.d as f64);
     let mut size: Vec<f64> = span.iter().map(|&s| side.max(s / 1e6).min(s)).collect();
-    // Clustered data fill few cells of its bounding box, each with many more points: shrink the
-    // cells until a point's cell holds about `cell_points` points (on average over the points).
     for _ in 0..3 {
         let cells = Grid::new(data, &size)?.cells();
         let mut counts = vec![0.0f64; cells.count];
@@ -111,33 +141,50 @@ pub fn knn_plan(
         let shrink = (cell_points / seen).powf(1.0 / data.d as f64);
         size.iter_mut().zip(&span).for_each(|(s, &sp)| *s = (*s * shrink).max(sp / 1e6));
     }
-    let largest = |x: Points| x.values.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    let margin = 1e-9 * (largest(data).max(largest(queries)) + size.iter().fold(0.0f64, |m, &s| m.max(s)));
-    let data_cells = Cells::new(data, &size, margin)?;
-    let query_cells = Cells::new(queries, &size, margin)?;
-    let full: Vec<bool> = data_cells.rows.iter().map(|r| r.len() >= k).collect();
-    if !full.iter().any(|&f| f) {
-        return Ok(None);
-    }
-    let mut reduced: Vec<Range<usize>> = Vec::new();
-    let mut slices = Vec::with_capacity(query_cells.rows.len());
-    let mut pairs = 0.0;
+    Ok(size)
+}
+
+/// What each query cell searches: ranges of the sorted data (`reduced`, those of query cell `a`
+/// ending at `slices[a]`), the pairs that makes, and each cell's window of neighbouring cells
+/// (`Search::Neighbourhood` only).
+struct Searched {
+    reduced: Vec<Range<usize>>,
+    slices: Vec<usize>,
+    pairs: f64,
+    windows: Vec<(Vec<i64>, Vec<i64>)>,
+}
+
+/// The data each query cell searches; `None` when a query cell would keep more than
+/// `MOST_KEPT_CELLS` cells (brute force is then better).
+fn searched_ranges(
+    data_cells: &Cells,
+    query_cells: &Cells,
+    full: &[bool],
+    metric: Metric,
+    search: Search,
+) -> Option<Searched> {
+    let mut searched = Searched {
+        reduced: Vec::new(),
+        slices: Vec::with_capacity(query_cells.rows.len()),
+        pairs: 0.0,
+        windows: Vec::new(),
+    };
     let mut kept = Vec::new();
-    let mut windows = Vec::new();
     for a in 0..query_cells.rows.len() {
         let (lo, hi) = (query_cells.lo(a), query_cells.hi(a));
         kept.clear();
         if search == Search::Neighbourhood {
             let window = data_cells.window(lo, hi, 1);
             data_cells.visit(&window, |b| kept.push(b));
-            windows.push(window);
+            searched.windows.push(window);
         } else {
-            bounded_cells(&data_cells, &full, metric, lo, hi, &mut kept);
+            bounded_cells(data_cells, full, metric, lo, hi, &mut kept);
         }
         if kept.len() > MOST_KEPT_CELLS {
-            return Ok(None);
+            return None;
         }
         let rows = query_cells.rows[a].len() as f64;
+        let reduced = &mut searched.reduced;
         let first = reduced.len();
         for &b in &kept {
             let r = data_cells.rows[b].clone();
@@ -146,26 +193,10 @@ pub fn knn_plan(
                 _ => reduced.push(r),
             }
         }
-        pairs += rows * reduced[first..].iter().map(|r| r.len() as f64).sum::<f64>();
-        slices.push(reduced.len());
+        searched.pairs += rows * reduced[first..].iter().map(|r| r.len() as f64).sum::<f64>();
+        searched.slices.push(reduced.len());
     }
-    if !force && pairs > 0.5 * data.n as f64 * queries.n as f64 {
-        return Ok(None);
-    }
-    let mut reach = vec![f64::INFINITY; queries.n];
-    if search == Search::Neighbourhood {
-        for (q, reach) in reach.iter_mut().enumerate() {
-            let window = &windows[query_cells.label[q] as usize];
-            *reach = data_cells.distance_outside(window, |c| queries.values[c * queries.n + q]) - margin;
-        }
-    }
-    Ok(Some(KnnPlan {
-        data_order: data_cells.order,
-        query_order: query_cells.order,
-        ranges: BlockRanges { blocks: query_cells.rows, slices, reduced },
-        pairs,
-        reach,
-    }))
+    Some(searched)
 }
 
 /// The data cells that may hold one of the K nearest neighbours of a point of the box `lo..hi`.
@@ -180,7 +211,11 @@ fn bounded_cells(data_cells: &Cells, full: &[bool], metric: Metric, lo: &[f64], 
     };
     // The full cells around the box (a valid bound whichever full cells are taken; near ones are tight).
     let mut bound = f64::INFINITY;
-    data_cells.visit(&data_cells.window(lo, hi, 1), |b| if full[b] { bound = bound.min(far(b)) });
+    data_cells.visit(&data_cells.window(lo, hi, 1), |b| {
+        if full[b] {
+            bound = bound.min(far(b))
+        }
+    });
     if bound == f64::INFINITY {
         bound = (0..full.len()).filter(|&b| full[b]).map(far).fold(f64::INFINITY, f64::min);
     }
@@ -188,7 +223,11 @@ fn bounded_cells(data_cells: &Cells, full: &[bool], metric: Metric, lo: &[f64], 
     let reach = metric.radius(bound);
     let wide_lo: Vec<f64> = lo.iter().map(|v| v - reach).collect();
     let wide_hi: Vec<f64> = hi.iter().map(|v| v + reach).collect();
-    data_cells.visit(&data_cells.window(&wide_lo, &wide_hi, 1), |b| if near(b) <= bound { kept.push(b) });
+    data_cells.visit(&data_cells.window(&wide_lo, &wide_hi, 1), |b| {
+        if near(b) <= bound {
+            kept.push(b)
+        }
+    });
 }
 
 /// The cells of one cloud: its points sorted by cell, and the box of each cell.
@@ -281,9 +320,16 @@ impl Cells {
         (0..self.d)
             .map(|c| {
                 // (No point lies beyond the grid.)
-                let below = if first[c] == 0 { f64::INFINITY } else { x(c) - (self.origin[c] + first[c] as f64 * self.size[c]) };
-                let above =
-                    if last[c] == self.extent[c] - 1 { f64::INFINITY } else { self.origin[c] + (last[c] + 1) as f64 * self.size[c] - x(c) };
+                let below = if first[c] == 0 {
+                    f64::INFINITY
+                } else {
+                    x(c) - (self.origin[c] + first[c] as f64 * self.size[c])
+                };
+                let above = if last[c] == self.extent[c] - 1 {
+                    f64::INFINITY
+                } else {
+                    self.origin[c] + (last[c] + 1) as f64 * self.size[c] - x(c)
+                };
                 below.min(above)
             })
             .fold(f64::INFINITY, f64::min)

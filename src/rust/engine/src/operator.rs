@@ -298,7 +298,10 @@ impl ForPrecision for OnGpu<'_> {
         let selection = Selection::for_rows(&op.formula, mean_reduced, tuning.gpu_selection);
         let compile = |device: &cuda::Device| {
             let variant = Variant::choose(&op.formula, dtype, r.ranges, device.arch, tuning);
-            let kernel = KernelOptions { unroll: tuning.unroll, ..KernelOptions::new(dtype, options.sum_scheme, variant, selection) };
+            let kernel = KernelOptions {
+                unroll: tuning.unroll,
+                ..KernelOptions::new(dtype, options.sum_scheme, variant, selection)
+            };
             op.kernels.get(device, &op.formula, kernel, options.cache_dir.as_deref())
         };
         // Several GPUs share what they can take in parts: data from the host, not empty.
@@ -345,8 +348,12 @@ impl ForPrecision for OnCpu<'_> {
         };
         let (n_i, n_j) = r.sizes;
         let inputs = Inputs { data: converted.iter().map(|c| c.as_ref()).collect(), n_i, n_j };
-        let settings =
-            cpu::Settings { scheme: options.sum_scheme, threads, interrupt: options.interrupt, isa: options.tuning.cpu_isa };
+        let settings = cpu::Settings {
+            scheme: options.sum_scheme,
+            threads,
+            interrupt: options.interrupt,
+            isa: options.tuning.cpu_isa,
+        };
         let rows = cpu::evaluate(&r.op.formula, &inputs, &settings, r.ranges)?;
         r.timings.push(("CPU evaluation", clock.elapsed().as_secs_f64()));
         let nrow = if r.op.formula.reduction.axis == 0 { n_i } else { n_j };

@@ -85,10 +85,13 @@ impl Kernels {
             return Ok(c);
         }
         let mut kernel = codegen::generate_variant(formula, &options);
-        if options.variant == Variant::DotTiles && kernel.static_shared + kernel.dynamic_shared > device.shared_per_block {
+        if options.variant == Variant::DotTiles
+            && kernel.static_shared + kernel.dynamic_shared > device.shared_per_block
+        {
             // (GPUs of compute capability 8.6 and 8.9 give a block at most 99 KB: rows of 128
             // dimensions and a wide tile of other inputs may not fit)
-            kernel = codegen::generate_variant(formula, &KernelOptions { variant: Variant::StreamedDotTiles, ..options });
+            kernel =
+                codegen::generate_variant(formula, &KernelOptions { variant: Variant::StreamedDotTiles, ..options });
         }
         let cache = cache_dir.map(DiskCache::open).transpose().map_err(Error::Cache)?;
         let functions = device.functions(&kernel, cache.as_ref())?;
@@ -315,11 +318,7 @@ pub fn compile_cubin(source: &str, arch: &str) -> Result<Vec<u8>> {
 /// registers per thread that leave room for fewer threads per block than the kernel's tile, and
 /// local memory per thread (the values of wide intermediate results) beyond the 512 KB a thread may
 /// have or beyond the device's memory, reserved for all the threads it keeps resident.
-fn check_resources(
-    device: &Device,
-    function: &cudarc::driver::CudaFunction,
-    kernel: &codegen::Kernel,
-) -> Result<()> {
+fn check_resources(device: &Device, function: &cudarc::driver::CudaFunction, kernel: &codegen::Kernel) -> Result<()> {
     let on_device = format!("device {} ({})", device.ordinal, device.name);
     let attribute_error = |e| Error::Gpu(format!("reading the kernel's attributes on {on_device}: {e:?}"));
     let advice = "Use fewer or smaller intermediate values, or compute on the CPU (rkeops_use_cpu())";

@@ -14,17 +14,17 @@ use cudarc::driver::{result, sys, CudaFunction, LaunchConfig};
 use super::codegen;
 use super::device::{guarded, Compiled, Device};
 use super::primitives::{launch, view, view_mut};
-use crate::real::Stored;
 use super::recorded::Recorded;
 use super::resident::DeviceMatrix;
 use super::workspace::{Layout, Workspace};
+use crate::api::{Input, RunOptions};
 use crate::error::{Error, Result};
 use crate::formula::{Category, Formula};
 use crate::memory;
-use crate::api::{Input, RunOptions};
 use crate::parallel;
 use crate::ranges::BlockRanges;
 use crate::real::Real;
+use crate::real::Stored;
 
 /// Resident blocks per multiprocessor we aim for before splitting the reduced range.
 const BLOCKS_PER_SM: usize = 8;
@@ -156,11 +156,15 @@ pub fn evaluate<S: Stored, T: Real>(
             Some(_) => "a block-sparse reduction (ranges) in one piece; compute it on the CPU",
             None => "this reduction with inputs kept on it in one piece; pass the matrices themselves (they are then processed in blocks)",
         };
-        return Err(Error::Memory(format!("GPU: device {} ({}) has too little free memory for {what}", device.ordinal, device.name)));
+        return Err(Error::Memory(format!(
+            "GPU: device {} ({}) has too little free memory for {what}",
+            device.ordinal, device.name
+        )));
     }
     let force_1d = call.options.tuning.force_1d;
     let formula = call.formula;
-    let data = Data { device, compiled, formula, inputs, resident: &resident, ranged: ranged.as_ref(), target, force_1d };
+    let data =
+        Data { device, compiled, formula, inputs, resident: &resident, ranged: ranged.as_ref(), target, force_1d };
     let mut times = Times::default();
     let steps = Steps { data: &data, extent: &extent, blocks: &blocks, stop };
     steps.run::<S, T>(workspace, &mut columns, &mut times, record)?;
@@ -200,7 +204,11 @@ impl Extent {
         // (ranges: only their rows, at the boundaries of their pieces of work)
         let splittable = resident.iter().all(Option::is_none) && target.is_none();
         let split = states_out || part.out != (0..n_out);
-        if part.out.end > n_out || part.red.end > n_red || (split && !splittable) || (states_out && call.ranges.is_some()) {
+        if part.out.end > n_out
+            || part.red.end > n_red
+            || (split && !splittable)
+            || (states_out && call.ranges.is_some())
+        {
             return Err(Error::Invalid(format!(
                 "this reduction cannot be split into the part {part:?} (inputs or a result kept on a device, or ranges)"
             )));
@@ -301,7 +309,8 @@ impl Steps<'_> {
                 }
                 let took = times.kernel - before;
                 if long && took > 0.0 {
-                    step_rows = whole_tiles((step_rows as f64 * (STEP_SECONDS / took).min(64.0)) as usize).min(blocks.rows_red);
+                    step_rows =
+                        whole_tiles((step_rows as f64 * (STEP_SECONDS / took).min(64.0)) as usize).min(blocks.rows_red);
                 }
             }
         }
@@ -770,21 +779,29 @@ impl Issue<'_> {
         let (data, step, plan, regions) = (self.data, self.step, self.plan, &self.plan.regions);
         let (kernel, functions) = (&data.compiled.kernel, &data.compiled.functions);
         let (rows_out, rows_red) = (step.out.len(), step.red.len());
-        let mut launch_and_record = |function: &CudaFunction, config: LaunchConfig, ints: &[i32], pointers: &[u64], what: &str| {
-            // SAFETY: each caller passes the arguments of the kernel's generated signature (below).
-            unsafe { launch(data.device, function, config, ints, pointers) }.map_err(self.error(what))?;
-            if let Some(r) = recorded.as_mut() {
-                r.push(function, config, ints, pointers);
-            }
-            Ok::<(), Error>(())
-        };
-        let ints = [rows_out as i32, rows_red as i32, plan.chunk as i32, step.red.start as i32, plan.finalize_here as i32];
+        let mut launch_and_record =
+            |function: &CudaFunction, config: LaunchConfig, ints: &[i32], pointers: &[u64], what: &str| {
+                // SAFETY: each caller passes the arguments of the kernel's generated signature (below).
+                unsafe { launch(data.device, function, config, ints, pointers) }.map_err(self.error(what))?;
+                if let Some(r) = recorded.as_mut() {
+                    r.push(function, config, ints, pointers);
+                }
+                Ok::<(), Error>(())
+            };
+        let ints =
+            [rows_out as i32, rows_red as i32, plan.chunk as i32, step.red.start as i32, plan.finalize_here as i32];
         let mut pointers: Vec<u64> =
             regions.inputs.iter().zip(data.resident).map(|(&o, r)| r.map_or(self.at(o), |m| m.pointer())).collect();
         let values = data.target.map_or(self.at(regions.values), DeviceMatrix::pointer);
         // (the running states of the earlier steps seed the K-selections: see codegen's Reducer::init)
         let running = if step.first { 0 } else { self.at(regions.running.start) };
-        pointers.extend([self.at(regions.constants), self.at(regions.states), values, self.at(regions.indices), running]);
+        pointers.extend([
+            self.at(regions.constants),
+            self.at(regions.states),
+            values,
+            self.at(regions.indices),
+            running,
+        ]);
         let blocks = match data.ranged {
             Some(ranged) => {
                 pointers.extend([self.at(regions.work), self.at(regions.red)]);
@@ -795,9 +812,15 @@ impl Issue<'_> {
         if let (Some(prepare), Some(function)) = (kernel.prepare, &functions.prepare) {
             // Two ints, the two inputs as the reduction reads them, and the regions sized for
             // `prepare.rows(step.rows_red)` >= `prepare.rows(rows_red)` reduced rows.
-            let split = [pointers[prepare.outer], pointers[prepare.inner], self.at(regions.split), self.at(regions.split_norms)];
+            let split = [
+                pointers[prepare.outer],
+                pointers[prepare.inner],
+                self.at(regions.split),
+                self.at(regions.split_norms),
+            ];
             let grid = prepare.rows(rows_red).div_ceil(PREPARE_THREADS).max(1) as u32;
-            let config = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (PREPARE_THREADS as u32, 1, 1), shared_mem_bytes: 0 };
+            let config =
+                LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (PREPARE_THREADS as u32, 1, 1), shared_mem_bytes: 0 };
             let ints = [rows_out as i32, rows_red as i32];
             launch_and_record(function, config, &ints, &split, "launching the kernel that prepares the dots")?;
             pointers.extend([self.at(regions.split), self.at(regions.split_norms)]);
@@ -816,7 +839,8 @@ impl Issue<'_> {
             let ints = [rows_out as i32, plan.chunks as i32, step.first as i32, step.last as i32];
             let pointers = [self.at(regions.states), self.at(regions.running.start), values, self.at(regions.indices)];
             let grid = rows_out.div_ceil(MERGE_THREADS) as u32;
-            let config = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (MERGE_THREADS as u32, 1, 1), shared_mem_bytes: 0 };
+            let config =
+                LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (MERGE_THREADS as u32, 1, 1), shared_mem_bytes: 0 };
             launch_and_record(&functions.merge, config, &ints, &pointers, "launching the merge kernel")?;
         }
         Ok(())
@@ -826,7 +850,13 @@ impl Issue<'_> {
 /// Copies the kept rows of a step's results (after the last block of the reduced range), or its
 /// running states (at the end of a part of the reduced range), from the staging buffer into the
 /// call's `columns`.
-fn collect_results<T: Real>(kernel: &codegen::Kernel, step: &Step, regions: &Regions, host: &[u8], columns: &mut Columns) {
+fn collect_results<T: Real>(
+    kernel: &codegen::Kernel,
+    step: &Step,
+    regions: &Regions,
+    host: &[u8],
+    columns: &mut Columns,
+) {
     let rows_out = step.out.len();
     // The kept rows, in the step's results and in the call's.
     let (from, to) = (step.keep.start - step.out.start, step.keep.start - step.part_start);
@@ -847,7 +877,8 @@ fn collect_results<T: Real>(kernel: &codegen::Kernel, step: &Step, regions: &Reg
         // (row-major: the kept rows are contiguous)
         let len = kernel.state_len;
         let got: &[f64] = view(&host[regions.running.start..], rows_out * len);
-        states[to * len..(to + step.keep.len()) * len].copy_from_slice(&got[from * len..(from + step.keep.len()) * len]);
+        states[to * len..(to + step.keep.len()) * len]
+            .copy_from_slice(&got[from * len..(from + step.keep.len()) * len]);
     }
 }
 

@@ -14,13 +14,13 @@ use std::time::Instant;
 
 use super::device::{self, Compiled, Device};
 use super::launch::{self, Columns, Part};
-use crate::real::Stored;
+use crate::api::RunOptions;
 use crate::error::{Error, Result};
 use crate::formula::Formula;
 use crate::memory;
-use crate::api::RunOptions;
 use crate::ranges::BlockRanges;
 use crate::real::Real;
+use crate::real::Stored;
 
 /// What each device computes, and how to put the parts together.
 #[derive(Debug, PartialEq)]
@@ -205,15 +205,14 @@ fn run_parts<S: Stored, T: Real>(
     let work = |t: usize| {
         let (device, compiled) = (&devices[t], &compiled[t]);
         let mut times = Vec::new();
-        let done = device
-            .ctx
-            .bind_to_thread()
-            .map_err(|e| Error::Gpu(format!("binding the CUDA context: {e:?}")))
-            .and_then(|_| {
-                let stopped = || stop.load(Relaxed);
-                let call = launch::Call { part: Some(&parts[t]), ..*call };
-                launch::evaluate::<S, T>(device, compiled, &call, &stopped, None, &mut times)
-            });
+        let done =
+            device.ctx.bind_to_thread().map_err(|e| Error::Gpu(format!("binding the CUDA context: {e:?}"))).and_then(
+                |_| {
+                    let stopped = || stop.load(Relaxed);
+                    let call = launch::Call { part: Some(&parts[t]), ..*call };
+                    launch::evaluate::<S, T>(device, compiled, &call, &stopped, None, &mut times)
+                },
+            );
         if done.is_err() {
             // The other devices leave at their next step.
             stop.store(true, Relaxed);
@@ -254,7 +253,12 @@ fn run_parts<S: Stored, T: Real>(
 
 /// The results of blocks of output rows, column-major, into those of all the rows.
 fn stack_rows(parts: &[Part], columns: Vec<Columns>, n_out: usize, width: usize) -> Result<Columns> {
-    fn stack<X: Copy + Default>(parts: &[Part], got: Vec<Option<Vec<X>>>, n: usize, width: usize) -> Result<Option<Vec<X>>> {
+    fn stack<X: Copy + Default>(
+        parts: &[Part],
+        got: Vec<Option<Vec<X>>>,
+        n: usize,
+        width: usize,
+    ) -> Result<Option<Vec<X>>> {
         if got.iter().any(Option::is_none) {
             return Ok(None);
         }
@@ -268,7 +272,11 @@ fn stack_rows(parts: &[Part], columns: Vec<Columns>, n_out: usize, width: usize)
         Ok(Some(all))
     }
     let (values, indices): (Vec<_>, Vec<_>) = columns.into_iter().map(|c| (c.values, c.indices)).unzip();
-    Ok(Columns { values: stack(parts, values, n_out, width)?, indices: stack(parts, indices, n_out, width)?, states: None })
+    Ok(Columns {
+        values: stack(parts, values, n_out, width)?,
+        indices: stack(parts, indices, n_out, width)?,
+        states: None,
+    })
 }
 
 /// The states of the parts of the reduced range merged in order, finalised into column-major results.
@@ -281,7 +289,8 @@ fn merge_states<T: Real>(
 ) -> Result<Columns> {
     let acc = formula.accumulator(options.sum_scheme);
     let len = acc.state_len();
-    let mut parts = columns.into_iter().map(|c| c.states.ok_or_else(|| Error::Gpu("a part's states are missing".into())));
+    let mut parts =
+        columns.into_iter().map(|c| c.states.ok_or_else(|| Error::Gpu("a part's states are missing".into())));
     let mut states = parts.next().ok_or_else(|| Error::Gpu("no part of the reduced range was computed".into()))??;
     for other in parts {
         let other = other?;
