@@ -105,10 +105,8 @@ pub fn grad(graph: &mut Graph, f: NodeId, v: usize, e: NodeId) -> Option<NodeId>
 }
 
 /// The vector-Jacobian product of `op` (node `out`) for its argument `k`, given the adjoint `g` of
-/// the output; `None` where it is zero.
+/// the output; `None` where it is zero. Each group of operations has its rules below.
 fn contribution(b: &mut Builder, out: NodeId, op: &Op, args: &[NodeId], k: usize, g: NodeId) -> Option<NodeId> {
-    let a = args[0];
-    let other = |k: usize| args[1 - k];
     Some(match *op {
         Op::Input(_) | Op::Constant(_) => return None,
         // Piecewise constant: no gradient.
@@ -116,6 +114,27 @@ fn contribution(b: &mut Builder, out: NodeId, op: &Op, args: &[NodeId], k: usize
             return None
         }
         Op::ArgMax | Op::ArgMin | Op::OneHot(_) => return None,
+        Op::Neg | Op::Add | Op::Sub | Op::Mul | Op::Div => arithmetic(b, out, op, args, k, g),
+        Op::Exp | Op::Log | Op::XLogX | Op::Sqrt | Op::Rsqrt | Op::Inv | Op::Square | Op::Pow(_) | Op::Powf => {
+            powers_and_logarithms(b, out, op, args, k, g)
+        }
+        Op::Sin | Op::Cos | Op::SinXDivX | Op::Atan | Op::Asin | Op::Acos | Op::Atan2 => {
+            trigonometry(b, out, op, args, k, g)
+        }
+        Op::Abs | Op::ReLU | Op::ClampInt(..) | Op::Clamp | Op::IfElse | Op::Mod => {
+            return piecewise(b, op, args, k, g)
+        }
+        Op::Sum | Op::SqNorm2 | Op::Dot | Op::Max | Op::Min => component_reduction(b, op, args, k, g),
+        Op::SumT(_) | Op::Elem(_) | Op::ElemT(..) | Op::Extract(..) | Op::ExtractT(..) | Op::Concat => {
+            reshaping(b, op, args, k, g)
+        }
+        Op::MatVecMult | Op::VecMatMult | Op::TensorProd => linear_algebra(b, op, args, k, g),
+    })
+}
+
+/// Neg, Add, Sub, Mul, Div.
+fn arithmetic(b: &mut Builder, out: NodeId, op: &Op, args: &[NodeId], k: usize, g: NodeId) -> NodeId {
+    match *op {
         Op::Neg => b.neg(g),
         Op::Add => g,
         Op::Sub => {
@@ -125,7 +144,7 @@ fn contribution(b: &mut Builder, out: NodeId, op: &Op, args: &[NodeId], k: usize
                 b.neg(g)
             }
         }
-        Op::Mul => b.mul(g, other(k)),
+        Op::Mul => b.mul(g, args[1 - k]),
         Op::Div => {
             let d = args[1];
             if k == 0 {
@@ -137,16 +156,21 @@ fn contribution(b: &mut Builder, out: NodeId, op: &Op, args: &[NodeId], k: usize
                 b.neg(t)
             }
         }
+        _ => unreachable!("{op:?} is not an arithmetic operation"),
+    }
+}
+
+/// Exp, Log, XLogX, Sqrt, Rsqrt, Inv, Square, Pow, Powf.
+fn powers_and_logarithms(b: &mut Builder, out: NodeId, op: &Op, args: &[NodeId], k: usize, g: NodeId) -> NodeId {
+    let a = args[0];
+    match *op {
         Op::Exp => b.mul(g, out),
         Op::Log => b.div(g, a),
-        Op::Sin => {
-            let c = b.unary(Op::Cos, a);
-            b.mul(g, c)
-        }
-        Op::Cos => {
-            let s = b.unary(Op::Sin, a);
-            let t = b.mul(g, s);
-            b.neg(t)
+        Op::XLogX => {
+            let l = b.unary(Op::Log, a);
+            let one = b.c(1.0);
+            let t = b.add(l, one);
+            b.mul(g, t)
         }
         Op::Sqrt => {
             let two = b.c(2.0);
@@ -190,13 +214,29 @@ fn contribution(b: &mut Builder, out: NodeId, op: &Op, args: &[NodeId], k: usize
                 b.mul(g, t)
             }
         }
-        Op::Abs => {
-            let s = b.unary(Op::Sign, a);
-            b.mul(g, s)
+        _ => unreachable!("{op:?} is not a power or a logarithm"),
+    }
+}
+
+/// Sin, Cos, SinXDivX, Atan, Asin, Acos, Atan2.
+fn trigonometry(b: &mut Builder, out: NodeId, op: &Op, args: &[NodeId], k: usize, g: NodeId) -> NodeId {
+    let a = args[0];
+    match *op {
+        Op::Sin => {
+            let c = b.unary(Op::Cos, a);
+            b.mul(g, c)
         }
-        Op::ReLU => {
-            let s = b.unary(Op::Step, a);
-            b.mul(g, s)
+        Op::Cos => {
+            let s = b.unary(Op::Sin, a);
+            let t = b.mul(g, s);
+            b.neg(t)
+        }
+        Op::SinXDivX => {
+            // (cos x - sin(x)/x) / x
+            let c = b.unary(Op::Cos, a);
+            let t = b.sub(c, out);
+            let t = b.div(t, a);
+            b.mul(g, t)
         }
         Op::Atan => {
             let one = b.c(1.0);
@@ -230,18 +270,22 @@ fn contribution(b: &mut Builder, out: NodeId, op: &Op, args: &[NodeId], k: usize
                 b.neg(t)
             }
         }
-        Op::XLogX => {
-            let l = b.unary(Op::Log, a);
-            let one = b.c(1.0);
-            let t = b.add(l, one);
-            b.mul(g, t)
+        _ => unreachable!("{op:?} is not a trigonometric operation"),
+    }
+}
+
+/// Abs, ReLU, ClampInt, Clamp, IfElse, Mod: the adjoint times a mask or a step, `None` for the
+/// arguments they are piecewise constant in.
+fn piecewise(b: &mut Builder, op: &Op, args: &[NodeId], k: usize, g: NodeId) -> Option<NodeId> {
+    let a = args[0];
+    Some(match *op {
+        Op::Abs => {
+            let s = b.unary(Op::Sign, a);
+            b.mul(g, s)
         }
-        Op::SinXDivX => {
-            // (cos x - sin(x)/x) / x
-            let c = b.unary(Op::Cos, a);
-            let t = b.sub(c, out);
-            let t = b.div(t, a);
-            b.mul(g, t)
+        Op::ReLU => {
+            let s = b.unary(Op::Step, a);
+            b.mul(g, s)
         }
         Op::ClampInt(lo, hi) => {
             let (l, h) = (b.c(lo as f64), b.c(hi as f64));
@@ -294,6 +338,14 @@ fn contribution(b: &mut Builder, out: NodeId, op: &Op, args: &[NodeId], k: usize
                 _ => return None,
             }
         }
+        _ => unreachable!("{op:?} is not a piecewise operation"),
+    })
+}
+
+/// Sum, SqNorm2, Dot, Max, Min: reductions over the components of a vector.
+fn component_reduction(b: &mut Builder, op: &Op, args: &[NodeId], k: usize, g: NodeId) -> NodeId {
+    let a = args[0];
+    match *op {
         Op::Sum => {
             let d = b.dim(a);
             if d == 1 {
@@ -302,19 +354,27 @@ fn contribution(b: &mut Builder, out: NodeId, op: &Op, args: &[NodeId], k: usize
                 b.with_dim(Op::SumT(d), vec![g], d)
             }
         }
-        Op::SumT(_) => b.with_dim(Op::Sum, vec![g], 1),
         Op::SqNorm2 => {
             let two = b.c(2.0);
             let t = b.mul(two, g);
             b.mul(t, a)
         }
-        Op::Dot => b.mul(g, other(k)),
+        Op::Dot => b.mul(g, args[1 - k]),
         Op::Max | Op::Min => {
             let d = b.dim(a);
             let arg = b.with_dim(if *op == Op::Max { Op::ArgMax } else { Op::ArgMin }, vec![a], 1);
             let hot = b.with_dim(Op::OneHot(d), vec![arg], d);
             b.mul(g, hot)
         }
+        _ => unreachable!("{op:?} is not a reduction over components"),
+    }
+}
+
+/// SumT, Elem, ElemT, Extract, ExtractT, Concat: each one's adjoint is its transpose.
+fn reshaping(b: &mut Builder, op: &Op, args: &[NodeId], k: usize, g: NodeId) -> NodeId {
+    let a = args[0];
+    match *op {
+        Op::SumT(_) => b.with_dim(Op::Sum, vec![g], 1),
         Op::Elem(m) => {
             let d = b.dim(a);
             b.with_dim(Op::ElemT(d, m), vec![g], d)
@@ -336,6 +396,13 @@ fn contribution(b: &mut Builder, out: NodeId, op: &Op, args: &[NodeId], k: usize
                 b.with_dim(Op::Extract(da, db), vec![g], db)
             }
         }
+        _ => unreachable!("{op:?} is not a reshaping"),
+    }
+}
+
+/// MatVecMult, VecMatMult, TensorProd, on column-major matrices stored in vectors.
+fn linear_algebra(b: &mut Builder, op: &Op, args: &[NodeId], k: usize, g: NodeId) -> NodeId {
+    match *op {
         Op::MatVecMult => {
             // out = A x (A n x p): dA = outer(g, x), dx = g A
             let (m, x) = (args[0], args[1]);
@@ -369,5 +436,6 @@ fn contribution(b: &mut Builder, out: NodeId, op: &Op, args: &[NodeId], k: usize
                 b.with_dim(Op::VecMatMult, vec![x, g], d)
             }
         }
-    })
+        _ => unreachable!("{op:?} is not a product of matrices and vectors"),
+    }
 }

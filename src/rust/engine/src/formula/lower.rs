@@ -175,6 +175,8 @@ impl<'a> Lowerer<'a> {
         Ok(())
     }
 
+    /// A function call of the formula language: element-wise operations and reductions over the
+    /// components from the tables below, the others by group.
     fn call(&mut self, name: &str, args: &[AstNode], pos: usize) -> Result<NodeId> {
         if let Some(op) = unary_elementwise(name) {
             self.arity(name, args, 1, pos)?;
@@ -200,6 +202,22 @@ impl<'a> Lowerer<'a> {
         match name {
             "Var" => self.var_reference(args, pos),
             "Grad" => self.gradient(args, pos),
+            "IntCst" | "Pow" | "Round" | "ClampInt" => self.with_integer_arguments(name, args, pos),
+            "Norm2" | "Normalize" | "SqDist" | "SqNormIso" | "SqNormDiag" | "SymSqNorm" | "WeightedSqNorm"
+            | "WeightedSqDist" => self.norm_or_distance(name, args, pos),
+            "Elem" | "ElemT" | "OneHot" | "SumT" => self.component_or_spread(name, args, pos),
+            "Extract" | "ExtractT" | "Concat" => self.slice(name, args, pos),
+            "MatVecMult" | "VecMatMult" | "TensorProd" => self.linear_algebra(name, args, pos),
+            _ if name.ends_with("_Reduction") => {
+                Err(self.error(pos, format!("{name} can only be the outermost operation of a formula")))
+            }
+            _ => Err(self.error(pos, format!("unknown function '{name}'"))),
+        }
+    }
+
+    /// IntCst, Pow, Round, ClampInt: integer constants written in the formula.
+    fn with_integer_arguments(&mut self, name: &str, args: &[AstNode], pos: usize) -> Result<NodeId> {
+        match name {
             "IntCst" => {
                 self.arity(name, args, 1, pos)?;
                 let n = self.integer(&args[0], name, "first")?;
@@ -231,6 +249,14 @@ impl<'a> Lowerer<'a> {
                 let d = self.dim(a);
                 Ok(self.graph.add(Op::ClampInt(lo, hi), vec![a], d))
             }
+            _ => unreachable!("{name} takes no integer arguments"),
+        }
+    }
+
+    /// Norm2, Normalize, SqDist, the weighted norms and WeightedSqDist, in terms of SqNorm2, Dot,
+    /// Rsqrt and MatVecMult.
+    fn norm_or_distance(&mut self, name: &str, args: &[AstNode], pos: usize) -> Result<NodeId> {
+        match name {
             "Norm2" => {
                 self.arity(name, args, 1, pos)?;
                 let a = self.lower(&args[0])?;
@@ -264,6 +290,13 @@ impl<'a> Lowerer<'a> {
                 let diff = self.elementwise(Op::Sub, vec![a[1], a[2]], name, pos)?;
                 self.weighted_sqnorm(name, a[0], diff, pos)
             }
+            _ => unreachable!("{name} is not a norm or a distance"),
+        }
+    }
+
+    /// Elem, ElemT, OneHot, SumT: one component of a vector, or a vector made from a scalar.
+    fn component_or_spread(&mut self, name: &str, args: &[AstNode], pos: usize) -> Result<NodeId> {
+        match name {
             "Elem" => {
                 self.arity(name, args, 2, pos)?;
                 let a = self.lower(&args[0])?;
@@ -291,6 +324,27 @@ impl<'a> Lowerer<'a> {
                 }
                 Ok(self.graph.add(Op::ElemT(n, m), vec![a], n))
             }
+            "OneHot" => {
+                self.arity(name, args, 2, pos)?;
+                let a = self.lower(&args[0])?;
+                let d = self.size(&args[1], name, "second", 1)?;
+                self.need_scalar(a, name, pos)?;
+                Ok(self.graph.add(Op::OneHot(d), vec![a], d))
+            }
+            "SumT" => {
+                self.arity(name, args, 2, pos)?;
+                let a = self.lower(&args[0])?;
+                let d = self.size(&args[1], name, "second", 1)?;
+                self.need_scalar(a, name, pos)?;
+                Ok(self.graph.add(Op::SumT(d), vec![a], d))
+            }
+            _ => unreachable!("{name} is not a component or a spread"),
+        }
+    }
+
+    /// Extract, ExtractT, Concat: consecutive components of a vector, placed in or joined.
+    fn slice(&mut self, name: &str, args: &[AstNode], pos: usize) -> Result<NodeId> {
+        match name {
             "Extract" => {
                 self.arity(name, args, 3, pos)?;
                 let a = self.lower(&args[0])?;
@@ -327,23 +381,16 @@ impl<'a> Lowerer<'a> {
                 }
                 Ok(self.graph.add(Op::Concat, a, d))
             }
-            "OneHot" => {
-                self.arity(name, args, 2, pos)?;
-                let a = self.lower(&args[0])?;
-                let d = self.size(&args[1], name, "second", 1)?;
-                self.need_scalar(a, name, pos)?;
-                Ok(self.graph.add(Op::OneHot(d), vec![a], d))
-            }
-            "SumT" => {
-                self.arity(name, args, 2, pos)?;
-                let a = self.lower(&args[0])?;
-                let d = self.size(&args[1], name, "second", 1)?;
-                self.need_scalar(a, name, pos)?;
-                Ok(self.graph.add(Op::SumT(d), vec![a], d))
-            }
+            _ => unreachable!("{name} is not a slice"),
+        }
+    }
+
+    /// MatVecMult, VecMatMult, TensorProd, on column-major matrices stored in vectors.
+    fn linear_algebra(&mut self, name: &str, args: &[AstNode], pos: usize) -> Result<NodeId> {
+        self.arity(name, args, 2, pos)?;
+        let a = self.lower_all(args)?;
+        match name {
             "MatVecMult" | "VecMatMult" => {
-                self.arity(name, args, 2, pos)?;
-                let a = self.lower_all(args)?;
                 let (mat, vec) = if name == "MatVecMult" { (a[0], a[1]) } else { (a[1], a[0]) };
                 let (dm, dv) = (self.dim(mat), self.dim(vec));
                 if dm % dv != 0 {
@@ -353,18 +400,13 @@ impl<'a> Lowerer<'a> {
                 Ok(self.graph.add(op, a, dm / dv))
             }
             "TensorProd" => {
-                self.arity(name, args, 2, pos)?;
-                let a = self.lower_all(args)?;
                 let d = self.dim(a[0]) * self.dim(a[1]);
                 if d > MAX_DIM {
                     return Err(self.error(pos, format!("TensorProd would have dimension {d}, more than {MAX_DIM}")));
                 }
                 Ok(self.graph.add(Op::TensorProd, a, d))
             }
-            _ if name.ends_with("_Reduction") => {
-                Err(self.error(pos, format!("{name} can only be the outermost operation of a formula")))
-            }
-            _ => Err(self.error(pos, format!("unknown function '{name}'"))),
+            _ => unreachable!("{name} is not a product of matrices and vectors"),
         }
     }
 
