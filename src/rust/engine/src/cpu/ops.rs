@@ -37,27 +37,58 @@ pub fn scaled_exp<T: Real>(a: &Arg<T>, s: Option<&Arg<T>>, out: &mut [T], len: u
 
 /// Evaluates `op` on `args` into `out` (`dim` components of `len` values each, component-major).
 /// `scratch` holds at least `len` values, for the operations that need a running value; `fma` says
-/// whether multiply-adds may be fused.
+/// whether multiply-adds may be fused. Each group of operations is a function of its own, inlined
+/// (this runs once per node and tile, inside `cpu::Compute`).
 #[inline(always)]
 pub fn eval<T: Real>(op: Op, args: &[Arg<T>; 3], out: &mut [T], dim: usize, len: usize, scratch: &mut [T], fma: bool) {
-    let [a, b, c] = args;
-    macro_rules! unary {
-        ($f:expr) => {
-            for k in 0..dim {
-                map1(&mut out[k * len..], len, a.lane(k, len), $f)
-            }
-        };
-    }
-    macro_rules! binary {
-        ($f:expr) => {
-            for k in 0..dim {
-                map2(&mut out[k * len..], len, a.lane(k, len), b.lane(k, len), $f)
-            }
-        };
-    }
+    let [a, b, _] = args;
     match op {
         Op::Input(_) => unreachable!("inputs are viewed, not evaluated"),
         Op::Constant(bits) => out[..len].fill(T::from_f64(f64::from_bits(bits))),
+        Op::Add
+        | Op::Sub
+        | Op::Mul
+        | Op::Div
+        | Op::Atan2
+        | Op::Powf
+        | Op::Equal
+        | Op::NotEqual
+        | Op::LessThan
+        | Op::LessOrEqual => binary(op, a, b, out, dim, len),
+        Op::Clamp | Op::IfElse | Op::Mod => ternary(op, args, out, dim, len),
+        Op::Sum | Op::SqNorm2 | Op::Dot | Op::Max | Op::Min | Op::ArgMax | Op::ArgMin => {
+            over_components(op, a, b, out, len, scratch, fma)
+        }
+        Op::Elem(..)
+        | Op::ElemT(..)
+        | Op::Extract(..)
+        | Op::ExtractT(..)
+        | Op::Concat
+        | Op::OneHot(..)
+        | Op::SumT(..) => reshape(op, a, b, out, dim, len),
+        Op::MatVecMult | Op::VecMatMult | Op::TensorProd => linear_algebra(op, a, b, out, dim, len, fma),
+        _ => unary(op, a, out, dim, len, fma),
+    }
+}
+
+/// `f` of each value of `a`, component by component.
+macro_rules! each_component {
+    ($out:expr, $a:expr, $dim:expr, $len:expr, $f:expr) => {
+        for k in 0..$dim {
+            map1(&mut $out[k * $len..], $len, $a.lane(k, $len), $f)
+        }
+    };
+}
+
+/// The element-wise operations of one argument.
+#[inline(always)]
+fn unary<T: Real>(op: Op, a: &Arg<T>, out: &mut [T], dim: usize, len: usize, fma: bool) {
+    macro_rules! unary {
+        ($f:expr) => {
+            each_component!(out, a, dim, len, $f)
+        };
+    }
+    match op {
         Op::Neg => unary!(|x: T| -x),
         Op::Abs => unary!(|x: T| x.abs()),
         Op::Acos => unary!(|x: T| x.acos()),
@@ -106,6 +137,21 @@ pub fn eval<T: Real>(op: Op, args: &[Arg<T>; 3], out: &mut [T], dim: usize, len:
                 x
             })
         }
+        _ => unreachable!("not an element-wise operation of one argument: {op:?}"),
+    }
+}
+
+/// The element-wise operations of two arguments.
+#[inline(always)]
+fn binary<T: Real>(op: Op, a: &Arg<T>, b: &Arg<T>, out: &mut [T], dim: usize, len: usize) {
+    macro_rules! binary {
+        ($f:expr) => {
+            for k in 0..dim {
+                map2(&mut out[k * len..], len, a.lane(k, len), b.lane(k, len), $f)
+            }
+        };
+    }
+    match op {
         Op::Add => binary!(|x: T, y: T| x + y),
         Op::Sub => binary!(|x: T, y: T| x - y),
         Op::Mul => binary!(|x: T, y: T| x * y),
@@ -116,6 +162,15 @@ pub fn eval<T: Real>(op: Op, args: &[Arg<T>; 3], out: &mut [T], dim: usize, len:
         Op::NotEqual => binary!(|x: T, y: T| bool_to(x != y)),
         Op::LessThan => binary!(|x: T, y: T| bool_to(x < y)),
         Op::LessOrEqual => binary!(|x: T, y: T| bool_to(x <= y)),
+        _ => unreachable!("not an element-wise operation of two arguments: {op:?}"),
+    }
+}
+
+/// The element-wise operations of three arguments (Clamp, IfElse, Mod).
+#[inline(always)]
+fn ternary<T: Real>(op: Op, args: &[Arg<T>; 3], out: &mut [T], dim: usize, len: usize) {
+    let [a, b, c] = args;
+    match op {
         Op::Clamp | Op::IfElse | Op::Mod => {
             for k in 0..dim {
                 let (x, y, z) = (a.lane(k, len), b.lane(k, len), c.lane(k, len));
@@ -143,6 +198,14 @@ pub fn eval<T: Real>(op: Op, args: &[Arg<T>; 3], out: &mut [T], dim: usize, len:
                 }
             }
         }
+        _ => unreachable!("not an element-wise operation of three arguments: {op:?}"),
+    }
+}
+
+/// The reductions over the components of a vector (Sum, SqNorm2, Dot, Max, Min, ArgMax, ArgMin).
+#[inline(always)]
+fn over_components<T: Real>(op: Op, a: &Arg<T>, b: &Arg<T>, out: &mut [T], len: usize, scratch: &mut [T], fma: bool) {
+    match op {
         Op::Sum => sum_components(out, len, a.dim, a, &Arg::zero(), |s, x, _| s + x),
         Op::SqNorm2 => sum_components(out, len, a.dim, a, &Arg::zero(), |s, x, _| x.madd(x, s, fma)),
         Op::Dot => sum_components(out, len, a.dim.max(b.dim), a, b, |s, x, y| x.madd(y, s, fma)),
@@ -174,6 +237,14 @@ pub fn eval<T: Real>(op: Op, args: &[Arg<T>; 3], out: &mut [T], dim: usize, len:
                 }
             }
         }
+        _ => unreachable!("not a reduction over components: {op:?}"),
+    }
+}
+
+/// The operations that move components (Elem, ElemT, Extract, ExtractT, Concat, OneHot, SumT).
+#[inline(always)]
+fn reshape<T: Real>(op: Op, a: &Arg<T>, b: &Arg<T>, out: &mut [T], dim: usize, len: usize) {
+    match op {
         Op::Elem(m) => copy(out, len, a.lane(m, len)),
         Op::ElemT(_, m) => {
             out[..dim * len].fill(T::ZERO);
@@ -210,6 +281,14 @@ pub fn eval<T: Real>(op: Op, args: &[Arg<T>; 3], out: &mut [T], dim: usize, len:
                 copy(&mut out[k * len..], len, a.lane(0, len));
             }
         }
+        _ => unreachable!("not an operation on components: {op:?}"),
+    }
+}
+
+/// Products of matrices and vectors, and the tensor product.
+#[inline(always)]
+fn linear_algebra<T: Real>(op: Op, a: &Arg<T>, b: &Arg<T>, out: &mut [T], dim: usize, len: usize, fma: bool) {
+    match op {
         Op::MatVecMult => {
             // A (n x p, column-major) times x (p): out_k = sum_l A[k + n l] x_l.
             let (n, p) = (dim, b.dim);
@@ -241,5 +320,7 @@ pub fn eval<T: Real>(op: Op, args: &[Arg<T>; 3], out: &mut [T], dim: usize, len:
                 }
             }
         }
+
+        _ => unreachable!("not a product of matrices: {op:?}"),
     }
 }
