@@ -9,185 +9,12 @@
 use engine::formula::gradient::{GradientOutput, GradientPlan};
 use engine::formula::Formula;
 
-/// The arguments of tests/gpu.rs and their names.
-const GPU_ARGS: &[&str] = &[
-    "x = Vi(3)",
-    "y = Vj(3)",
-    "b = Vj(2)",
-    "u = Vi(1)",
-    "w = Vj(1)",
-    "p = Pm(2)",
-    "A = Pm(6)",
-    "S = Pm(9)",
-    "s = Pm(1)",
-];
+#[path = "../tests/common/formulas.rs"]
+mod formulas;
+use formulas::{DIFFERENTIABLE, GPU_ARGS, GRADIENT_ARGS as AD_ARGS, OPERATIONS, REDUCTIONS, SEEDS};
 
-/// tests/gpu.rs's OPERATIONS.
-const OPERATIONS: &[&str] = &[
-    "x + y",
-    "x - y",
-    "x * y",
-    "x / y",
-    "(x - y) / 4 + y / 0.3 - x / u",
-    "-x + 2*y",
-    "0.5*x - IntCst(3)*y",
-    "(x|y)",
-    "Abs(x - y)",
-    "Acos(x*y)",
-    "Asin(x - y)",
-    "Atan(x/y)",
-    "Atan2(x, y - 0.5)",
-    "Clamp(x - y, -0.2, 0.3)",
-    "Clamp(x, u, w + 0.5)",
-    "ClampInt(10*(x-y), -2, 3)",
-    "Concat(x, b)",
-    "Cos(x*y)",
-    "Elem(x, 2)*y",
-    "ElemT(u*w, 4, 1)",
-    "Exp(-s*SqDist(x,y))*b",
-    "Extract(Concat(x,y), 2, 3)",
-    "ExtractT(b, 1, 4)",
-    "Floor(5*(x+y))",
-    "IfElse(x - y, x, y)",
-    "Inv(1 + x*y)",
-    "Log(x + y)",
-    "MatVecMult(A, b)",
-    "VecMatMult(b, A)",
-    "Max(x - y)",
-    "Min(x - y)",
-    "ArgMax(x - y)",
-    "ArgMin(x - y)",
-    "Mod(x*7, 0.5*w + 1, 0.25)",
-    "Norm2(x - y)",
-    "Normalize(x - y)",
-    "OneHot(Floor(4*u), 4)*w",
-    "Pow(x - y, 3)",
-    "Pow(x + y, -2)",
-    "Powf(x + 1, y)",
-    "ReLU(x - y)",
-    "Round(x*y, 2)",
-    "Rsqrt(x + y)",
-    "Sign(x - y)",
-    "Sin(x + y)",
-    "SinXDivX(x - y)",
-    "Sqrt(x*y)",
-    "Square(x - y)",
-    "SqDist(x, y)",
-    "SqNorm2(x)*w",
-    "SqNormDiag(y, x)",
-    "SqNormIso(w, x - y)",
-    "Step(x - y)",
-    "Sum(x*y)",
-    "SumT(u*w, 3)",
-    "SymSqNorm(S, x - y)",
-    "TensorProd(x, b)",
-    "WeightedSqDist(w, x, y)",
-    "WeightedSqNorm(y, x)",
-    "XLogX(x*y)",
-    "Equal(Floor(3*x), Floor(3*y))",
-    "NotEqual(Floor(3*x), Floor(3*y))",
-    "LessThan(x, y)",
-    "LessOrEqual(x, y)",
-    "Var(0,3,0) * Var(1,3,1)",
-    "p*u + Elem(p, 0)*w",
-    "Exp(x) - Exp(y)",
-];
-
-/// tests/gpu.rs's REDUCTIONS.
-const REDUCTIONS: &[&str] = &[
-    "Sum_Reduction(Exp(-s*SqDist(x,y))*b, AXIS)",
-    "Min_Reduction(SqDist(x,y), AXIS)",
-    "Max_Reduction(x - y, AXIS)",
-    "ArgMin_Reduction(SqDist(x,y), AXIS)",
-    "ArgMax_Reduction(x*y, AXIS)",
-    "Min_ArgMin_Reduction(x - y, AXIS)",
-    "Max_ArgMax_Reduction(SqDist(x,y), AXIS)",
-    "KMin_Reduction(SqDist(x,y), 7, AXIS)",
-    "ArgKMin_Reduction(SqDist(x,y), 7, AXIS)",
-    "KMin_ArgKMin_Reduction(x - y, 5, AXIS)",
-    "LogSumExp_Reduction(100 - 20*SqDist(x,y), AXIS)",
-    "LogSumExpWeight_Reduction(100 - 20*SqDist(x,y), 1.5 + b, AXIS)",
-    "SumSoftMaxWeight_Reduction(100 - 20*SqDist(x,y), b, AXIS)",
-    "LogSumExp_Reduction(-SqDist(x,y), AXIS, 1.5 + b)",
-];
-
-/// The arguments of tests/autodiff.rs.
-const AD_ARGS: &[&str] = &["x = Vi(3)", "y = Vj(3)", "b = Vj(2)", "A = Pm(6)", "S = Pm(9)", "p = Pm(1)"];
-
-/// tests/autodiff.rs's FORMULAS.
-const AD_FORMULAS: &[&str] = &[
-    "Exp(-p*SqDist(x,y))*b",
-    "x*y",
-    "x/(y+0.5)",
-    "Log(x+y+0.1)",
-    "Sin(x)*Cos(y)",
-    "Sqrt(x+y+0.1)",
-    "Rsqrt(x+y+0.1)",
-    "Inv(x+y+0.1)",
-    "Square(x-y)",
-    "Pow(x-y, 3)",
-    "Pow(x+y, -2)",
-    "Powf(x+1, y)",
-    "Abs(x-y)",
-    "ReLU(x-y)",
-    "Atan(x*y)",
-    "Asin(0.5*x*y)",
-    "Acos(0.5*x*y)",
-    "Atan2(x, y+0.1)",
-    "XLogX(x+y)",
-    "SinXDivX(x+y+0.1)",
-    "Clamp(x-y, -0.2, 0.3)",
-    "IfElse(x-y, x*y, x+y)",
-    "Mod(3*x, y+1, 0.1)",
-    "Sum(x*y)",
-    "SumT(Sum(x), 3)*y",
-    "SqNorm2(x-y)",
-    "(x|y)",
-    "Max(x*y)",
-    "Min(x-y)",
-    "Elem(x,1)*y",
-    "ElemT(Elem(x,0)*Elem(y,2), 4, 2)",
-    "Extract(Concat(x,y), 1, 4)",
-    "ExtractT(x*y, 1, 5)",
-    "Concat(x*y, x)",
-    "MatVecMult(A, x*y)",
-    "VecMatMult(x+y, A)",
-    "TensorProd(x, y)",
-    "Normalize(x-y+0.1)",
-    "Norm2(x-y)",
-    "WeightedSqDist(S, x, y)",
-    "x*p - y",
-    "Exp(x)*Exp(-y) + x*x*y",
-    // Its second-order and zero-gradient cases.
-    "Grad(Exp(-p*SqDist(x,y))*b, x, b*b)",
-    "Grad(SqDist(x,y)*(x|y), y, p)",
-    "Concat(y,y)",
-];
-
-/// tests/fuzz.rs's SEEDS.
-const SEEDS: &[(&str, &[&str])] = &[
-    ("Sum_Reduction(Exp(-SqDist(x,y))*b, 0)", &["x = Vi(3)", "y = Vj(3)", "b = Vj(1)"]),
-    ("LogSumExp_Reduction(-p*SqDist(x,y) + b, 1)", &["x = Vi(2)", "y = Vj(2)", "b = Vj(1)", "p = Pm(1)"]),
-    ("ArgKMin_Reduction(SqDist(x,y), 3, 0)", &["x = Vi(4)", "y = Vj(4)"]),
-    ("KMin_ArgKMin_Reduction(Norm2(x-y), 2, 1)", &["x = Vi(1)", "y = Vj(1)"]),
-    ("Sum_Reduction(Grad(Exp(-SqDist(x,y))*b, x, e), 0)", &["x = Vi(3)", "y = Vj(3)", "b = Vj(1)", "e = Vi(1)"]),
-    ("Sum_Reduction(Concat(TensorProd(x, y), Elem(x, 1) * Extract(y, 0, 2)), 0)", &["x = Vi(3)", "y = Vj(3)"]),
-    ("Max_ArgMax_Reduction(IfElse(x - y, Sin(x), Cos(y)) / Sqrt(Abs(x) + 1), 0)", &["x = Vi(1)", "y = Vj(1)"]),
-    ("SumSoftMaxWeight_Reduction(-SqDist(x,y), Concat(y, b), 0)", &["x = Vi(2)", "y = Vj(2)", "b = Vj(1)"]),
-    (
-        "Sum_Reduction(Powf(Abs(x - y) + IntCst(1), p) * OneHot(Floor(b), 4), 1)",
-        &["x = Vi(1)", "y = Vj(1)", "b = Vj(1)", "p = Pm(1)"],
-    ),
-    ("Min_Reduction(Clamp(Sum(x * y), -1, 1) + Pow(x, 3) + Log(Exp(y)), 0)", &["x = Vi(5)", "y = Vj(5)"]),
-    (
-        "Sum_Reduction(MatVecMult(a, y) - VecMatMult(y, a) + Var(0, 2, 0) * Inv(Square(y) + 2), 0)",
-        &["x = Vi(2)", "y = Vj(2)", "a = Pm(4)"],
-    ),
-    (
-        "Sum_Reduction(WeightedSqDist(w, x, y) * Step(x - y) + ReLU(Sign(x)) + Rsqrt(x*x + 1e-3), 0)",
-        &["x = Vi(2)", "y = Vj(2)", "w = Pm(1)"],
-    ),
-];
+/// Second-order and zero-gradient cases of tests/autodiff.rs, after `DIFFERENTIABLE`.
+const AD_EXTRA: &[&str] = &["Grad(Exp(-p*SqDist(x,y))*b, x, b*b)", "Grad(SqDist(x,y)*(x|y), y, p)", "Concat(y,y)"];
 
 /// Formulas of the code generator's tests and of examples/kernel_list.rs, with their arguments.
 const KERNELS: &[(&str, &[&str])] = &[
@@ -357,26 +184,26 @@ fn plans(text: &str, args: &[&str]) {
 }
 
 fn main() {
-    let gpu = strings(GPU_ARGS);
+    let gpu = strings(&GPU_ARGS);
     for op in OPERATIONS {
         for axis in ["0", "1"] {
             show(&format!("Sum_Reduction({op}, {axis})"), &gpu);
         }
-        with_gradients(op, GPU_ARGS, true);
+        with_gradients(op, &GPU_ARGS, true);
     }
     for r in REDUCTIONS {
         for axis in ["0", "1"] {
             let text = r.replace("AXIS", axis);
             show(&text, &gpu);
-            plans(&text, GPU_ARGS);
+            plans(&text, &GPU_ARGS);
         }
     }
-    for f in AD_FORMULAS {
-        with_gradients(f, AD_ARGS, true);
+    for f in DIFFERENTIABLE.iter().chain(AD_EXTRA) {
+        with_gradients(f, &AD_ARGS, true);
     }
     // Third order, and gradients of every reduction (tests/autodiff.rs's templates).
-    with_gradients("Grad(Grad(Exp(-p*SqDist(x,y))*b, x, b), y, x)", AD_ARGS, true);
-    with_gradients("Pow(x*y, 1) + Pow(x, 2) + Pow(y, 0) + Pow(x, -1)", AD_ARGS, true);
+    with_gradients("Grad(Grad(Exp(-p*SqDist(x,y))*b, x, b), y, x)", &AD_ARGS, true);
+    with_gradients("Pow(x*y, 1) + Pow(x, 2) + Pow(y, 0) + Pow(x, -1)", &AD_ARGS, true);
     let (f, v, g) = (
         "-p*SqDist(x,y) + Elem(b, 0) + Elem(A, 1)",
         "x*Extract(A, 0, 3) - y + Elem(b, 1)",
@@ -400,8 +227,8 @@ fn main() {
     for axis in ["0", "1"] {
         for t in &templates {
             let text = t.replace("AXIS", axis);
-            show(&text, &strings(AD_ARGS));
-            plans(&text, AD_ARGS);
+            show(&text, &strings(&AD_ARGS));
+            plans(&text, &AD_ARGS);
         }
     }
     for (text, args) in SEEDS.iter().chain(KERNELS) {
@@ -416,7 +243,7 @@ fn main() {
 
 /// Formulas with errors of every kind the lowering reports, some nested (their positions).
 fn invalid() {
-    let args = strings(GPU_ARGS);
+    let args = strings(&GPU_ARGS);
     for body in [
         "x + b",
         "x * Elem(b, 1) + (x | b)",
@@ -502,7 +329,7 @@ fn invalid() {
 /// Every function of the language with 0 to 3 arguments from GRID_ARGS (most of them invalid),
 /// and the gradients in x and u of those that lower.
 fn grid() {
-    let args = strings(GPU_ARGS);
+    let args = strings(&GPU_ARGS);
     let mut lists: Vec<Vec<&str>> = vec![vec![]];
     for n in 1..=3 {
         let mut next = vec![];

@@ -1,6 +1,7 @@
 //! Gradients against central finite differences in float64, for i-, j- and parameter variables:
 //! S(v) = sum_i <Sum_Reduction(F, 0)_i, e_i> and dS/dv from `Grad(F, v, e)`.
 
+use crate::common_formulas::{DIFFERENTIABLE as FORMULAS, GRADIENT_ARGS as ARGS};
 use engine::formula::gradient::{GradientOutput, GradientPlan, StepSource};
 use engine::formula::Category;
 use engine::{Backend, Input, Operator, Precision, RunOptions};
@@ -8,55 +9,8 @@ use engine::{Backend, Input, Operator, Precision, RunOptions};
 use crate::common;
 use common::random;
 
-const ARGS: [&str; 6] = ["x = Vi(3)", "y = Vj(3)", "b = Vj(2)", "A = Pm(6)", "S = Pm(9)", "p = Pm(1)"];
 const N: usize = 7;
 const M: usize = 11;
-
-/// Formulas covering the differentiable operations (inputs in [0, 1), away from kinks).
-const FORMULAS: [&str; 42] = [
-    "Exp(-p*SqDist(x,y))*b",
-    "x*y",
-    "x/(y+0.5)",
-    "Log(x+y+0.1)",
-    "Sin(x)*Cos(y)",
-    "Sqrt(x+y+0.1)",
-    "Rsqrt(x+y+0.1)",
-    "Inv(x+y+0.1)",
-    "Square(x-y)",
-    "Pow(x-y, 3)",
-    "Pow(x+y, -2)",
-    "Powf(x+1, y)",
-    "Abs(x-y)",
-    "ReLU(x-y)",
-    "Atan(x*y)",
-    "Asin(0.5*x*y)",
-    "Acos(0.5*x*y)",
-    "Atan2(x, y+0.1)",
-    "XLogX(x+y)",
-    "SinXDivX(x+y+0.1)",
-    "Clamp(x-y, -0.2, 0.3)",
-    "IfElse(x-y, x*y, x+y)",
-    "Mod(3*x, y+1, 0.1)",
-    "Sum(x*y)",
-    "SumT(Sum(x), 3)*y",
-    "SqNorm2(x-y)",
-    "(x|y)",
-    "Max(x*y)",
-    "Min(x-y)",
-    "Elem(x,1)*y",
-    "ElemT(Elem(x,0)*Elem(y,2), 4, 2)",
-    "Extract(Concat(x,y), 1, 4)",
-    "ExtractT(x*y, 1, 5)",
-    "Concat(x*y, x)",
-    "MatVecMult(A, x*y)",
-    "VecMatMult(x+y, A)",
-    "TensorProd(x, y)",
-    "Normalize(x-y+0.1)",
-    "Norm2(x-y)",
-    "WeightedSqDist(S, x, y)",
-    "x*p - y",
-    "Exp(x)*Exp(-y) + x*x*y",
-];
 
 struct Case {
     inputs: Vec<Vec<f64>>,

@@ -10,24 +10,10 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
+use crate::common_formulas::SEEDS;
 use engine::formula::Category;
 use engine::{Backend, Input, Operator, Precision, RunOptions};
 
-/// Valid formulas with their arguments, the material of the mutations.
-const SEEDS: &[(&str, &[&str])] = &[
-    ("Sum_Reduction(Exp(-SqDist(x,y))*b, 0)", &["x = Vi(3)", "y = Vj(3)", "b = Vj(1)"]),
-    ("LogSumExp_Reduction(-p*SqDist(x,y) + b, 1)", &["x = Vi(2)", "y = Vj(2)", "b = Vj(1)", "p = Pm(1)"]),
-    ("ArgKMin_Reduction(SqDist(x,y), 3, 0)", &["x = Vi(4)", "y = Vj(4)"]),
-    ("KMin_ArgKMin_Reduction(Norm2(x-y), 2, 1)", &["x = Vi(1)", "y = Vj(1)"]),
-    ("Sum_Reduction(Grad(Exp(-SqDist(x,y))*b, x, e), 0)", &["x = Vi(3)", "y = Vj(3)", "b = Vj(1)", "e = Vi(1)"]),
-    ("Sum_Reduction(Concat(TensorProd(x, y), Elem(x, 1) * Extract(y, 0, 2)), 0)", &["x = Vi(3)", "y = Vj(3)"]),
-    ("Max_ArgMax_Reduction(IfElse(x - y, Sin(x), Cos(y)) / Sqrt(Abs(x) + 1), 0)", &["x = Vi(1)", "y = Vj(1)"]),
-    ("SumSoftMaxWeight_Reduction(-SqDist(x,y), Concat(y, b), 0)", &["x = Vi(2)", "y = Vj(2)", "b = Vj(1)"]),
-    ("Sum_Reduction(Powf(Abs(x - y) + IntCst(1), p) * OneHot(Floor(b), 4), 1)", &["x = Vi(1)", "y = Vj(1)", "b = Vj(1)", "p = Pm(1)"]),
-    ("Min_Reduction(Clamp(Sum(x * y), -1, 1) + Pow(x, 3) + Log(Exp(y)), 0)", &["x = Vi(5)", "y = Vj(5)"]),
-    ("Sum_Reduction(MatVecMult(a, y) - VecMatMult(y, a) + Var(0, 2, 0) * Inv(Square(y) + 2), 0)", &["x = Vi(2)", "y = Vj(2)", "a = Pm(4)"]),
-    ("Sum_Reduction(WeightedSqDist(w, x, y) * Step(x - y) + ReLU(Sign(x)) + Rsqrt(x*x + 1e-3), 0)", &["x = Vi(2)", "y = Vj(2)", "w = Pm(1)"]),
-];
 
 /// Names and numbers the mutations put in place of others, or anywhere.
 const NAMES: &[&str] = &[

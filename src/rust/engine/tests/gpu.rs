@@ -5,6 +5,7 @@
 
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use crate::common_formulas::{GPU_ARGS as ARGS, OPERATIONS, REDUCTIONS};
 use engine::cuda::codegen::{self, KernelOptions, Selection, Variant};
 use engine::cuda::dtype::Dtype;
 use engine::cuda::device;
@@ -28,106 +29,6 @@ fn alone_on_the_gpu() -> RwLockWriteGuard<'static, ()> {
     GPU_MEMORY.write().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-const ARGS: [&str; 9] = [
-    "x = Vi(3)",
-    "y = Vj(3)",
-    "b = Vj(2)",
-    "u = Vi(1)",
-    "w = Vj(1)",
-    "p = Pm(2)",
-    "A = Pm(6)",
-    "S = Pm(9)",
-    "s = Pm(1)",
-];
-
-/// Formula bodies that cover every operation of the language.
-const OPERATIONS: [&str; 67] = [
-    "x + y",
-    "x - y",
-    "x * y",
-    "x / y",
-    "(x - y) / 4 + y / 0.3 - x / u",
-    "-x + 2*y",
-    "0.5*x - IntCst(3)*y",
-    "(x|y)",
-    "Abs(x - y)",
-    "Acos(x*y)",
-    "Asin(x - y)",
-    "Atan(x/y)",
-    "Atan2(x, y - 0.5)",
-    "Clamp(x - y, -0.2, 0.3)",
-    "Clamp(x, u, w + 0.5)",
-    "ClampInt(10*(x-y), -2, 3)",
-    "Concat(x, b)",
-    "Cos(x*y)",
-    "Elem(x, 2)*y",
-    "ElemT(u*w, 4, 1)",
-    "Exp(-s*SqDist(x,y))*b",
-    "Extract(Concat(x,y), 2, 3)",
-    "ExtractT(b, 1, 4)",
-    "Floor(5*(x+y))",
-    "IfElse(x - y, x, y)",
-    "Inv(1 + x*y)",
-    "Log(x + y)",
-    "MatVecMult(A, b)",
-    "VecMatMult(b, A)",
-    "Max(x - y)",
-    "Min(x - y)",
-    "ArgMax(x - y)",
-    "ArgMin(x - y)",
-    "Mod(x*7, 0.5*w + 1, 0.25)",
-    "Norm2(x - y)",
-    "Normalize(x - y)",
-    "OneHot(Floor(4*u), 4)*w",
-    "Pow(x - y, 3)",
-    "Pow(x + y, -2)",
-    "Powf(x + 1, y)",
-    "ReLU(x - y)",
-    "Round(x*y, 2)",
-    "Rsqrt(x + y)",
-    "Sign(x - y)",
-    "Sin(x + y)",
-    "SinXDivX(x - y)",
-    "Sqrt(x*y)",
-    "Square(x - y)",
-    "SqDist(x, y)",
-    "SqNorm2(x)*w",
-    "SqNormDiag(y, x)",
-    "SqNormIso(w, x - y)",
-    "Step(x - y)",
-    "Sum(x*y)",
-    "SumT(u*w, 3)",
-    "SymSqNorm(S, x - y)",
-    "TensorProd(x, b)",
-    "WeightedSqDist(w, x, y)",
-    "WeightedSqNorm(y, x)",
-    "XLogX(x*y)",
-    "Equal(Floor(3*x), Floor(3*y))",
-    "NotEqual(Floor(3*x), Floor(3*y))",
-    "LessThan(x, y)",
-    "LessOrEqual(x, y)",
-    "Var(0,3,0) * Var(1,3,1)",
-    "p*u + Elem(p, 0)*w",
-    "Exp(x) - Exp(y)",
-];
-
-/// Every reduction, with a formula that suits it.
-const REDUCTIONS: [&str; 14] = [
-    "Sum_Reduction(Exp(-s*SqDist(x,y))*b, AXIS)",
-    "Min_Reduction(SqDist(x,y), AXIS)",
-    "Max_Reduction(x - y, AXIS)",
-    "ArgMin_Reduction(SqDist(x,y), AXIS)",
-    "ArgMax_Reduction(x*y, AXIS)",
-    "Min_ArgMin_Reduction(x - y, AXIS)",
-    "Max_ArgMax_Reduction(SqDist(x,y), AXIS)",
-    "KMin_Reduction(SqDist(x,y), 7, AXIS)",
-    "ArgKMin_Reduction(SqDist(x,y), 7, AXIS)",
-    "KMin_ArgKMin_Reduction(x - y, 5, AXIS)",
-    "LogSumExp_Reduction(100 - 20*SqDist(x,y), AXIS)",
-    "LogSumExpWeight_Reduction(100 - 20*SqDist(x,y), 1.5 + b, AXIS)",
-    "SumSoftMaxWeight_Reduction(100 - 20*SqDist(x,y), b, AXIS)",
-    "LogSumExp_Reduction(-SqDist(x,y), AXIS, 1.5 + b)",
-];
 
 fn args() -> Vec<String> {
     ARGS.iter().map(|s| s.to_string()).collect()

@@ -4,6 +4,8 @@
 //! GPU host: the same binary with `gpu::`, `tensor_cores::`, `gpu_shared_cache::`).
 
 mod common;
+#[path = "common/formulas.rs"]
+mod common_formulas;
 #[path = "common/ranges.rs"]
 mod common_ranges;
 
