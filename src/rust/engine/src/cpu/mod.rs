@@ -357,11 +357,13 @@ impl<T: Real> Workspace<T> {
     /// Computes node `id` over `frame` with the instruction set of the call, in a function of its
     /// own: inlined into every loop that computes nodes, the whole evaluator was one function per
     /// instruction set and precision, which LLVM took minutes to optimise. A call per node and tile
-    /// costs nothing next to the tile's work.
+    /// costs nothing next to the tile's work. `fma` false (the constant nodes, computed by
+    /// `Workspace::new` outside the instruction sets' copies, without fused multiply-adds) runs the
+    /// baseline's copy, whose `fma` is false too.
     #[inline(always)]
     fn compute(&mut self, ctx: &Context<T>, id: usize, frame: &Frame, fma: bool) {
-        let _ = fma; // the same for every call of a computation: that of `ctx.level`
-        isa::run(ctx.level, Compute { ws: self, ctx, id, frame });
+        let level = if fma { ctx.level } else { isa::Level::Baseline };
+        isa::run(level, Compute { ws: self, ctx, id, frame });
     }
 
     #[inline(always)]
