@@ -715,9 +715,9 @@ impl Issue<'_> {
         self.base + offset as u64
     }
 
-    fn error(&self, what: &str) -> impl Fn(result::DriverError) -> Error + '_ {
-        let what = what.to_string();
-        move |e| gpu_error(self.data.device, &what, e)
+    /// `map_err` of a failed driver call: the message is written only on failure.
+    fn error<'s>(&'s self, what: &'s str) -> impl Fn(result::DriverError) -> Error + 's {
+        move |e| gpu_error(self.data.device, what, e)
     }
 
     /// Uploads, launches and, unless the step is queued, brings back and times the step.
