@@ -153,31 +153,50 @@ impl Operator {
         Ok(())
     }
 
-    /// Checks the number and shapes of the inputs; returns the sizes of the i and j ranges.
+    /// Checks the number and shapes of the inputs, and that host data holds `nrow x ncol` values;
+    /// returns the sizes of the i and j ranges.
     pub(crate) fn check_inputs<'m>(
         &self,
         inputs: &[Input],
         resident: &dyn Fn(usize) -> Option<&'m DeviceMatrix>,
     ) -> Result<(usize, usize)> {
+        self.check_count(inputs.len())?;
+        for (p, (var, input)) in self.formula.variables.iter().zip(inputs).enumerate() {
+            if resident(p).is_none() && input.data.len() != input.nrow * input.ncol {
+                let what = format!("holds {} values, not {} x {}", input.data.len(), input.nrow, input.ncol);
+                return Err(Error::Input { name: var.name.clone(), what });
+            }
+        }
+        let shapes: Vec<(usize, usize)> = inputs.iter().map(|x| (x.nrow, x.ncol)).collect();
+        self.sizes(&shapes)
+    }
+
+    fn check_count(&self, given: usize) -> Result<()> {
         let vars = &self.formula.variables;
-        if inputs.len() != vars.len() {
+        if given != vars.len() {
             let names: Vec<&str> = vars.iter().map(|v| v.name.as_str()).collect();
             return Err(Error::Invalid(format!(
                 "expected {} inputs ({}), got {}",
                 vars.len(),
                 names.join(", "),
-                inputs.len()
+                given
             )));
         }
+        Ok(())
+    }
+
+    /// The sizes of the i and j ranges of inputs of these `(nrow, ncol)` shapes (a parameter: any
+    /// shape of `dim` values), or an error naming the first input that does not fit the formula's
+    /// declarations.
+    pub fn sizes(&self, shapes: &[(usize, usize)]) -> Result<(usize, usize)> {
+        self.check_count(shapes.len())?;
+        let vars = &self.formula.variables;
         let mut rows: [Option<(usize, &str)>; 2] = [None, None];
-        for (p, (var, input)) in vars.iter().zip(inputs).enumerate() {
+        for (var, &(nrow, ncol)) in vars.iter().zip(shapes) {
             let bad = |what: String| Error::Input { name: var.name.clone(), what };
-            if resident(p).is_none() && input.data.len() != input.nrow * input.ncol {
-                return Err(bad(format!("holds {} values, not {} x {}", input.data.len(), input.nrow, input.ncol)));
-            }
             let slot = match var.category {
                 Category::Param => {
-                    let len = if resident(p).is_some() { input.nrow * input.ncol } else { input.data.len() };
+                    let len = nrow * ncol;
                     if len != var.dim {
                         return Err(bad(format!(
                             "expected a parameter of length {} (Pm({})), got {} values",
@@ -190,30 +209,29 @@ impl Operator {
                 Category::J => 1,
             };
             let keyword = var.category.keyword();
-            if input.ncol != var.dim {
+            if ncol != var.dim {
                 return Err(bad(format!(
                     "expected a matrix with {} column{} ({}({})), got {} column{}",
                     var.dim,
                     if var.dim == 1 { "" } else { "s" },
                     keyword,
                     var.dim,
-                    input.ncol,
-                    if input.ncol == 1 { "" } else { "s" }
+                    ncol,
+                    if ncol == 1 { "" } else { "s" }
                 )));
             }
-            if input.nrow == 0 {
+            if nrow == 0 {
                 return Err(bad("has no rows".into()));
             }
             match rows[slot] {
-                Some((n, other)) if n != input.nrow => {
+                Some((n, other)) if n != nrow => {
                     let index = if slot == 0 { "i" } else { "j" };
                     return Err(bad(format!(
-                        "has {} rows, but '{other}' has {n}: all {index}-variables ({keyword}) must have the same number of rows",
-                        input.nrow
+                        "has {nrow} rows, but '{other}' has {n}: all {index}-variables ({keyword}) must have the same number of rows"
                     )));
                 }
                 Some(_) => {}
-                None => rows[slot] = Some((input.nrow, &var.name)),
+                None => rows[slot] = Some((nrow, &var.name)),
             }
         }
         // Without any i- (or j-) variable, that index has a single value.
