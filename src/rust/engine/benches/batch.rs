@@ -36,10 +36,10 @@ fn main() {
         let p: Vec<f64> = random(n_all, 3).iter().map(|r| 5.0 * r - (N as f64).ln()).collect();
         let inputs = |n: usize| {
             vec![
-                Input { data: &x[..n], nrow: n, ncol: 1 },
-                Input { data: &y[..n], nrow: n, ncol: 1 },
-                Input { data: &p[..n], nrow: n, ncol: 1 },
-                Input { data: &s, nrow: 1, ncol: 1 },
+                Input::host(&x[..n], n, 1),
+                Input::host(&y[..n], n, 1),
+                Input::host(&p[..n], n, 1),
+                Input::host(&s, 1, 1),
             ]
         };
         // (name, rows each side, ranges, repetitions)

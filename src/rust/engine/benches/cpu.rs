@@ -30,12 +30,12 @@ fn main() {
         let (x, y, b) = (random(n * d, 1), random(n * d, 2), random(n, 3));
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         let op = Operator::new(formula, &args).unwrap();
-        let mut inputs = vec![Input { data: &x, nrow: n, ncol: d }, Input { data: &y, nrow: n, ncol: d }];
+        let mut inputs = vec![Input::host(&x, n, d), Input::host(&y, n, d)];
         if args.len() >= 3 {
-            inputs.push(Input { data: &b, nrow: n, ncol: 1 });
+            inputs.push(Input::host(&b, n, 1));
         }
         if args.len() == 4 {
-            inputs.push(Input { data: &b, nrow: n, ncol: 1 });
+            inputs.push(Input::host(&b, n, 1));
         }
         for precision in [Precision::F32, Precision::F64] {
             if !wanted(&format!("{name} {precision:?}")) {

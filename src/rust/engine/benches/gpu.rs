@@ -121,9 +121,9 @@ fn main() {
         let args_used = if case.formula.contains('b') { 3 } else { 2 };
         let (x, y, b) = (random(case.n * case.d, 1), random(case.m * case.d, 2), random(case.m, 3));
         let inputs = [
-            Input { data: &x, nrow: case.n, ncol: case.d },
-            Input { data: &y, nrow: case.m, ncol: case.d },
-            Input { data: &b, nrow: case.m, ncol: 1 },
+            Input::host(&x, case.n, case.d),
+            Input::host(&y, case.m, case.d),
+            Input::host(&b, case.m, 1),
         ];
         let inputs = &inputs[..args_used.max(op.formula.variables.len())];
         // The environment's tuning (RKEOPS_GPU_TENSOR=off: the FP32 kernel).
@@ -159,9 +159,9 @@ fn main() {
     let op = Operator::new(&formula, &args).unwrap();
     let (x, y, b) = (random(3000, 1), random(3000, 2), random(1000, 3));
     let inputs = [
-        Input { data: &x, nrow: 1000, ncol: 3 },
-        Input { data: &y, nrow: 1000, ncol: 3 },
-        Input { data: &b, nrow: 1000, ncol: 1 },
+        Input::host(&x, 1000, 3),
+        Input::host(&y, 1000, 3),
+        Input::host(&b, 1000, 1),
     ];
     let options = RunOptions { backend: Backend::Gpu(0), cache_dir: Some(dir.clone()), ..Default::default() };
     let clock = Instant::now();
@@ -172,9 +172,9 @@ fn main() {
     for n in [1000, 10_000] {
         let (x, y, b) = (random(3 * n, 1), random(3 * n, 2), random(n, 3));
         let inputs = [
-            Input { data: &x, nrow: n, ncol: 3 },
-            Input { data: &y, nrow: n, ncol: 3 },
-            Input { data: &b, nrow: n, ncol: 1 },
+            Input::host(&x, n, 3),
+            Input::host(&y, n, 3),
+            Input::host(&b, n, 1),
         ];
         op.run(&inputs, &options).unwrap();
         let cached: Vec<f64> = (0..200)

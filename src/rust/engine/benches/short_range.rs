@@ -49,7 +49,7 @@ fn main() {
                 (random(rows * dim, k as u64 + 1), rows, dim)
             })
             .collect();
-        let inputs: Vec<Input> = data.iter().map(|(x, nrow, ncol)| Input { data: x, nrow: *nrow, ncol: *ncol }).collect();
+        let inputs: Vec<Input> = data.iter().map(|(x, nrow, ncol)| Input::host(x, *nrow, *ncol)).collect();
         for precision in [Precision::F32, Precision::F64] {
             if !wanted(&format!("{name} {precision:?}")) {
                 continue;

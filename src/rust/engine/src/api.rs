@@ -1,45 +1,56 @@
-//! What the engine's callers pass and get back: inputs as R holds them, the precision, where to
-//! compute, the options of a run and its results. A leaf: it names the engine's other types only.
+//! What the engine's callers pass and get back: inputs (as R holds them, or kept on a device),
+//! where to compute, the options of a run and its results.
 
+use crate::cuda::resident::DeviceMatrix;
+use crate::precision::Precision;
 use crate::ranges::Ranges;
-use crate::real::{Real, Stored};
 use crate::reduction::SumScheme;
 use crate::tuning::Tuning;
 
-/// One input as R holds it: a column-major `nrow x ncol` matrix of doubles (a vector is `n x 1`).
+/// One input: a column-major `nrow x ncol` matrix (a vector is `n x 1`), wherever it lives.
 #[derive(Debug, Clone, Copy)]
 pub struct Input<'a> {
-    pub data: &'a [f64],
+    pub values: Values<'a>,
     pub nrow: usize,
     pub ncol: usize,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Precision {
-    /// float16 storage (inputs rounded to half precision), float32 arithmetic and results.
-    F16,
-    #[default]
-    F32,
-    F64,
+/// Where an input's values are.
+#[derive(Debug, Clone, Copy)]
+pub enum Values<'a> {
+    /// R's doubles, column-major.
+    Host(&'a [f64]),
+    /// Kept on a device (`DeviceMatrix`): it must be in the precision of the call, and on the
+    /// call's device when it computes on a GPU; the CPU reads it back.
+    Device(&'a DeviceMatrix),
 }
 
-impl Precision {
-    /// `work` for this precision: `run::<S, T>()` with `S` what inputs are stored in (`u16`: the
-    /// bits of float16) and `T` what they are computed in. The one place the engine turns a
-    /// precision into types.
-    pub fn dispatch<W: ForPrecision>(self, work: W) -> W::Output {
-        match self {
-            Precision::F16 => work.run::<u16, f32>(),
-            Precision::F32 => work.run::<f32, f32>(),
-            Precision::F64 => work.run::<f64, f64>(),
+impl<'a> Input<'a> {
+    /// Host data, `nrow x ncol`.
+    pub fn host(data: &'a [f64], nrow: usize, ncol: usize) -> Input<'a> {
+        Input { values: Values::Host(data), nrow, ncol }
+    }
+
+    /// A matrix kept on a device, of its shape.
+    pub fn device(matrix: &'a DeviceMatrix) -> Input<'a> {
+        Input { values: Values::Device(matrix), nrow: matrix.nrow, ncol: matrix.ncol }
+    }
+
+    /// The host data, if it is there.
+    pub fn host_data(&self) -> Option<&'a [f64]> {
+        match self.values {
+            Values::Host(data) => Some(data),
+            Values::Device(_) => None,
         }
     }
-}
 
-/// Work written once for every precision (`Precision::dispatch`).
-pub trait ForPrecision {
-    type Output;
-    fn run<S: Stored, T: Real>(self) -> Self::Output;
+    /// The matrix kept on a device, if it is one.
+    pub fn kept(&self) -> Option<&'a DeviceMatrix> {
+        match self.values {
+            Values::Host(_) => None,
+            Values::Device(m) => Some(m),
+        }
+    }
 }
 
 /// Where to compute.

@@ -7,7 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::api::{Input, Precision, RunOptions};
+use crate::api::{Input, RunOptions};
+use crate::precision::Precision;
 use crate::cuda;
 use crate::cuda::recorded::Recorded;
 use crate::cuda::resident::DeviceMatrix;
@@ -95,7 +96,7 @@ fn check(steps: &[Step], states: &[Input]) -> Result<()> {
         let Ok(inputs) = inputs else {
             return invalid(s, format!("an input is a state that does not exist ({} states)", states.len()));
         };
-        let (n_i, n_j) = step.operator.check_inputs(&inputs, &|_| None)?;
+        let (n_i, n_j) = step.operator.check_inputs(&inputs)?;
         if let Some(ranges) = &step.ranges {
             ranges.validate(n_i, n_j)?;
         }
@@ -115,7 +116,7 @@ fn check(steps: &[Step], states: &[Input]) -> Result<()> {
 
 /// Each step a plain run on host data (the CPU, or a GPU in float16).
 fn on_host(steps: &[Step], step_options: &[RunOptions], states: &[Input], iterations: usize) -> Result<Iterated> {
-    let mut values: Vec<Vec<f64>> = states.iter().map(|x| x.data.to_vec()).collect();
+    let mut values: Vec<Vec<f64>> = states.iter().map(|x| host(x).map(<[f64]>::to_vec)).collect::<Result<_>>()?;
     let mut timings = Timings::default();
     let mut backend = "CPU".to_string();
     for _ in 0..iterations {
@@ -125,7 +126,7 @@ fn on_host(steps: &[Step], step_options: &[RunOptions], states: &[Input], iterat
                 .iter()
                 .map(|source| match *source {
                     Source::Host(x) => x,
-                    Source::State(k) => Input { data: &values[k], ..states[k] },
+                    Source::State(k) => Input::host(&values[k], states[k].nrow, states[k].ncol),
                 })
                 .collect();
             let out = step.operator.run(&inputs, options)?;
@@ -150,7 +151,7 @@ fn on_device(
     device: std::sync::Arc<cuda::device::Device>,
 ) -> Result<Iterated> {
     let clock = Instant::now();
-    let keep = |x: &Input| DeviceMatrix::new(device.clone(), x.data, x.nrow, x.ncol, options.precision);
+    let keep = |x: &Input| DeviceMatrix::new(device.clone(), host(x)?, x.nrow, x.ncol, options.precision);
     let kept_inputs: Vec<Vec<Option<DeviceMatrix>>> = steps
         .iter()
         .map(|step| {
@@ -166,7 +167,7 @@ fn on_device(
     let mut current: Vec<DeviceMatrix> = states.iter().map(keep).collect::<Result<_>>()?;
     let mut next: Vec<Option<DeviceMatrix>> = (0..states.len())
         .map(|k| match steps.iter().any(|s| s.output == k) {
-            true => keep(&Input { data: &vec![0.0; states[k].data.len()], ..states[k] }).map(Some),
+            true => keep(&Input::host(&vec![0.0; states[k].nrow * states[k].ncol], states[k].nrow, states[k].ncol)).map(Some),
             false => Ok(None),
         })
         .collect::<Result<_>>()?;
@@ -178,7 +179,7 @@ fn on_device(
     // launches of the one two before it, on the same buffers. Freed only after the wait below.
     let mut recorded: Vec<[Option<Recorded>; 2]> = steps.iter().map(|_| [None, None]).collect();
     let device_loop =
-        DeviceLoop { steps, step_options, states, iterations, options, kept_inputs: &kept_inputs, device: &device };
+        DeviceLoop { steps, step_options, iterations, options, kept_inputs: &kept_inputs, device: &device };
     let looped = device_loop.run((&mut current[..], &mut next[..]), &mut recorded);
     // Nothing queued may still use the buffers when they are read or freed.
     let waited = device.synchronize();
@@ -191,12 +192,11 @@ fn on_device(
     Ok(Iterated { states: values, backend: format!("GPU {} ({})", device.ordinal, device.name), timings: timings.0 })
 }
 
-/// The loop of `on_device`: its steps, their options, the shapes of the iterated values, the
-/// number of iterations, the inputs each step keeps on the device.
+/// The loop of `on_device`: its steps, their options, the number of iterations, the inputs each
+/// step keeps on the device.
 struct DeviceLoop<'a> {
     steps: &'a [Step<'a>],
     step_options: &'a [RunOptions],
-    states: &'a [Input<'a>],
     iterations: usize,
     options: &'a RunOptions,
     kept_inputs: &'a [Vec<Option<DeviceMatrix>>],
@@ -212,7 +212,7 @@ impl DeviceLoop<'_> {
         (current, next): (&mut [DeviceMatrix], &mut [Option<DeviceMatrix>]),
         recorded: &mut [[Option<Recorded>; 2]],
     ) -> Result<()> {
-        let DeviceLoop { steps, step_options, states, iterations, options, kept_inputs, device } = *self;
+        let DeviceLoop { steps, step_options, iterations, options, kept_inputs, device } = *self;
         let mut asked = Instant::now();
         // Tuning::replay false (RKEOPS_GPU_REPLAY=0) runs every step as a call, as before the records
         // (for benchmarks).
@@ -224,25 +224,17 @@ impl DeviceLoop<'_> {
                 if let Some(launches) = record.as_ref() {
                     launches.replay(device)?;
                 } else {
-                    let shapes: Vec<Input> = step
-                        .inputs
-                        .iter()
-                        .map(|source| match *source {
-                            Source::Host(x) => Input { data: &[], ..x },
-                            Source::State(k) => Input { data: &[], ..states[k] },
-                        })
-                        .collect();
-                    let resident: Vec<Option<&DeviceMatrix>> = step
+                    let inputs: Vec<Input> = step
                         .inputs
                         .iter()
                         .zip(kept)
                         .map(|(source, kept)| match *source {
-                            Source::Host(_) => kept.as_ref(),
-                            Source::State(k) => Some(&current[k]),
+                            Source::Host(_) => Input::device(kept.as_ref().expect("kept for every host input")),
+                            Source::State(k) => Input::device(&current[k]),
                         })
                         .collect();
                     let target = next[step.output].as_ref().expect("allocated for every output");
-                    step.operator.run_into(&shapes, &resident, step_options, target, replay.then_some(record))?;
+                    step.operator.run_into(&inputs, step_options, target, replay.then_some(record))?;
                 }
                 // The value replaced: its new buffer becomes the current one.
                 let replaced = next[step.output].take().expect("allocated for every output");
@@ -257,6 +249,11 @@ impl DeviceLoop<'_> {
         }
         Ok(())
     }
+}
+
+/// The host data of a state's initial value or of a step's input (a loop takes them from R).
+fn host<'a>(x: &Input<'a>) -> Result<&'a [f64]> {
+    x.host_data().ok_or_else(|| Error::Invalid("the inputs and initial values of a loop are host data".into()))
 }
 
 /// Seconds per phase, summed over the steps, in the order the phases first appear.
@@ -280,7 +277,7 @@ mod tests {
     use crate::api::Backend;
 
     fn col(data: &[f64]) -> Input<'_> {
-        Input { data, nrow: data.len(), ncol: 1 }
+        Input::host(data, data.len(), 1)
     }
 
     /// Log-domain Sinkhorn between two histograms on a line, written with the raw LogSumExp
@@ -305,7 +302,7 @@ mod tests {
         .unwrap();
         let (f0, g0) = (vec![0.0; n], vec![0.0; m]);
         let sv = [s];
-        let par = Input { data: &sv, nrow: 1, ncol: 1 };
+        let par = Input::host(&sv, 1, 1);
         let steps = [
             Step {
                 operator: &g_op,

@@ -4,6 +4,7 @@
 //! evaluator (`cpu`) and the public entry point (`operator`).
 
 pub mod api;
+pub mod backend;
 pub mod cache;
 pub mod clustering;
 pub mod cpu;
@@ -17,13 +18,15 @@ pub mod memory;
 pub mod operator;
 pub mod parallel;
 pub mod plan;
+pub mod precision;
 pub mod ranges;
 pub mod real;
 pub mod reduction;
 pub mod tuning;
 
 pub use error::{Error, Result};
-pub use api::{Backend, Input, Output, Precision, RunOptions};
+pub use api::{Backend, Input, Output, RunOptions, Values};
+pub use precision::Precision;
 pub use operator::Operator;
 pub use ranges::{BlockRanges, Ranges};
 pub use reduction::{ReductionKind, SumScheme};

@@ -1,115 +1,93 @@
 //! The public entry point: an `Operator` is a parsed formula; `run` checks the inputs against the
 //! declared variables, evaluates the reduction and returns column-major results, as R stores them.
 
-use crate::api::{Backend, ForPrecision, Input, Output, Precision, RunOptions};
-use crate::cpu::{self, Inputs, RowMajor};
+use crate::api::{Backend, Input, Output, RunOptions, Values};
+use crate::backend::{BackendDevice, Call, Columns, Timings};
+use crate::cpu::Cpu;
 use crate::cuda;
-use crate::cuda::codegen::{KernelOptions, Selection, Variant};
-use crate::cuda::dtype::Dtype;
 use crate::cuda::launch::Kept;
 use crate::cuda::recorded::Recorded;
 use crate::cuda::resident::DeviceMatrix;
+use crate::cuda::several::Several;
 use crate::error::{Error, Result};
 use crate::formula::{Category, Formula};
-use crate::ranges::BlockRanges;
+use crate::precision::{ForPrecision, Precision};
 use crate::real::{Real, Stored};
 use crate::reduction::ReductionKind;
 
 #[derive(Debug, Clone)]
 pub struct Operator {
     pub formula: Formula,
-    /// Its GPU kernels, compiled on first use.
-    kernels: cuda::device::Kernels,
 }
 
 impl Operator {
     pub fn new(formula: &str, args: &[String]) -> Result<Operator> {
-        Ok(Operator { formula: Formula::parse(formula, args)?, kernels: Default::default() })
+        Ok(Operator { formula: Formula::parse(formula, args)? })
     }
 
     pub fn reduction_kind(&self) -> ReductionKind {
         self.formula.reduction.kind
     }
 
+    /// The reduction of `inputs` (each on the host, or kept on a device: see `Values`), on the
+    /// backend `options` choose.
     pub fn run(&self, inputs: &[Input], options: &RunOptions) -> Result<Output> {
-        self.run_with(inputs, &[], options)
+        self.run_to(inputs, options, None)
     }
 
-    /// `run`, where `resident[p]`, when given, holds input `p` on a device (its `Input` gives the
-    /// shape and no data): it must be in the precision of the call, and on its device when the
-    /// call computes on a GPU; the CPU reads it back.
-    pub fn run_with(
-        &self,
-        inputs: &[Input],
-        resident: &[Option<&DeviceMatrix>],
-        options: &RunOptions,
-    ) -> Result<Output> {
-        self.run_to(inputs, resident, options, None)
-    }
-
-    /// `run_with` on a GPU, the values written into `target` (a matrix of the result's shape on
-    /// the device of the call, in its precision, float32 or float64) instead of coming back. The
-    /// work is only queued on the device's stream: wait with `Device::synchronize` before reading
-    /// `target` or freeing any input (`crate::iterate` does). The `Output` holds no results. With
-    /// `record`, its launches are also recorded there, to be issued again (`Recorded::replay`) with
-    /// the same inputs and target.
+    /// `run` on a GPU, the values written into `target` (a matrix of the result's shape on the
+    /// device of the call, in its precision, float32 or float64) instead of coming back. The work is
+    /// only queued on the device's stream: wait with `Device::synchronize` before reading `target`
+    /// or freeing any input (`crate::iterate` does). The `Output` holds no results. With `record`,
+    /// its launches are also recorded there, to be issued again (`Recorded::replay`) with the same
+    /// inputs and target.
     pub fn run_into(
         &self,
         inputs: &[Input],
-        resident: &[Option<&DeviceMatrix>],
         options: &RunOptions,
         target: &DeviceMatrix,
         record: Option<&mut Option<Recorded>>,
     ) -> Result<Output> {
-        self.run_to(inputs, resident, options, Some(Kept { matrix: target, record }))
+        self.run_to(inputs, options, Some(Kept { matrix: target, record }))
     }
 
-    fn run_to(
-        &self,
-        inputs: &[Input],
-        resident: &[Option<&DeviceMatrix>],
-        options: &RunOptions,
-        kept: Option<Kept>,
-    ) -> Result<Output> {
-        let resident_at = |p: usize| resident.get(p).copied().flatten();
-        let (n_i, n_j) = self.check_inputs(inputs, &resident_at)?;
+    fn run_to(&self, inputs: &[Input], options: &RunOptions, kept: Option<Kept>) -> Result<Output> {
+        let sizes = self.check_inputs(inputs)?;
         if let Some(ranges) = &options.ranges {
-            ranges.validate(n_i, n_j)?;
+            ranges.validate(sizes.0, sizes.1)?;
         }
         let gpu = chosen_gpu(options)?;
-        self.check_residence(resident, kept.as_ref().map(|k| k.matrix), options.precision, gpu.as_deref())?;
-        // The CPU computes from host data: resident inputs are read back.
+        self.check_residence(inputs, kept.as_ref().map(|k| k.matrix), options.precision, gpu.as_deref())?;
+        // The CPU computes from host data: inputs kept on a device are read back.
         let downloaded: Vec<Option<Vec<f64>>> = match gpu {
             Some(_) => vec![],
-            None => {
-                (0..inputs.len()).map(|p| resident_at(p).map(|m| m.to_host()).transpose()).collect::<Result<_>>()?
-            }
+            None => inputs.iter().map(|x| x.kept().map(DeviceMatrix::to_host).transpose()).collect::<Result<_>>()?,
         };
-        let host_inputs: Vec<Input> = inputs
+        let inputs: Vec<Input> = inputs
             .iter()
             .enumerate()
             .map(|(p, x)| match downloaded.get(p).and_then(|d| d.as_deref()) {
-                Some(data) => Input { data, ..*x },
+                Some(data) => Input::host(data, x.nrow, x.ncol),
                 None => *x,
             })
             .collect();
         let red = &self.formula.reduction;
-        let run = Run {
-            op: self,
-            inputs: &host_inputs,
-            resident,
-            options,
-            sizes: (n_i, n_j),
-            ranges: options.ranges.as_ref().map(|r| r.for_axis(red.axis)),
-            kept,
-            timings: Vec::new(),
+        let ranges = options.ranges.as_ref().map(|r| r.for_axis(red.axis));
+        let call = Call { formula: &self.formula, inputs: &inputs, sizes, part: None, ranges, options };
+        let mut timings = Timings::new();
+        let (columns, backend) = match (gpu, kept) {
+            (None, _) => (on(&Cpu, &call, &mut timings)?, Cpu.describe()),
+            (Some(device), Some(kept)) => {
+                device.evaluate_into(&call, kept, &mut timings)?;
+                (Columns { values: None, indices: None, states: None }, device.describe())
+            }
+            (Some(device), None) => match shared_gpus(&device, &call)? {
+                Some(several) => (on(&several, &call, &mut timings)?, several.describe()),
+                None => (on(&*device, &call, &mut timings)?, device.describe()),
+            },
         };
-        let (done, timings) = match gpu {
-            Some(device) => options.precision.dispatch(OnGpu { run, device }),
-            None => options.precision.dispatch(OnCpu(run)),
-        }?;
-        let nrow = if red.axis == 0 { n_i } else { n_j };
-        let Done { values, indices, backend } = done;
+        let (nrow, _) = call.out_and_reduced();
+        let Columns { values, indices, .. } = columns;
         Ok(Output { values, indices, nrow, k: red.k, dim: self.formula.output_dim(), backend, timings })
     }
 
@@ -117,13 +95,13 @@ impl Operator {
     /// the precision of the call and on its device.
     fn check_residence(
         &self,
-        resident: &[Option<&DeviceMatrix>],
+        inputs: &[Input],
         target: Option<&DeviceMatrix>,
         precision: Precision,
         gpu: Option<&cuda::Device>,
     ) -> Result<()> {
         let precision_name = format!("{precision:?}").replace('F', "float");
-        let kept = self.formula.variables.iter().zip(resident).filter_map(|(v, m)| Some((v, (*m)?)));
+        let kept = self.formula.variables.iter().zip(inputs).filter_map(|(v, x)| Some((v, x.kept()?)));
         for (var, m) in kept {
             let bad = |what: String| Error::Input { name: var.name.clone(), what };
             if m.precision != precision {
@@ -155,16 +133,18 @@ impl Operator {
 
     /// Checks the number and shapes of the inputs, and that host data holds `nrow x ncol` values;
     /// returns the sizes of the i and j ranges.
-    pub(crate) fn check_inputs<'m>(
-        &self,
-        inputs: &[Input],
-        resident: &dyn Fn(usize) -> Option<&'m DeviceMatrix>,
-    ) -> Result<(usize, usize)> {
+    pub(crate) fn check_inputs(&self, inputs: &[Input]) -> Result<(usize, usize)> {
         self.check_count(inputs.len())?;
-        for (p, (var, input)) in self.formula.variables.iter().zip(inputs).enumerate() {
-            if resident(p).is_none() && input.data.len() != input.nrow * input.ncol {
-                let what = format!("holds {} values, not {} x {}", input.data.len(), input.nrow, input.ncol);
-                return Err(Error::Input { name: var.name.clone(), what });
+        for (var, input) in self.formula.variables.iter().zip(inputs) {
+            let bad = |what: String| Err(Error::Input { name: var.name.clone(), what });
+            match input.values {
+                Values::Host(data) if data.len() != input.nrow * input.ncol => {
+                    return bad(format!("holds {} values, not {} x {}", data.len(), input.nrow, input.ncol));
+                }
+                Values::Device(m) if (m.nrow, m.ncol) != (input.nrow, input.ncol) => {
+                    return bad(format!("is kept as {} x {}, not {} x {}", m.nrow, m.ncol, input.nrow, input.ncol));
+                }
+                _ => {}
             }
         }
         let shapes: Vec<(usize, usize)> = inputs.iter().map(|x| (x.nrow, x.ncol)).collect();
@@ -259,149 +239,35 @@ pub(crate) fn chosen_gpu(options: &RunOptions) -> Result<Option<std::sync::Arc<c
     })
 }
 
-/// One call, checked, with its inputs on the host (those kept on a device also in `resident`).
-struct Run<'a> {
-    op: &'a Operator,
-    inputs: &'a [Input<'a>],
-    resident: &'a [Option<&'a DeviceMatrix>],
-    options: &'a RunOptions,
-    /// The sizes of the i and j ranges.
-    sizes: (usize, usize),
-    /// The block-sparse ranges of the output rows' axis.
-    ranges: Option<&'a BlockRanges>,
-    kept: Option<Kept<'a>>,
-    timings: Vec<(&'static str, f64)>,
-}
-
-impl<'a> Run<'a> {
-    /// The whole call, as the CUDA backend takes it.
-    fn call(&self, options: &'a RunOptions) -> cuda::launch::Call<'a> {
-        cuda::launch::Call {
-            formula: &self.op.formula,
-            inputs: self.inputs,
-            resident: self.resident,
-            sizes: self.sizes,
-            part: None,
-            ranges: self.ranges,
-            options,
-        }
+/// The GPUs of `RunOptions::gpus` (the call's device first) when they can share this call: its
+/// inputs from the host, not empty.
+fn shared_gpus(device: &cuda::Device, call: &Call) -> Result<Option<Several>> {
+    let gpus = &call.options.gpus;
+    let alone = call.inputs.iter().any(|x| x.kept().is_some()) || call.sizes.0 == 0 || call.sizes.1 == 0;
+    if gpus.len() <= 1 || alone {
+        return Ok(None);
     }
+    let mut ordinals = vec![device.ordinal];
+    ordinals.extend(&gpus[1..]);
+    Several::open(&ordinals).map(Some)
 }
 
-/// What a run computed: the results in R's order and what computed them.
-struct Done {
-    values: Option<Vec<f64>>,
-    indices: Option<Vec<i32>>,
-    backend: String,
+/// `call` on `device`, in the types of the call's precision: the one place a precision becomes
+/// types for a run.
+fn on<B: BackendDevice>(device: &B, call: &Call, timings: &mut Timings) -> Result<Columns> {
+    call.options.precision.dispatch(On { device, call, timings })
 }
 
-type Finished = Result<(Done, Vec<(&'static str, f64)>)>;
-
-/// A run on this GPU, shared with the other GPUs of `RunOptions::gpus` where it can be.
-struct OnGpu<'a> {
-    run: Run<'a>,
-    device: std::sync::Arc<cuda::Device>,
+struct On<'a, B> {
+    device: &'a B,
+    call: &'a Call<'a>,
+    timings: &'a mut Timings,
 }
 
-impl ForPrecision for OnGpu<'_> {
-    type Output = Finished;
+impl<B: BackendDevice> ForPrecision for On<'_, B> {
+    type Output = Result<Columns>;
 
-    fn run<S: Stored, T: Real>(self) -> Finished {
-        let OnGpu { run: mut r, device } = self;
-        let (op, options) = (r.op, r.options);
-        let dtype = Dtype::of(options.precision);
-        let nrow = if op.formula.reduction.axis == 0 { r.sizes.0 } else { r.sizes.1 };
-        let mean_reduced = r.ranges.map_or((r.sizes.0 + r.sizes.1 - nrow) as f64, |b| b.mean_reduced());
-        let tuning = &options.tuning;
-        let selection = Selection::for_rows(&op.formula, mean_reduced, tuning.gpu_selection);
-        let compile = |device: &cuda::Device| {
-            let variant = Variant::choose(&op.formula, dtype, r.ranges, device.arch, tuning);
-            let kernel = KernelOptions {
-                unroll: tuning.unroll,
-                ..KernelOptions::new(dtype, options.sum_scheme, variant, selection)
-            };
-            op.kernels.get(device, &op.formula, kernel, options.cache_dir.as_deref())
-        };
-        // Several GPUs share what they can take in parts: data from the host, not empty.
-        let alone = r.resident.iter().any(Option::is_some) || r.kept.is_some() || r.sizes.0 == 0 || r.sizes.1 == 0;
-        if options.gpus.len() > 1 && !alone {
-            let mut gpus = vec![device.ordinal];
-            gpus.extend(&options.gpus[1..]);
-            let call = cuda::launch::Call { resident: &[], ..r.call(options) };
-            let (columns, backend) = cuda::several::evaluate::<S, T>(&gpus, &compile, &call, &mut r.timings)?;
-            return Ok((Done { values: columns.values, indices: columns.indices, backend }, r.timings));
-        }
-        let clock = std::time::Instant::now();
-        let compiled = compile(&device)?;
-        r.timings.push(("compile or load", clock.elapsed().as_secs_f64()));
-        let stop = || options.interrupt.is_some_and(|interrupted| interrupted());
-        let call = r.call(options);
-        let columns = cuda::launch::evaluate::<S, T>(&device, &compiled, &call, &stop, r.kept, &mut r.timings)?;
-        let backend = format!("GPU {} ({})", device.ordinal, device.name);
-        Ok((Done { values: columns.values, indices: columns.indices, backend }, r.timings))
+    fn run<S: Stored, T: Real>(self) -> Result<Columns> {
+        self.device.evaluate::<S, T>(self.call, self.timings)
     }
-}
-
-/// A run on the CPU: float16 inputs rounded to the values float16 keeps, computed in float32.
-struct OnCpu<'a>(Run<'a>);
-
-impl ForPrecision for OnCpu<'_> {
-    type Output = Finished;
-
-    fn run<S: Stored, T: Real>(self) -> Finished {
-        let OnCpu(mut r) = self;
-        let options = r.options;
-        let threads = match options.threads {
-            0 => crate::parallel::cores(),
-            n => n,
-        };
-        let clock = std::time::Instant::now();
-        let rounded: Vec<Vec<f64>> = match S::HALF {
-            true => r.inputs.iter().map(|x| to_f16(x.data, |h| h.to_f64())).collect(),
-            false => Vec::new(),
-        };
-        let converted: Vec<std::borrow::Cow<[T]>> = match S::HALF {
-            true => rounded.iter().map(|x| T::from_f64_slice(x)).collect(),
-            false => r.inputs.iter().map(|x| T::from_f64_slice(x.data)).collect(),
-        };
-        let (n_i, n_j) = r.sizes;
-        let inputs = Inputs { data: converted.iter().map(|c| c.as_ref()).collect(), n_i, n_j };
-        let settings = cpu::Settings {
-            scheme: options.sum_scheme,
-            threads,
-            interrupt: options.interrupt,
-            isa: options.tuning.cpu_isa,
-        };
-        let rows = cpu::evaluate(&r.op.formula, &inputs, &settings, r.ranges)?;
-        r.timings.push(("CPU evaluation", clock.elapsed().as_secs_f64()));
-        let nrow = if r.op.formula.reduction.axis == 0 { n_i } else { n_j };
-        let (values, indices) = to_column_major(rows, nrow);
-        Ok((Done { values, indices, backend: "CPU".to_string() }, r.timings))
-    }
-}
-
-/// Each value rounded to float16, then mapped by `f`.
-fn to_f16<U>(x: &[f64], f: impl Fn(half::f16) -> U) -> Vec<U> {
-    x.iter().map(|&v| f(half::f16::from_f64(v))).collect()
-}
-
-/// The results in R's order, each buffer freed once transposed (what is not returned is `None`).
-fn to_column_major(rows: RowMajor, nrow: usize) -> (Option<Vec<f64>>, Option<Vec<i32>>) {
-    fn transpose<X: Copy + Default>(rows: Vec<X>, nrow: usize, width: usize) -> Option<Vec<X>> {
-        if rows.is_empty() {
-            return None;
-        }
-        if width == 1 || nrow == 1 {
-            return Some(rows); // one column (or one row) is the same in both orders
-        }
-        let mut columns = vec![X::default(); rows.len()];
-        for (r, row) in rows.chunks(width).enumerate() {
-            for (c, &x) in row.iter().enumerate() {
-                columns[r + nrow * c] = x;
-            }
-        }
-        Some(columns)
-    }
-    let RowMajor { values, indices, width } = rows;
-    (transpose(values, nrow, width), transpose(indices, nrow, width))
 }

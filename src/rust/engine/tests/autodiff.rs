@@ -29,10 +29,10 @@ impl Case {
         let mut v: Vec<Input> = data
             .iter()
             .enumerate()
-            .map(|(k, d)| Input { data: d, nrow: Case::rows(k), ncol: d.len() / Case::rows(k) })
+            .map(|(k, d)| Input::host(d, Case::rows(k), d.len() / Case::rows(k)))
             .collect();
         if let Some(e) = extra {
-            v.push(Input { data: e, nrow: e_rows, ncol: e.len() / e_rows });
+            v.push(Input::host(e, e_rows, e.len() / e_rows));
         }
         v
     }
@@ -138,7 +138,7 @@ fn rows_of(category: Category) -> usize {
 
 /// The inputs at `positions` of `data` (whose rows are `rows`).
 fn inputs_at<'a>(data: &'a [Vec<f64>], rows: &[usize], positions: impl Iterator<Item = usize>) -> Vec<Input<'a>> {
-    positions.map(|p| Input { data: &data[p], nrow: rows[p], ncol: data[p].len() / rows[p] }).collect()
+    positions.map(|p| Input::host(&data[p], rows[p], data[p].len() / rows[p])).collect()
 }
 
 /// Runs a gradient plan as R runs it (R/keops_grad.R): its forward steps, each result a new

@@ -193,7 +193,7 @@ fn case(seed: u64, counts: &mut Counts) -> Result<(), String> {
     };
     counts.parsed += 1;
     let Some(data) = inputs_for(&op, &mut rng) else { return Ok(()) };
-    let inputs: Vec<Input> = data.iter().map(|(d, nrow, ncol)| Input { data: d, nrow: *nrow, ncol: *ncol }).collect();
+    let inputs: Vec<Input> = data.iter().map(|(d, nrow, ncol)| Input::host(d, *nrow, *ncol)).collect();
     let precision = [Precision::F64, Precision::F32, Precision::F16][rng.below(3)];
     let options = RunOptions { precision, threads: 1 + rng.below(2), backend: Backend::Cpu, ..Default::default() };
     let ran = catch_unwind(AssertUnwindSafe(|| op.run(&inputs, &options)))

@@ -70,7 +70,7 @@ impl Data {
 
     fn inputs(&self) -> Vec<Input<'_>> {
         let rows = [self.n, self.m, self.m, self.n, self.m, 1, 1, 1, 1];
-        self.values.iter().zip(rows).map(|(v, nrow)| Input { data: v, nrow, ncol: v.len() / nrow }).collect()
+        self.values.iter().zip(rows).map(|(v, nrow)| Input::host(v, nrow, v.len() / nrow)).collect()
     }
 }
 
@@ -306,7 +306,7 @@ fn gpu_propagates_nan_and_survives_bad_launches() {
     let args: Vec<String> = ["x = Vi(1)", "y = Vj(1)"].iter().map(|s| s.to_string()).collect();
     let x = [0.0, f64::NAN, 2.0];
     let y: Vec<f64> = (0..1000).map(|j| j as f64).collect();
-    let inputs = [Input { data: &x, nrow: 3, ncol: 1 }, Input { data: &y, nrow: 1000, ncol: 1 }];
+    let inputs = [Input::host(&x, 3, 1), Input::host(&y, 1000, 1)];
     for red in
         ["Sum_Reduction(x*y, 0)", "Min_Reduction(x-y, 0)", "LogSumExp_Reduction(x-y, 0)", "KMin_Reduction(x-y, 3, 0)"]
     {
@@ -348,9 +348,9 @@ fn gpu_log_sum_exp_rescales_lazily_and_keeps_infinities() {
     let w: Vec<f64> = (0..2 * m).map(|k| (k % 13) as f64 * 0.25 - 1.0).collect();
     for (name, y) in [("climbs by 0.7", climbs(0.7)), ("climbs by 9", climbs(9.0)), ("spiky", spiky), ("with +inf", with_inf)] {
         let inputs = [
-            Input { data: &x, nrow: x.len(), ncol: 1 },
-            Input { data: &y, nrow: m, ncol: 1 },
-            Input { data: &w, nrow: m, ncol: 2 },
+            Input::host(&x, x.len(), 1),
+            Input::host(&y, m, 1),
+            Input::host(&w, m, 2),
         ];
         for red in ["LogSumExp_Reduction(x + y, 0)", "LogSumExpWeight_Reduction(x + y, w, 0)", "SumSoftMaxWeight_Reduction(x + y, w, 0)"] {
             let op = Operator::new(red, &args).unwrap();
@@ -432,10 +432,10 @@ fn gpu_long_reductions_in_steps_equal_the_cpu() {
     ] {
         let op = Operator::new(text, &args).unwrap();
         let inputs = [
-            Input { data: &x, nrow: n, ncol: 3 },
-            Input { data: &a, nrow: n, ncol: 2 },
-            Input { data: &y, nrow: m, ncol: 3 },
-            Input { data: &b, nrow: m, ncol: 1 },
+            Input::host(&x, n, 3),
+            Input::host(&a, n, 2),
+            Input::host(&y, m, 3),
+            Input::host(&b, m, 1),
         ];
         let g = run(&op, &inputs, Precision::F64, Backend::Gpu(0), SumScheme::Auto);
         let outer_i = op.formula.reduction.axis == 0;
@@ -445,14 +445,14 @@ fn gpu_long_reductions_in_steps_equal_the_cpu() {
             let picked: Vec<Vec<f64>> = inputs
                 .iter()
                 .map(|input| match (input.nrow == n) == outer_i {
-                    true => rows_of(input.data, input.nrow, input.ncol, &rows),
-                    false => input.data.to_vec(),
+                    true => rows_of(input.host_data().unwrap(), input.nrow, input.ncol, &rows),
+                    false => input.host_data().unwrap().to_vec(),
                 })
                 .collect();
             // (the output rows' inputs cut to `rows`; n != m tells the variables apart)
             for (input, data) in some.iter_mut().zip(&picked) {
                 if (input.nrow == n) == outer_i {
-                    *input = Input { data, nrow: rows.len(), ncol: input.ncol };
+                    *input = Input::host(data, rows.len(), input.ncol);
                 }
             }
             let c = run(&op, &some, Precision::F64, Backend::Cpu, SumScheme::Auto);
@@ -524,7 +524,7 @@ fn gpu_out_of_memory_and_failed_launches_leave_it_usable() {
     let args: Vec<String> = ["x = Vi(1)", "y = Vj(1)"].iter().map(|s| s.to_string()).collect();
     let (n, m) = (20_000_003, 37);
     let (x, y) = (random(n, 21), random(m, 22));
-    let inputs = [Input { data: &x, nrow: n, ncol: 1 }, Input { data: &y, nrow: m, ncol: 1 }];
+    let inputs = [Input::host(&x, n, 1), Input::host(&y, m, 1)];
     let op = Operator::new("Sum_Reduction(Exp(-3*Square(x - y)), 0)", &args).unwrap();
     let cpu = run(&op, &inputs, Precision::F32, Backend::Cpu, SumScheme::Auto);
     let gpu_run = || {
@@ -589,7 +589,7 @@ fn gpu_out_of_memory_and_failed_launches_leave_it_usable() {
     // refused) or what the device has for all resident threads.
     let small_args: Vec<String> = ["x = Vi(1)", "y = Vj(1)"].iter().map(|s| s.to_string()).collect();
     let (sx, sy) = (random(37, 23), random(41, 24));
-    let small_inputs = [Input { data: &sx, nrow: 37, ncol: 1 }, Input { data: &sy, nrow: 41, ncol: 1 }];
+    let small_inputs = [Input::host(&sx, 37, 1), Input::host(&sy, 41, 1)];
     let small = Operator::new("Sum_Reduction(Exp(-Square(x - y))*y, 0)", &small_args).unwrap();
     for (text, decl, dims, rows) in [
         ("Sum_Reduction(TensorProd(u, v), 0)", ["u = Vi(300)", "v = Vj(300)"], [300, 300], [7, 11]),
@@ -599,7 +599,7 @@ fn gpu_out_of_memory_and_failed_launches_leave_it_usable() {
         let decl: Vec<String> = decl.iter().map(|s| s.to_string()).collect();
         let (u, v) = (random(rows[0] * dims[0], 25), random(rows[1] * dims[1], 26));
         let big_inputs =
-            [Input { data: &u, nrow: rows[0], ncol: dims[0] }, Input { data: &v, nrow: rows[1], ncol: dims[1] }];
+            [Input::host(&u, rows[0], dims[0]), Input::host(&v, rows[1], dims[1])];
         let big = Operator::new(text, &decl).unwrap();
         for precision in [Precision::F32, Precision::F64] {
             let options = RunOptions { precision, backend: Backend::Gpu(0), ..Default::default() };
@@ -728,19 +728,18 @@ fn inputs_kept_on_the_device() {
             // x (0) and y (1) on the device, the other inputs from the host.
             let x = DeviceMatrix::new(dev.clone(), &data.values[0], n, 3, precision).unwrap();
             let y = DeviceMatrix::new(dev.clone(), &data.values[1], m, 3, precision).unwrap();
-            let resident = [Some(&x), Some(&y)];
-            let mut shapes = inputs.clone();
-            shapes[0].data = &[];
-            shapes[1].data = &[];
+            let mut kept = inputs.clone();
+            kept[0] = Input::device(&x);
+            kept[1] = Input::device(&y);
             for text in ["Sum_Reduction(Exp(-s*SqDist(x,y))*b, 0)", "ArgKMin_Reduction(SqDist(x,y), 4, 1)"] {
                 let op = Operator::new(text, &args()).unwrap();
                 let options = RunOptions { precision, backend: Backend::Gpu(0), ..Default::default() };
-                let g = op.run_with(&shapes, &resident, &options).unwrap_or_else(|e| panic!("{text}: {e}"));
+                let g = op.run(&kept, &options).unwrap_or_else(|e| panic!("{text}: {e}"));
                 let c = run(&op, &inputs, precision, Backend::Cpu, SumScheme::Auto);
                 compare(&format!("{text} kept on the device"), &g, &c, precision);
                 // The CPU backend reads the kept matrices back.
                 let options = RunOptions { precision, backend: Backend::Cpu, ..Default::default() };
-                let back = op.run_with(&shapes, &resident, &options).unwrap();
+                let back = op.run(&kept, &options).unwrap();
                 assert_eq!(back.values, c.values, "{text}: CPU from kept matrices");
                 assert_eq!(back.indices, c.indices, "{text}: CPU from kept matrices");
             }
@@ -754,22 +753,23 @@ fn inputs_kept_on_the_device() {
     let shifted: Vec<f64> = data.values[0].iter().map(|v| v + 0.25).collect();
     let before = DeviceMatrix::new(dev.clone(), &data.values[0], 1031, 3, Precision::F64).unwrap();
     let after = DeviceMatrix::new(dev.clone(), &shifted, 1031, 3, Precision::F64).unwrap();
-    let mut shapes = inputs.clone();
-    shapes[0].data = &[];
-    let g0 = op.run_with(&shapes, &[Some(&before)], &options).unwrap();
-    let g1 = op.run_with(&shapes, &[Some(&after)], &options).unwrap();
+    let (mut kept_before, mut kept_after) = (inputs.clone(), inputs.clone());
+    kept_before[0] = Input::device(&before);
+    kept_after[0] = Input::device(&after);
+    let g0 = op.run(&kept_before, &options).unwrap();
+    let g1 = op.run(&kept_after, &options).unwrap();
     compare(
         "before the change",
         &g0,
         &run(&op, &inputs, Precision::F64, Backend::Cpu, SumScheme::Auto),
         Precision::F64,
     );
-    inputs[0].data = &shifted;
+    inputs[0] = Input::host(&shifted, 1031, 3);
     compare("after the change", &g1, &run(&op, &inputs, Precision::F64, Backend::Cpu, SumScheme::Auto), Precision::F64);
     assert_ne!(g0.values, g1.values);
     // Another precision than the kept one: an error that names the input and both precisions.
     let options32 = RunOptions { precision: Precision::F32, ..options.clone() };
-    let e = op.run_with(&shapes, &[Some(&after)], &options32).unwrap_err().to_string();
+    let e = op.run(&kept_after, &options32).unwrap_err().to_string();
     assert!(e.contains("'x'") && e.contains("float64") && e.contains("float32"), "{e}");
     // Dropping a kept matrix gives its memory back.
     let free = dev.ctx.mem_get_info().unwrap().0;
@@ -810,7 +810,7 @@ fn gpu_loops_equal_the_cpu_loop() {
     )
     .unwrap();
     fn input(data: &[f64], ncol: usize) -> Input<'_> {
-        Input { data, nrow: data.len() / ncol, ncol }
+        Input::host(data, data.len() / ncol, ncol)
     }
     let (xi, yi, par) = (input(&x, 2), input(&y, 2), input(&s, 1));
     let (f0, g0) = (vec![0.0; n], vec![0.0; m]);
@@ -876,7 +876,7 @@ fn gpu_long_reductions_stop_when_interrupted() {
     let b = random(m, 23);
     let op = Operator::new("Sum_Reduction(Exp(-SqDist(x,y))*w, 0)", &["x = Vi(3)", "y = Vj(3)", "w = Vj(1)"].map(String::from))
         .unwrap();
-    let inputs = [Input { data: &x, nrow: n, ncol: 3 }, Input { data: &y, nrow: m, ncol: 3 }, Input { data: &b, nrow: m, ncol: 1 }];
+    let inputs = [Input::host(&x, n, 3), Input::host(&y, m, 3), Input::host(&b, m, 1)];
     // On one GPU and shared by several (blocks of rows), then by several with a shorter output (parts of
     // the reduced range: 1e12 pairs, seconds).
     for (gpus, n) in [(vec![], n), (several_gpus(), n), (several_gpus(), 100_000)] {
@@ -887,7 +887,7 @@ fn gpu_long_reductions_stop_when_interrupted() {
             interrupt: Some(after_half_a_second),
             ..Default::default()
         };
-        let inputs = [Input { data: &x[..3 * n], nrow: n, ..inputs[0] }, inputs[1], inputs[2]];
+        let inputs = [Input::host(&x[..3 * n], n, inputs[0].ncol), inputs[1], inputs[2]];
         let start = Instant::now();
         *ASKED_FROM.lock().unwrap() = Some(start);
         let got = op.run(&inputs, &options);
@@ -897,7 +897,7 @@ fn gpu_long_reductions_stop_when_interrupted() {
         assert!(took < Duration::from_millis(1500), "{what}: interrupted after {took:?} (asked at 0.5 s)");
         // The next call, small, is right.
         let (xs, ys, bs) = (&x[..3 * 7], &y[..3 * 29], &b[..29]);
-        let small = [Input { data: xs, nrow: 7, ncol: 3 }, Input { data: ys, nrow: 29, ncol: 3 }, Input { data: bs, nrow: 29, ncol: 1 }];
+        let small = [Input::host(xs, 7, 3), Input::host(ys, 29, 3), Input::host(bs, 29, 1)];
         let g = op.run(&small, &RunOptions { interrupt: None, ..options.clone() }).unwrap();
         let c = run(&op, &small, Precision::F64, Backend::Cpu, SumScheme::Auto);
         compare(&format!("{what}: after an interrupt"), &g, &c, Precision::F64);

@@ -59,9 +59,9 @@ impl Data {
 
     fn inputs(&self) -> [Input<'_>; 3] {
         [
-            Input { data: &self.x, nrow: N, ncol: 3 },
-            Input { data: &self.y, nrow: M, ncol: 3 },
-            Input { data: &self.b, nrow: M, ncol: 2 },
+            Input::host(&self.x, N, 3),
+            Input::host(&self.y, M, 3),
+            Input::host(&self.b, M, 2),
         ]
     }
 

@@ -37,9 +37,9 @@ fn a_long_computation_stops_within_a_second_and_the_operator_still_works() {
     let (n, m) = (50_000, 2_000_000);
     let (x, y, b) = (random(3 * n, 1), random(3 * m, 2), random(m, 3));
     let inputs = [
-        Input { data: &x, nrow: n, ncol: 3 },
-        Input { data: &y, nrow: m, ncol: 3 },
-        Input { data: &b, nrow: m, ncol: 1 },
+        Input::host(&x, n, 3),
+        Input::host(&y, m, 3),
+        Input::host(&b, m, 1),
     ];
     let op = operator();
     for threads in [1, 2] {
@@ -54,9 +54,9 @@ fn a_long_computation_stops_within_a_second_and_the_operator_still_works() {
     // The same operator, on a small problem, after the interrupts: right, and the same as without
     // a check.
     let small = [
-        Input { data: &x[..30], nrow: 10, ncol: 3 },
-        Input { data: &y[..300], nrow: 100, ncol: 3 },
-        Input { data: &b[..100], nrow: 100, ncol: 1 },
+        Input::host(&x[..30], 10, 3),
+        Input::host(&y[..300], 100, 3),
+        Input::host(&b[..100], 100, 1),
     ];
     let (with, without) = (op.run(&small, &options(2, Some(never))).unwrap(), op.run(&small, &options(2, None)).unwrap());
     assert_eq!(with.values, without.values);

@@ -65,7 +65,7 @@ impl Problem {
     }
 
     fn run(&self, op: &Operator, vars: &[(Vec<f64>, usize, usize, bool)], options: &RunOptions) -> Output {
-        let inputs: Vec<Input> = vars.iter().map(|(d, n, c, _)| Input { data: d, nrow: *n, ncol: *c }).collect();
+        let inputs: Vec<Input> = vars.iter().map(|(d, n, c, _)| Input::host(d, *n, *c)).collect();
         op.run(&inputs, options).unwrap()
     }
 
@@ -324,7 +324,7 @@ fn invalid_ranges_are_named_errors() {
             Ranges { i: good(), j: BlockRanges { blocks: vec![0..41], slices: vec![0], reduced: vec![] } }
         };
         let inputs: Vec<Input> =
-            problem.vars.iter().map(|(d, n, c, _)| Input { data: d, nrow: *n, ncol: *c }).collect();
+            problem.vars.iter().map(|(d, n, c, _)| Input::host(d, *n, *c)).collect();
         let err = op.run(&inputs, &options(Precision::F64, Some(ranges))).unwrap_err().to_string();
         assert!(err.contains(message), "{err}\n  does not say: {message}");
     }

@@ -64,10 +64,10 @@ fn gaussian_sum_both_axes() {
     let args = ["x = Vi(3)", "y = Vj(3)", "b = Vj(2)", "s = Pm(1)"];
     let s = [0.7];
     let inputs = [
-        Input { data: &data.x, nrow: data.n, ncol: 3 },
-        Input { data: &data.y, nrow: data.m, ncol: 3 },
-        Input { data: &data.b, nrow: data.m, ncol: 2 },
-        Input { data: &s, nrow: 1, ncol: 1 },
+        Input::host(&data.x, data.n, 3),
+        Input::host(&data.y, data.m, 3),
+        Input::host(&data.b, data.m, 2),
+        Input::host(&s, 1, 1),
     ];
     let mut want = vec![0.0; data.n * 2];
     for i in 0..data.n {
@@ -110,7 +110,7 @@ fn select(data: &Data, axis: usize, k: usize, max: bool) -> (Vec<f64>, Vec<i32>)
 fn selections_both_axes() {
     let data = Data::new(263, 9389, 2);
     let args = ["x = Vi(2)", "y = Vj(2)"];
-    let inputs = [Input { data: &data.x, nrow: data.n, ncol: 2 }, Input { data: &data.y, nrow: data.m, ncol: 2 }];
+    let inputs = [Input::host(&data.x, data.n, 2), Input::host(&data.y, data.m, 2)];
     for axis in [0, 1] {
         for p in [Precision::F64, Precision::F32] {
             let tol = tolerance(p);
@@ -150,7 +150,7 @@ fn vector_valued_selection_is_per_component() {
     // Min over j of (x_i - y_j) per component: two components, two independent answers.
     let data = Data::new(37, 300, 2);
     let args = ["x = Vi(2)", "y = Vj(2)"];
-    let inputs = [Input { data: &data.x, nrow: data.n, ncol: 2 }, Input { data: &data.y, nrow: data.m, ncol: 2 }];
+    let inputs = [Input::host(&data.x, data.n, 2), Input::host(&data.y, data.m, 2)];
     let out = run("KMin_ArgKMin_Reduction(x-y, 3, 0)", &args, &inputs, Precision::F64, 2);
     let values = out.values.unwrap();
     let indices = out.indices.unwrap();
@@ -173,9 +173,9 @@ fn log_sum_exp_and_soft_max() {
     let data = Data::new(129, 8300, 3);
     let args = ["x = Vi(3)", "y = Vj(3)", "b = Vj(2)"];
     let inputs = [
-        Input { data: &data.x, nrow: data.n, ncol: 3 },
-        Input { data: &data.y, nrow: data.m, ncol: 3 },
-        Input { data: &data.b, nrow: data.m, ncol: 2 },
+        Input::host(&data.x, data.n, 3),
+        Input::host(&data.y, data.m, 3),
+        Input::host(&data.b, data.m, 2),
     ];
     // Values around 1000: exp overflows unless shifted.
     let f = |i: usize, j: usize| 1000.0 - 3.0 * data.sqdist(i, j);
@@ -214,7 +214,7 @@ fn sum_schemes_and_float32_accuracy() {
     let b: Vec<f64> = (0..m).map(|k| ((k * 7919) % 1000 + 1) as f64 / 1024.0).collect();
     let want: f64 = b.iter().sum();
     let x = [0.0, 1.0];
-    let inputs = [Input { data: &x, nrow: 2, ncol: 1 }, Input { data: &b, nrow: m, ncol: 1 }];
+    let inputs = [Input::host(&x, 2, 1), Input::host(&b, m, 1)];
     let args: Vec<String> = ["x = Vi(1)", "b = Vj(1)"].iter().map(|s| s.to_string()).collect();
     let op = Operator::new("Sum_Reduction(b + 0*x, 0)", &args).unwrap();
     let rel = |scheme| {
@@ -239,7 +239,7 @@ fn sum_schemes_and_float32_accuracy() {
 fn nan_propagates() {
     let x = [0.0, f64::NAN, 2.0];
     let y = [1.0, 2.0, 3.0, 4.0];
-    let inputs = [Input { data: &x, nrow: 3, ncol: 1 }, Input { data: &y[..4], nrow: 4, ncol: 1 }];
+    let inputs = [Input::host(&x, 3, 1), Input::host(&y[..4], 4, 1)];
     let args = ["x = Vi(1)", "y = Vj(1)"];
     let out = run("Sum_Reduction(x*y, 0)", &args, &inputs, Precision::F64, 1);
     let v = out.values.unwrap();
@@ -260,32 +260,32 @@ fn input_errors_name_the_variable() {
     let (x, y, s) = (vec![0.0; 30], vec![0.0; 12], vec![1.0, 2.0]);
     let opts = RunOptions { backend: Backend::Cpu, ..Default::default() };
     let ok = [
-        Input { data: &x, nrow: 10, ncol: 3 },
-        Input { data: &y, nrow: 4, ncol: 3 },
-        Input { data: &s, nrow: 2, ncol: 1 },
+        Input::host(&x, 10, 3),
+        Input::host(&y, 4, 3),
+        Input::host(&s, 2, 1),
     ];
     assert!(op.run(&ok, &opts).is_ok());
     let e = op.run(&ok[..2], &opts).unwrap_err().to_string();
     assert!(e.contains("expected 3 inputs (x, y, s), got 2"), "{e}");
-    let bad = [ok[0], Input { data: &x, nrow: 15, ncol: 2 }, ok[2]];
+    let bad = [ok[0], Input::host(&x, 15, 2), ok[2]];
     let e = op.run(&bad, &opts).unwrap_err().to_string();
     assert!(e.contains("'y'") && e.contains("3 columns") && e.contains("got 2"), "{e}");
-    let bad = [ok[0], ok[1], Input { data: &x[..3], nrow: 3, ncol: 1 }];
+    let bad = [ok[0], ok[1], Input::host(&x[..3], 3, 1)];
     let e = op.run(&bad, &opts).unwrap_err().to_string();
     assert!(e.contains("'s'") && e.contains("length 2"), "{e}");
     let args: Vec<String> = ["x = Vi(1)", "z = Vi(1)", "y = Vj(1)"].iter().map(|s| s.to_string()).collect();
     let op = Operator::new("KMin_Reduction(x+z-y, 5, 0)", &args).unwrap();
     let bad = [
-        Input { data: &x[..5], nrow: 5, ncol: 1 },
-        Input { data: &x[..6], nrow: 6, ncol: 1 },
-        Input { data: &y[..4], nrow: 4, ncol: 1 },
+        Input::host(&x[..5], 5, 1),
+        Input::host(&x[..6], 6, 1),
+        Input::host(&y[..4], 4, 1),
     ];
     let e = op.run(&bad, &opts).unwrap_err().to_string();
     assert!(e.contains("'z': has 6 rows, but 'x' has 5"), "{e}");
     let bad = [
-        Input { data: &x[..5], nrow: 5, ncol: 1 },
-        Input { data: &x[..5], nrow: 5, ncol: 1 },
-        Input { data: &y[..4], nrow: 4, ncol: 1 },
+        Input::host(&x[..5], 5, 1),
+        Input::host(&x[..5], 5, 1),
+        Input::host(&y[..4], 4, 1),
     ];
     let e = op.run(&bad, &opts).unwrap_err().to_string();
     assert!(e.contains("K = 5 is larger"), "{e}");
@@ -300,9 +300,9 @@ fn float16_storage_is_float32_arithmetic_on_rounded_inputs() {
     let formula = "Sum_Reduction(Exp(-SqDist(x,y))*b, 0)";
     let run3 = |x: &[f64], y: &[f64], b: &[f64], precision: Precision| -> Output {
         let inputs = [
-            Input { data: x, nrow: data.n, ncol: 3 },
-            Input { data: y, nrow: data.m, ncol: 3 },
-            Input { data: b, nrow: data.m, ncol: 2 },
+            Input::host(x, data.n, 3),
+            Input::host(y, data.m, 3),
+            Input::host(b, data.m, 2),
         ];
         run(formula, &args, &inputs, precision, 2)
     };
@@ -321,9 +321,9 @@ fn every_instruction_set() {
     let data = Data::new(97, 9300, 3);
     let args = ["x = Vi(3)", "y = Vj(3)", "b = Vj(1)"];
     let inputs = [
-        Input { data: &data.x, nrow: data.n, ncol: 3 },
-        Input { data: &data.y, nrow: data.m, ncol: 3 },
-        Input { data: &data.b[..data.m], nrow: data.m, ncol: 1 },
+        Input::host(&data.x, data.n, 3),
+        Input::host(&data.y, data.m, 3),
+        Input::host(&data.b[..data.m], data.m, 1),
     ];
     let gauss: Vec<f64> =
         (0..data.n).map(|i| (0..data.m).map(|j| (-data.sqdist(i, j)).exp() * data.b[j]).sum()).collect();
@@ -356,10 +356,10 @@ fn large_dimensions_group_rows() {
     let args = ["x = Vi(37)", "y = Vj(37)", "b = Vj(1)", "s = Pm(1)"];
     let s = [0.1];
     let inputs = [
-        Input { data: &data.x, nrow: data.n, ncol: 37 },
-        Input { data: &data.y, nrow: data.m, ncol: 37 },
-        Input { data: &data.b[..data.m], nrow: data.m, ncol: 1 },
-        Input { data: &s, nrow: 1, ncol: 1 },
+        Input::host(&data.x, data.n, 37),
+        Input::host(&data.y, data.m, 37),
+        Input::host(&data.b[..data.m], data.m, 1),
+        Input::host(&s, 1, 1),
     ];
     let k = |i: usize, j: usize| (-0.1 * data.sqdist(i, j)).exp();
     let by_row: Vec<f64> = (0..data.n).map(|i| (0..data.m).map(|j| k(i, j) * data.b[j]).sum()).collect();
@@ -393,7 +393,7 @@ fn wide_intermediate_values_use_short_tiles() {
     let x = random(n, 5);
     let args: Vec<String> = ["x = Vi(1)", "y = Vj(1)"].iter().map(|s| s.to_string()).collect();
     let op = Operator::new("Sum_Reduction(Extract(OneHot(Floor(4*y), 200000), 0, 4) * x, 0)", &args).unwrap();
-    let inputs = [Input { data: &x, nrow: n, ncol: 1 }, Input { data: &y, nrow: m, ncol: 1 }];
+    let inputs = [Input::host(&x, n, 1), Input::host(&y, m, 1)];
     for threads in [1, 2] {
         let options = RunOptions { threads, precision: Precision::F64, backend: Backend::Cpu, ..Default::default() };
         let v = op.run(&inputs, &options).unwrap().values.unwrap();
@@ -416,7 +416,7 @@ fn intermediate_values_too_large_for_memory_are_an_error() {
     let args: Vec<String> = ["x = Vi(1)", "y = Vj(1)"].iter().map(|s| s.to_string()).collect();
     let op = Operator::new(&formula, &args).unwrap();
     let (x, y) = (vec![0.0; 3], vec![0.0; 5]);
-    let inputs = [Input { data: &x, nrow: 3, ncol: 1 }, Input { data: &y, nrow: 5, ncol: 1 }];
+    let inputs = [Input::host(&x, 3, 1), Input::host(&y, 5, 1)];
     let e = op.run(&inputs, &RunOptions { backend: Backend::Cpu, ..Default::default() }).unwrap_err().to_string();
     assert!(e.contains("intermediate values take") && e.contains("MB for one reduced index"), "{e}");
 }
@@ -428,7 +428,7 @@ fn results_larger_than_memory_are_an_error() {
     let op = Operator::new("Sum_Reduction(OneHot(x + y, 1048576), 0)", &args).unwrap();
     // 10^6 rows of 2^20 values: 8.4 TB.
     let (x, y) = (vec![0.0; 1_000_000], vec![0.0; 1]);
-    let inputs = [Input { data: &x, nrow: x.len(), ncol: 1 }, Input { data: &y, nrow: 1, ncol: 1 }];
+    let inputs = [Input::host(&x, x.len(), 1), Input::host(&y, 1, 1)];
     let e = op.run(&inputs, &RunOptions { backend: Backend::Cpu, ..Default::default() }).unwrap_err().to_string();
     assert!(e.contains("the result (1000000 rows of 1048576 values) needs 8388.61 GB of memory"), "{e}");
 }
@@ -449,7 +449,7 @@ fn fused_distance_selections_equal_the_general_path() {
             let (x, y) = (grid(n, 7), grid(m, 8));
             let args = [format!("x = Vi({d})"), format!("y = Vj({d})")];
             let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-            let inputs = [Input { data: &x, nrow: n, ncol: d }, Input { data: &y, nrow: m, ncol: d }];
+            let inputs = [Input::host(&x, n, d), Input::host(&y, m, d)];
             for p in [Precision::F64, Precision::F32] {
                 for (red, k, axis) in [("KMin_ArgKMin_Reduction", "3, ", 0), ("Min_ArgMin_Reduction", "", 1), ("ArgKMin_Reduction", "2, ", 1)] {
                     let range = if axis == 0 { m } else { n };
@@ -501,9 +501,9 @@ fn short_ranges_against_double_loops() {
             let args = [format!("x = {out}({d})"), format!("y = {red}({d})"), format!("b = {red}(2)")];
             let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
             let inputs = [
-                Input { data: &data.x, nrow: n, ncol: d },
-                Input { data: &data.y, nrow: m, ncol: d },
-                Input { data: &data.b, nrow: m, ncol: 2 },
+                Input::host(&data.x, n, d),
+                Input::host(&data.y, m, d),
+                Input::host(&data.b, m, 2),
             ];
             for p in [Precision::F64, Precision::F32] {
                 let (tol, case) = (tolerance(p), format!("{len} indices, axis {axis}, {p:?}"));

@@ -133,10 +133,10 @@ fn tensor_core_dots_match_float64() {
             let nearest: f64 = (0..n.min(50)).map(|i| (0..m).map(|j| sqdist(&x, i, &y, j)).fold(f64::INFINITY, f64::min)).sum();
             let g = [1.0 / (nearest / n.min(50) as f64).max(1e-6)];
             let inputs = [
-                Input { data: &x.values, nrow: n, ncol: d },
-                Input { data: &y.values, nrow: m, ncol: d },
-                Input { data: &b, nrow: m, ncol: 1 },
-                Input { data: &g, nrow: 1, ncol: 1 },
+                Input::host(&x.values, n, d),
+                Input::host(&y.values, m, d),
+                Input::host(&b, m, 1),
+                Input::host(&g, 1, 1),
             ];
             let case = format!("{kind}, N = {n}, M = {m}, D = {d}");
             for (path, out) in both("KMin_ArgKMin_Reduction(SqDist(x, y), 7, 0)", d, &inputs) {
@@ -191,10 +191,10 @@ fn tensor_core_dots_in_blocks_on_the_device_and_in_loops() {
         let b = random(m, 7);
         let g = [0.5];
         let inputs = [
-            Input { data: &x.values, nrow: n, ncol: d },
-            Input { data: &y.values, nrow: m, ncol: d },
-            Input { data: &b, nrow: m, ncol: 1 },
-            Input { data: &g, nrow: 1, ncol: 1 },
+            Input::host(&x.values, n, d),
+            Input::host(&y.values, m, d),
+            Input::host(&b, m, 1),
+            Input::host(&g, 1, 1),
         ];
         let knn = Operator::new("KMin_ArgKMin_Reduction(SqDist(x, y), 7, 0)", &args(d)).unwrap();
         let gauss = Operator::new("Sum_Reduction(Exp(-g * SqDist(x, y)) * b, 0)", &args(d)).unwrap();
@@ -204,11 +204,11 @@ fn tensor_core_dots_in_blocks_on_the_device_and_in_loops() {
         check_gaussian(&format!("D = {d}, Gaussian sum in blocks"), &gauss.run(&inputs, &blocked).unwrap(), &x, &y, &b, g[0]);
         let kept_x = DeviceMatrix::new(dev.clone(), &x.values, n, d, Precision::F32).unwrap();
         let kept_y = DeviceMatrix::new(dev.clone(), &y.values, m, d, Precision::F32).unwrap();
-        let mut shapes = inputs;
-        shapes[0].data = &[];
-        shapes[1].data = &[];
+        let mut on_device = inputs;
+        on_device[0] = Input::device(&kept_x);
+        on_device[1] = Input::device(&kept_y);
         let options = RunOptions { backend: Backend::Gpu(0), ..Default::default() };
-        let kept = knn.run_with(&shapes, &[Some(&kept_x), Some(&kept_y)], &options).unwrap();
+        let kept = knn.run(&on_device, &options).unwrap();
         check_knn(&format!("D = {d}, K-NN of inputs kept on the device"), &kept, &x, &y, 7);
     }
     // Log-domain Sinkhorn iterations in D = 20, on the GPU and on the CPU in float64.
@@ -229,7 +229,7 @@ fn tensor_core_dots_in_blocks_on_the_device_and_in_loops() {
     let (lmu, lnu) = (vec![-(n as f64).ln(); n], vec![-(m as f64).ln(); m]);
     let (s, f0, g0) = ([0.5], vec![0.0; n], vec![0.0; m]);
     fn input(data: &[f64], ncol: usize) -> Input<'_> {
-        Input { data, nrow: data.len() / ncol, ncol }
+        Input::host(data, data.len() / ncol, ncol)
     }
     let (xi, yi, par) = (input(&x.values, d), input(&y.values, d), input(&s, 1));
     let steps = [

@@ -126,22 +126,19 @@ fn keops_run(
                 false => Ok(None),
             })
             .collect::<Fallible<Vec<_>>>()?;
-        let resident_refs: Vec<Option<&DeviceMatrix>> = resident.iter().map(|m| m.as_deref()).collect();
         let inputs = robjs
             .iter()
-            .zip(&resident_refs)
+            .zip(&resident)
             .zip(names.chain(std::iter::repeat("?")))
-            .map(|((x, resident), name)| {
-                if let Some(m) = resident {
-                    return Ok(Input { data: &[], nrow: m.nrow, ncol: m.ncol });
-                }
-                numeric_input(x, name)
+            .map(|((x, resident), name)| match resident {
+                Some(m) => Ok(Input::device(m)),
+                None => numeric_input(x, name),
             })
             .collect::<Fallible<Vec<_>>>()?;
         let mut options = run_options(precision, threads, sum_scheme, backend, &device, cache_dir)?;
         options.ranges = block_sparse(&ranges)?;
         // (an interrupt too: R makes it an interrupt condition)
-        let out = op.run_with(&inputs, &resident_refs, &options)?;
+        let out = op.run(&inputs, &options)?;
         let timings = timings(&out.timings)?;
         let shape = out.shape(op.formula.reduction.kind.is_k_selection());
         let values = out.values.map_or(Ok(Robj::from(())), |v| results::r_array(&v, &shape, members, |x, _| x))?;
@@ -167,7 +164,7 @@ fn numeric_input<'a>(x: &'a Robj, name: &str) -> Fallible<Input<'a>> {
         }
         None => (data.len(), 1),
     };
-    Ok(Input { data, nrow, ncol })
+    Ok(Input::host(data, nrow, ncol))
 }
 
 /// The seconds of each phase as a named double vector.

@@ -3,6 +3,7 @@
 //! O(inputs + outputs + threads x tile), never N x M. Over a short reduced range the tiles run along
 //! the output rows instead (`short_range`).
 
+mod backend;
 mod columns;
 #[cfg(target_arch = "x86_64")]
 mod fusion;
@@ -13,6 +14,8 @@ mod row_block;
 mod short_range;
 
 pub mod reducers;
+
+pub use backend::Cpu;
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Mutex;

@@ -31,6 +31,9 @@ pub struct Device {
     /// Loaded kernels (the reduction and its merge) by cache key: a repeated call costs a launch,
     /// not a load.
     functions: Mutex<HashMap<String, Functions>>,
+    /// The kernels of the formulas run here, by formula and kernel options, so that a repeated call
+    /// neither generates nor hashes its source again.
+    compiled: Mutex<HashMap<(FormulaKey, KernelOptions), Arc<Compiled>>>,
     /// The buffers reused from call to call; held for the whole of a call, which also keeps two
     /// threads from interleaving their work on this device.
     pub workspace: Mutex<Option<Workspace>>,
@@ -51,56 +54,21 @@ pub struct Compiled {
     pub functions: Functions,
 }
 
-/// The compiled kernels of one operator by device, precision, summation scheme, variant (dense,
-/// block-sparse wide or narrow) and storage of selections, so that a repeated call neither
-/// generates nor hashes its source again.
-#[derive(Default)]
-pub struct Kernels(Mutex<HashMap<(usize, KernelOptions), Arc<Compiled>>>);
+/// Most formulas whose kernels a device keeps at hand (a loop that writes its numbers into the
+/// formula makes a new one each time); beyond, the map starts again.
+const MAX_COMPILED: usize = 4096;
 
-impl Clone for Kernels {
-    /// A copy starts empty: what it holds is only a cache.
-    fn clone(&self) -> Kernels {
-        Kernels::default()
-    }
-}
+/// What identifies a formula's kernels: its text and its variables' declarations.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct FormulaKey(String);
 
-impl std::fmt::Debug for Kernels {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Kernels")
-    }
-}
-
-impl Kernels {
-    /// The kernels of `formula` on `device` (dense or block-sparse: `variant`; `selection`: see
-    /// `codegen::Selection`), compiled (or loaded from `cache_dir`) on first use.
-    pub fn get(
-        &self,
-        device: &Device,
-        formula: &Formula,
-        options: KernelOptions,
-        cache_dir: Option<&std::path::Path>,
-    ) -> Result<Arc<Compiled>> {
-        let key = (device.ordinal, options);
-        if let Some(c) = self.0.lock().ok().and_then(|m| m.get(&key).cloned()) {
-            return Ok(c);
+impl FormulaKey {
+    fn of(formula: &Formula) -> FormulaKey {
+        let mut key = formula.text.clone();
+        for v in &formula.variables {
+            key.push_str(&format!("\r{}={:?}({})@{}", v.name, v.category, v.dim, v.position));
         }
-        let mut kernel = codegen::generate_variant(formula, &options);
-        if options.variant == Variant::DotTiles
-            && kernel.static_shared + kernel.dynamic_shared > device.shared_per_block
-        {
-            // (GPUs of compute capability 8.6 and 8.9 give a block at most 99 KB: rows of 128
-            // dimensions and a wide tile of other inputs may not fit)
-            kernel =
-                codegen::generate_variant(formula, &KernelOptions { variant: Variant::StreamedDotTiles, ..options });
-        }
-        let cache = cache_dir.map(DiskCache::open).transpose().map_err(Error::Cache)?;
-        let functions = device.functions(&kernel, cache.as_ref())?;
-        check_resources(device, &functions.reduce, &kernel)?;
-        let compiled = Arc::new(Compiled { kernel, functions });
-        if let Ok(mut m) = self.0.lock() {
-            m.insert(key, compiled.clone());
-        }
-        Ok(compiled)
+        FormulaKey(key)
     }
 }
 
@@ -211,8 +179,43 @@ impl Device {
             stream,
             nvrtc_version: (major, minor),
             functions: Mutex::new(HashMap::new()),
+            compiled: Mutex::new(HashMap::new()),
             workspace: Mutex::new(None),
         })
+    }
+
+    /// The kernels of `formula` with these options (dense or block-sparse: `options.variant`;
+    /// `options.selection`: see `codegen::Selection`), compiled (or loaded from `cache_dir`) on
+    /// first use.
+    pub fn kernels(
+        &self,
+        formula: &Formula,
+        options: KernelOptions,
+        cache_dir: Option<&std::path::Path>,
+    ) -> Result<Arc<Compiled>> {
+        let key = (FormulaKey::of(formula), options);
+        if let Some(c) = self.compiled.lock().ok().and_then(|m| m.get(&key).cloned()) {
+            return Ok(c);
+        }
+        let mut kernel = codegen::generate_variant(formula, &options);
+        if options.variant == Variant::DotTiles && kernel.static_shared + kernel.dynamic_shared > self.shared_per_block {
+            // (GPUs of compute capability 8.6 and 8.9 give a block at most 99 KB: rows of 128
+            // dimensions and a wide tile of other inputs may not fit)
+            kernel =
+                codegen::generate_variant(formula, &KernelOptions { variant: Variant::StreamedDotTiles, ..options });
+        }
+        let cache = cache_dir.map(DiskCache::open).transpose().map_err(Error::Cache)?;
+        let functions = self.functions(&kernel, cache.as_ref())?;
+        check_resources(self, &functions.reduce, &kernel)?;
+        let compiled = Arc::new(Compiled { kernel, functions });
+        if let Ok(mut m) = self.compiled.lock() {
+            if m.len() >= MAX_COMPILED {
+                // (formulas that differ by their numbers only share their loaded functions)
+                m.clear();
+            }
+            m.insert(key, compiled.clone());
+        }
+        Ok(compiled)
     }
 
     /// How many distinct kernels this device has loaded.

@@ -1,6 +1,6 @@
 //! The number type of a generated kernel: what it stores its inputs in and computes with.
 
-use crate::api::Precision;
+use crate::precision::Precision;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Dtype {

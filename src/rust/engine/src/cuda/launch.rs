@@ -17,7 +17,8 @@ use super::primitives::{launch, view, view_mut};
 use super::recorded::Recorded;
 use super::resident::DeviceMatrix;
 use super::workspace::{Layout, Workspace};
-use crate::api::{Input, RunOptions};
+use crate::api::Input;
+use crate::backend::{Call, Columns, Part};
 use crate::error::{Error, Result};
 use crate::formula::{Category, Formula};
 use crate::memory;
@@ -46,25 +47,6 @@ pub fn chunks_for(n_out: usize, n_red: usize, tile: usize, rows: usize, multipro
     let wanted = (BLOCKS_PER_SM * multiprocessors).div_ceil(blocks.max(1));
     let most = n_red.div_ceil(tile * MIN_TILES_PER_CHUNK);
     wanted.min(most).max(1)
-}
-
-/// Results in R's order: `rows x width` column-major values and 1-based indices (each present
-/// only when the reduction returns it), for the output rows of the call or of its `Part`. A part
-/// of the reduced range gives `states` instead: the rows' reduction states one after the other,
-/// to be merged with the other parts' (`Accumulator::merge`) and finalised.
-pub struct Columns {
-    pub values: Option<Vec<f64>>,
-    pub indices: Option<Vec<i32>>,
-    pub states: Option<Vec<f64>>,
-}
-
-/// The part of a reduction one device computes when several share it (`super::several`): these
-/// output rows against this part of the reduced range. A block-sparse reduction's rows are split
-/// at the boundaries of its blocks of rows (`BlockRanges::work`) and its reduced range is not.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Part {
-    pub out: Range<usize>,
-    pub red: Range<usize>,
 }
 
 /// The work of a block-sparse reduction as the ranged kernels read it (`codegen::Variant`):
@@ -103,20 +85,6 @@ pub struct Kept<'a> {
     pub record: Option<&'a mut Option<Recorded>>,
 }
 
-/// One reduction on one device, or `part` of it: the formula, its inputs (from the host, or kept on
-/// the device: `resident[p]`), the sizes of the i and j ranges, and the blocks of `ranges` only,
-/// when given.
-#[derive(Clone, Copy)]
-pub struct Call<'a> {
-    pub formula: &'a Formula,
-    pub inputs: &'a [Input<'a>],
-    pub resident: &'a [Option<&'a DeviceMatrix>],
-    pub sizes: (usize, usize),
-    pub part: Option<&'a Part>,
-    pub ranges: Option<&'a BlockRanges>,
-    pub options: &'a RunOptions,
-}
-
 /// Runs the reduction of `call` with inputs stored as `S` on the device and arithmetic and results
 /// in `T` (f32 for float16 storage, otherwise the same type); with ranges, `compiled` is the ranged
 /// kernel. With `kept`, the values are written into its matrix and nothing comes back to the host:
@@ -135,8 +103,7 @@ pub fn evaluate<S: Stored, T: Real>(
         None => (None, None),
     };
     let inputs = call.inputs;
-    let resident: Vec<Option<&DeviceMatrix>> =
-        (0..inputs.len()).map(|p| call.resident.get(p).copied().flatten()).collect();
+    let resident: Vec<Option<&DeviceMatrix>> = inputs.iter().map(Input::kept).collect();
     let extent = Extent::new(call, &resident, target)?;
     check_target::<S, T>(call.formula, &extent, compiled.kernel.width, target)?;
     let mut columns = Columns::for_part(call.formula, &compiled.kernel, &extent.part, extent.states_out, target)?;
@@ -688,7 +655,8 @@ fn pack_step<S: Stored, T: Real>(
             c if c == outer => (step.n_out, step.out.clone()),
             _ => (step.n_red, step.red.clone()),
         };
-        pack::<S>(&mut host[offset..], data.inputs[p].data, n, &rows, v.dim);
+        let values = data.inputs[p].host_data().expect("an input not kept on the device is on the host");
+        pack::<S>(&mut host[offset..], values, n, &rows, v.dim);
         uploads.push(offset..offset + rows.len() * v.dim * std::mem::size_of::<S>());
     }
     uploads.push(regions.constants..regions.upload_end);

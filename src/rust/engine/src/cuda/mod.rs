@@ -5,6 +5,7 @@
 //! steps' launches again as they were recorded (`recorded`).
 //! The CUDA libraries are loaded at run time: without them everything else keeps working.
 
+pub mod backend;
 pub mod codegen;
 pub mod device;
 pub mod dot_tiles;

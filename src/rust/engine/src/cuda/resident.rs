@@ -12,7 +12,7 @@ use cudarc::driver::{result, sys};
 use super::device::{guarded, Device};
 use crate::real::Stored;
 use crate::error::{Error, Result};
-use crate::api::Precision;
+use crate::precision::Precision;
 
 pub struct DeviceMatrix {
     device: Arc<Device>,

@@ -13,8 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::device::{self, Compiled, Device};
-use super::launch::{self, Columns, Part};
+use super::launch;
 use crate::api::RunOptions;
+use crate::backend::{BackendDevice, Call, Columns, Part, Timings};
 use crate::error::{Error, Result};
 use crate::formula::Formula;
 use crate::memory;
@@ -128,69 +129,75 @@ fn cut_at(costs: &[f64], weights: &[f64]) -> Vec<usize> {
     cuts
 }
 
-/// Runs the reduction of `call` (whole: no part, no input kept on a device) over the GPUs
-/// `ordinals` (a GPU listed twice gets two parts, one after the other: only useful to test the
-/// splitting on one GPU). `compile` gives a device's kernels. Returns the results and a description
-/// of the devices.
-pub fn evaluate<S: Stored, T: Real>(
-    ordinals: &[usize],
-    compile: &(dyn Fn(&Device) -> Result<Arc<Compiled>> + Sync),
-    call: &launch::Call,
-    timings: &mut Vec<(&'static str, f64)>,
-) -> Result<(Columns, String)> {
-    let devices: Vec<Arc<Device>> = ordinals.iter().map(|&d| device::device(d)).collect::<Result<_>>()?;
-    let clock = Instant::now();
-    let compiled = compile_on_each(&devices, compile)?;
-    timings.push(("compile or load", clock.elapsed().as_secs_f64()));
-    let (formula, (n_i, n_j)) = (call.formula, call.sizes);
-    let n_out = if formula.reduction.axis == 0 { n_i } else { n_j };
-    let n_red = n_i + n_j - n_out;
-    let kernel = &compiled[0].kernel;
-    let weights: Vec<f64> = devices.iter().map(|d| d.multiprocessors as f64).collect();
-    // A device whose share of the rows is not a block per multiprocessor is better given a part
-    // of the reduced range (it would cut its rows' reductions into chunks anyway: the 2D scheme).
-    let fill = devices[0].multiprocessors;
-    let split = plan((n_out, n_red), &weights, (kernel.tile * kernel.rows, kernel.tile, fill), call.ranges);
-    let done = run_parts::<S, T>(&devices, &compiled, split.parts(), call)?;
-    // Each phase as long as on the slowest device (they run side by side).
-    for (_, times) in &done {
-        for &(phase, t) in times {
-            match timings.iter_mut().find(|(p, _)| *p == phase) {
-                Some(slot) => slot.1 = slot.1.max(t),
-                None => timings.push((phase, t)),
+/// GPUs of this machine sharing each reduction (a GPU listed twice gets two parts, one after the
+/// other: only useful to test the splitting on one GPU).
+pub struct Several {
+    devices: Vec<Arc<Device>>,
+}
+
+impl Several {
+    /// The GPUs `ordinals`, opened.
+    pub fn open(ordinals: &[usize]) -> Result<Several> {
+        Ok(Several { devices: ordinals.iter().map(|&d| device::device(d)).collect::<Result<_>>()? })
+    }
+}
+
+impl BackendDevice for Several {
+    fn describe(&self) -> String {
+        let mut names: Vec<&str> = self.devices.iter().map(|d| d.name.as_str()).collect();
+        names.dedup();
+        let list: Vec<String> = self.devices.iter().map(|d| d.ordinal.to_string()).collect();
+        format!("GPUs {} ({})", list.join(", "), names.join(", "))
+    }
+
+    /// Runs the reduction of `call` (whole: no part, no input kept on a device) over the GPUs.
+    fn evaluate<S: Stored, T: Real>(&self, call: &Call, timings: &mut Timings) -> Result<Columns> {
+        let devices = &self.devices;
+        let clock = Instant::now();
+        let compiled = compile_on_each(devices, call)?;
+        timings.push(("compile or load", clock.elapsed().as_secs_f64()));
+        let (n_out, n_red) = call.out_and_reduced();
+        let kernel = &compiled[0].kernel;
+        let weights: Vec<f64> = devices.iter().map(|d| d.multiprocessors as f64).collect();
+        // A device whose share of the rows is not a block per multiprocessor is better given a part
+        // of the reduced range (it would cut its rows' reductions into chunks anyway: the 2D scheme).
+        let fill = devices[0].multiprocessors;
+        let split = plan((n_out, n_red), &weights, (kernel.tile * kernel.rows, kernel.tile, fill), call.ranges);
+        let done = run_parts::<S, T>(devices, &compiled, split.parts(), call)?;
+        // Each phase as long as on the slowest device (they run side by side).
+        for (_, times) in &done {
+            for &(phase, t) in times {
+                match timings.iter_mut().find(|(p, _)| *p == phase) {
+                    Some(slot) => slot.1 = slot.1.max(t),
+                    None => timings.push((phase, t)),
+                }
             }
         }
+        let clock = Instant::now();
+        let width = kernel.width;
+        let columns: Vec<Columns> = done.into_iter().map(|(c, _)| c).collect();
+        let columns = match &split {
+            Split::Rows(parts) => stack_rows(parts, columns, n_out, width)?,
+            Split::Reduced(_) => merge_states::<T>(call.formula, call.options, columns, n_out, width)?,
+        };
+        timings.push(("merge", clock.elapsed().as_secs_f64()));
+        Ok(columns)
     }
-    let clock = Instant::now();
-    let width = kernel.width;
-    let columns: Vec<Columns> = done.into_iter().map(|(c, _)| c).collect();
-    let columns = match &split {
-        Split::Rows(parts) => stack_rows(parts, columns, n_out, width)?,
-        Split::Reduced(_) => merge_states::<T>(formula, call.options, columns, n_out, width)?,
-    };
-    timings.push(("merge", clock.elapsed().as_secs_f64()));
-    let mut names: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
-    names.dedup();
-    let list: Vec<String> = ordinals.iter().map(|d| d.to_string()).collect();
-    Ok((columns, format!("GPUs {} ({})", list.join(", "), names.join(", "))))
 }
 
 /// Each device's kernels, compiled (or loaded) one device after the other: a kernel compiled for
 /// the first is loaded from the disk cache for the next ones of the same architecture.
-fn compile_on_each(
-    devices: &[Arc<Device>],
-    compile: &(dyn Fn(&Device) -> Result<Arc<Compiled>> + Sync),
-) -> Result<Vec<Arc<Compiled>>> {
+fn compile_on_each(devices: &[Arc<Device>], call: &Call) -> Result<Vec<Arc<Compiled>>> {
     devices
         .iter()
         .map(|d| {
             d.ctx.bind_to_thread().map_err(|e| Error::Gpu(format!("binding the CUDA context: {e:?}")))?;
-            compile(d)
+            d.kernels_for(call)
         })
         .collect()
 }
 
-type PartDone = (Columns, Vec<(&'static str, f64)>);
+type PartDone = (Columns, Timings);
 
 /// Runs part `t` on device `t`, one host thread each; the first failure stops the others at their
 /// next step, and is the error returned (unless it is only the interruption another one caused).
@@ -198,7 +205,7 @@ fn run_parts<S: Stored, T: Real>(
     devices: &[Arc<Device>],
     compiled: &[Arc<Compiled>],
     parts: &[Part],
-    call: &launch::Call,
+    call: &Call,
 ) -> Result<Vec<PartDone>> {
     let results: Vec<Mutex<Option<Result<PartDone>>>> = parts.iter().map(|_| Mutex::new(None)).collect();
     let stop = AtomicBool::new(false);
@@ -209,7 +216,7 @@ fn run_parts<S: Stored, T: Real>(
             device.ctx.bind_to_thread().map_err(|e| Error::Gpu(format!("binding the CUDA context: {e:?}"))).and_then(
                 |_| {
                     let stopped = || stop.load(Relaxed);
-                    let call = launch::Call { part: Some(&parts[t]), ..*call };
+                    let call = Call { part: Some(&parts[t]), ..*call };
                     launch::evaluate::<S, T>(device, compiled, &call, &stopped, None, &mut times)
                 },
             );

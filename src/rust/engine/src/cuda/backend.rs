@@ -1,0 +1,75 @@
+//! One CUDA device as a backend: the kernels a call needs, from the device's own cache, then the
+//! call's launches (`launch`). A call whose result stays on the device (`crate::iterate`) runs
+//! here too.
+
+use std::sync::Arc;
+
+use super::codegen::{KernelOptions, Selection, Variant};
+use super::device::{Compiled, Device};
+use super::dtype::Dtype;
+use super::launch::{self, Kept};
+use crate::backend::{BackendDevice, Call, Columns, Timings};
+use crate::error::Result;
+use crate::precision::ForPrecision;
+use crate::real::{Real, Stored};
+
+impl Device {
+    /// The kernels of `call` on this device (its variant for this device's architecture, its
+    /// storage of selections for the call's mean reduced range), compiled on first use.
+    pub fn kernels_for(&self, call: &Call) -> Result<Arc<Compiled>> {
+        let (formula, options) = (call.formula, call.options);
+        let dtype = Dtype::of(options.precision);
+        let (_, n_red) = call.out_and_reduced();
+        let mean_reduced = call.ranges.map_or(n_red as f64, |b| b.mean_reduced());
+        let tuning = &options.tuning;
+        let selection = Selection::for_rows(formula, mean_reduced, tuning.gpu_selection);
+        let variant = Variant::choose(formula, dtype, call.ranges, self.arch, tuning);
+        let kernel =
+            KernelOptions { unroll: tuning.unroll, ..KernelOptions::new(dtype, options.sum_scheme, variant, selection) };
+        self.kernels(formula, kernel, options.cache_dir.as_deref())
+    }
+
+    /// `evaluate`, the values written into `kept`'s matrix on this device and its launches only
+    /// queued (see `Operator::run_into`).
+    pub fn evaluate_into(&self, call: &Call, kept: Kept, timings: &mut Timings) -> Result<()> {
+        call.options.precision.dispatch(Into { device: self, call, kept, timings })
+    }
+
+    fn compile_timed(&self, call: &Call, timings: &mut Timings) -> Result<Arc<Compiled>> {
+        let clock = std::time::Instant::now();
+        let compiled = self.kernels_for(call)?;
+        timings.push(("compile or load", clock.elapsed().as_secs_f64()));
+        Ok(compiled)
+    }
+}
+
+impl BackendDevice for Device {
+    fn describe(&self) -> String {
+        format!("GPU {} ({})", self.ordinal, self.name)
+    }
+
+    fn evaluate<S: Stored, T: Real>(&self, call: &Call, timings: &mut Timings) -> Result<Columns> {
+        let compiled = self.compile_timed(call, timings)?;
+        let stop = || call.options.interrupt.is_some_and(|interrupted| interrupted());
+        launch::evaluate::<S, T>(self, &compiled, call, &stop, None, timings)
+    }
+}
+
+/// A call whose values stay on the device, in the types of its precision.
+struct Into<'a> {
+    device: &'a Device,
+    call: &'a Call<'a>,
+    kept: Kept<'a>,
+    timings: &'a mut Timings,
+}
+
+impl ForPrecision for Into<'_> {
+    type Output = Result<()>;
+
+    fn run<S: Stored, T: Real>(self) -> Result<()> {
+        let Into { device, call, kept, timings } = self;
+        let compiled = device.compile_timed(call, timings)?;
+        // (queued: the loop that queues it asks for interrupts)
+        launch::evaluate::<S, T>(device, &compiled, call, &|| false, Some(kept), timings).map(|_| ())
+    }
+}
