@@ -22,6 +22,7 @@ pub mod precision;
 pub mod ranges;
 pub mod real;
 pub mod reduction;
+pub mod schedule;
 pub mod tuning;
 
 pub use error::{Error, Result};

@@ -1,7 +1,7 @@
 //! Block-sparse reductions (KeOps' `ranges`): which blocks of the symbolic matrix a reduction
 //! visits. Each block of output rows reduces over a list of ranges of the reduced index; rows in no
 //! block, and blocks with no range, get the reduction's identity. Both backends take the same
-//! description of the work: `Work`, these output rows against these ranges of the reduced index.
+//! description of the work (`schedule::work`).
 
 use std::ops::Range;
 
@@ -48,14 +48,6 @@ impl Ranges {
         self.i.validate(n_i, n_j, ("ranges_i", "slices_i", "redranges_j"))?;
         self.j.validate(n_j, n_i, ("ranges_j", "slices_j", "redranges_i"))
     }
-}
-
-/// One piece of work: these output rows against these ranges of the reduced index (none: the
-/// rows get the reduction's identity).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Work<'a> {
-    pub rows: Range<usize>,
-    pub reduced: &'a [Range<usize>],
 }
 
 impl BlockRanges {
@@ -157,30 +149,6 @@ impl BlockRanges {
             ));
         }
         Ok(())
-    }
-
-    /// The work of a reduction over `n_out` output rows in pieces of at most `most_rows` rows, in the
-    /// order of the rows and covering them all.
-    pub fn work(&self, n_out: usize, most_rows: usize) -> Vec<Work<'_>> {
-        let mut work = Vec::new();
-        let mut push = |rows: Range<usize>, reduced| {
-            for start in rows.clone().step_by(most_rows.max(1)) {
-                work.push(Work { rows: start..(start + most_rows).min(rows.end), reduced });
-            }
-        };
-        let mut row = 0;
-        let mut first = 0;
-        for (block, &end) in self.blocks.iter().zip(&self.slices) {
-            // (Empty blocks may sit anywhere.)
-            if !block.is_empty() {
-                push(row..block.start, &[]);
-                push(block.clone(), &self.reduced[first..end]);
-                row = block.end;
-            }
-            first = end;
-        }
-        push(row..n_out, &[]);
-        work
     }
 }
 

@@ -24,7 +24,8 @@ use crate::error::{Error, Result};
 use crate::formula::{Category, Formula, Op};
 use crate::memory;
 use crate::plan::{Plan, Role};
-use crate::ranges::{BlockRanges, Work};
+use crate::ranges::BlockRanges;
+use crate::schedule::work::{cpu_piece_rows, pieces, Work};
 use crate::real::Real;
 use crate::reduction::{Accumulator, ReductionKind, SumScheme};
 use crate::tuning::IsaCap;
@@ -153,15 +154,14 @@ fn evaluate_with<T: Real>(
         }
         None => {
             let fusions = fusion::fuse(formula, &mut plan, scheme);
-            // Enough blocks of rows to keep every thread busy to the end, few enough to amortise a tile.
             let state_bytes = acc.state_len().max(1) * std::mem::size_of::<f64>();
-            let rows_per_block = n_out.div_ceil(threads * 8).clamp(1, 64).min((THREAD_BUDGET / state_bytes).max(1));
+            let rows_per_block = cpu_piece_rows(n_out, threads, state_bytes, THREAD_BUDGET);
             let tile = tile_len::<T>(formula, &plan, &fusions)?;
             (fusions, tile, rows_per_block)
         }
     };
     let dense = BlockRanges::dense(n_out, n_red);
-    let work = ranges.unwrap_or(&dense).work(n_out, rows_per_block);
+    let work = pieces(ranges.unwrap_or(&dense), n_out, rows_per_block);
     let (mut values, mut indices) = (&mut out.values[..], &mut out.indices[..]);
     let blocks = Mutex::new(work.into_iter().map(move |work| {
         let len = work.rows.len() * width;

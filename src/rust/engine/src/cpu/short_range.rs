@@ -15,7 +15,8 @@ use super::lanes::Arg;
 use super::{view, Context, Frame, Workspace};
 use crate::formula::{Formula, Op};
 use crate::plan::{Plan, Role};
-use crate::ranges::{BlockRanges, Work};
+use crate::ranges::BlockRanges;
+use crate::schedule::work::Work;
 use crate::real::Real;
 use crate::reduction::Accumulator;
 

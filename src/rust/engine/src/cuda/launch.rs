@@ -24,30 +24,15 @@ use crate::formula::{Category, Formula};
 use crate::memory;
 use crate::parallel;
 use crate::ranges::BlockRanges;
+use crate::schedule::steps::{self, chunks_for, Blocks, Geometry, Sizes, StepRows};
+use crate::schedule::work::pieces;
 use crate::real::Real;
 use crate::real::Stored;
 
-/// Resident blocks per multiprocessor we aim for before splitting the reduced range.
-const BLOCKS_PER_SM: usize = 8;
-/// A chunk of the 2D scheme covers at least this many tiles (its states are merged on the device,
-/// cheaply: small problems gain more from using more multiprocessors).
-const MIN_TILES_PER_CHUNK: usize = 1;
-/// The pairs of the first step of a long reduction (output rows times reduced rows); the next
-/// steps are sized from its kernel time to take about STEP_SECONDS (see `evaluate`).
-const FIRST_STEP_PAIRS: usize = 1 << 33;
-const STEP_SECONDS: f64 = 0.25;
 /// Threads per block of the kernel that prepares tensor-core dots.
 const PREPARE_THREADS: usize = 128;
 /// Threads per block of the merge kernel.
 const MERGE_THREADS: usize = 256;
-
-/// How many chunks of the reduced range to run side by side.
-pub fn chunks_for(n_out: usize, n_red: usize, tile: usize, rows: usize, multiprocessors: usize) -> usize {
-    let blocks = n_out.div_ceil(tile * rows);
-    let wanted = (BLOCKS_PER_SM * multiprocessors).div_ceil(blocks.max(1));
-    let most = n_red.div_ceil(tile * MIN_TILES_PER_CHUNK);
-    wanted.min(most).max(1)
-}
 
 /// The work of a block-sparse reduction as the ranged kernels read it (`codegen::Variant`):
 /// four ints per block of the grid (its output rows, its first and last range) and the ranges.
@@ -60,7 +45,7 @@ impl RangedWork {
     /// The work on the output rows `rows` (a range of whole pieces of `BlockRanges::work`).
     fn new(ranges: &BlockRanges, n_out: usize, rows_per_block: usize, rows: &Range<usize>) -> RangedWork {
         let (mut work, mut red) = (Vec::new(), Vec::new());
-        for item in ranges.work(n_out, rows_per_block).into_iter().filter(|w| rows.contains(&w.rows.start)) {
+        for item in pieces(ranges, n_out, rows_per_block).into_iter().filter(|w| rows.contains(&w.rows.start)) {
             let first = red.len() / 2;
             red.extend(item.reduced.iter().flat_map(|r| [r.start as i32, r.end as i32]));
             work.extend([item.rows.start as i32, item.rows.end as i32, first as i32, (red.len() / 2) as i32]);
@@ -114,10 +99,10 @@ pub fn evaluate<S: Stored, T: Real>(
     let workspace = workspace.as_mut().expect("created above");
     let kernel = &compiled.kernel;
     let ranged = call.ranges.map(|r| RangedWork::new(r, extent.n_out, kernel.tile * kernel.rows, &extent.part.out));
-    let mut sizes = Sizes::new::<S, T>(call.formula, kernel, &resident, workspace.held().0);
+    let mut sizes = device_sizes::<S, T>(call.formula, kernel, &resident);
     sizes.fixed += ranged.as_ref().map_or(0, RangedWork::bytes);
     let (span_out, span_red) = extent.spans();
-    let blocks = Blocks::new(device, kernel, &sizes, span_out.len(), span_red.len(), call.options.gpu_memory)?;
+    let blocks = fit_blocks(device, kernel, &sizes, (span_out.len(), span_red.len()), workspace.held().0, call.options)?;
     if (blocks.rows_out, blocks.rows_red) != (span_out.len(), span_red.len()) && extent.whole {
         let what = match call.ranges {
             Some(_) => "a block-sparse reduction (ranges) in one piece; compute it on the CPU",
@@ -230,11 +215,8 @@ impl Columns {
     }
 }
 
-/// The steps of a call: its blocks of output rows (inputs larger than the device are processed in
-/// blocks), each against the blocks of the reduced range, whose states are merged in order on the
-/// device, as the 2D scheme's chunks are. A long reduction is cut the same way into steps of about
-/// STEP_SECONDS each, so that an interrupt, asked between steps, stops it within a second (a kernel,
-/// once launched, runs to its end).
+/// The steps of a call (`schedule::steps`), run one after the other; an interrupt is asked between
+/// steps (a kernel, once launched, runs to its end).
 struct Steps<'a> {
     data: &'a Data<'a>,
     extent: &'a Extent,
@@ -250,44 +232,29 @@ impl Steps<'_> {
         times: &mut Times,
         mut record: Option<&mut Option<Recorded>>,
     ) -> Result<()> {
-        let (data, extent, blocks) = (self.data, self.extent, self.blocks);
-        let kernel = &data.compiled.kernel;
-        let (span_out, span_red) = extent.spans();
-        let whole_tiles = |rows: usize| (rows / kernel.tile * kernel.tile).max(kernel.tile);
-        let long = !extent.whole && blocks.rows_out.saturating_mul(span_red.len()) > FIRST_STEP_PAIRS;
-        let mut step_rows = match long {
-            true => whole_tiles(FIRST_STEP_PAIRS / blocks.rows_out.max(1)).min(blocks.rows_red),
-            false => blocks.rows_red,
-        };
-        for i0 in span_out.clone().step_by(blocks.rows_out) {
-            let out = i0..(i0 + blocks.rows_out).min(span_out.end);
-            let mut j0 = span_red.start;
-            while j0 < span_red.end {
-                let red = j0..(j0 + step_rows).min(span_red.end);
-                let step = self.step(out.clone(), red.clone(), j0 == span_red.start, red.end == span_red.end);
-                let before = times.kernel;
-                run_step::<S, T>(data, &step, workspace, columns, times, record.as_deref_mut())?;
-                j0 = red.end;
-                if data.target.is_some() {
-                    continue; // (queued: the loop that queued it asks for interrupts)
-                }
-                if (self.stop)() {
-                    return Err(Error::Interrupted);
-                }
-                let took = times.kernel - before;
-                if long && took > 0.0 {
-                    step_rows =
-                        whole_tiles((step_rows as f64 * (STEP_SECONDS / took).min(64.0)) as usize).min(blocks.rows_red);
-                }
+        let data = self.data;
+        let (span_out, span_red) = self.extent.spans();
+        let tile = data.compiled.kernel.tile;
+        let mut schedule = steps::Steps::new(span_out, span_red, self.blocks.clone(), tile, !self.extent.whole);
+        while let Some(rows) = schedule.next() {
+            let step = self.step(rows);
+            let before = times.kernel;
+            run_step::<S, T>(data, &step, workspace, columns, times, record.as_deref_mut())?;
+            if data.target.is_some() {
+                continue; // (queued: the loop that queued it asks for interrupts)
             }
+            if (self.stop)() {
+                return Err(Error::Interrupted);
+            }
+            schedule.took(times.kernel - before);
         }
         Ok(())
     }
 
-    /// The step of these output rows against these reduced rows, the first and/or the last of the
-    /// reduced range.
-    fn step(&self, out: Range<usize>, red: Range<usize>, first: bool, end: bool) -> Step {
+    /// The step of these output rows against these reduced rows.
+    fn step(&self, rows: StepRows) -> Step {
         let (extent, part) = (self.extent, &self.extent.part);
+        let StepRows { out, red, first, last: end } = rows;
         Step {
             keep: out.start.max(part.out.start)..out.end.min(part.out.end),
             out,
@@ -312,45 +279,51 @@ struct Times {
     results: f64,
 }
 
-/// Bytes per row of the inputs and per output row of the states and results.
-struct Sizes {
-    /// Per row of the output index, of the reduced index, and for the parameters and numbers.
-    input_out: usize,
-    input_red: usize,
-    fixed: usize,
-    state: usize,
-    results: usize,
-    /// Device memory already held by this device's workspace (usable again).
-    held: usize,
+/// The bytes each row takes on the device (inputs kept on it need no room).
+fn device_sizes<S, T>(formula: &Formula, kernel: &codegen::Kernel, resident: &[Option<&DeviceMatrix>]) -> Sizes {
+    let outer = outer_category(formula);
+    let dims = |keep: &dyn Fn(Category) -> bool| -> usize {
+        let uploaded = formula.variables.iter().zip(resident).filter(|(_, r)| r.is_none());
+        uploaded.filter(|(v, _)| keep(v.category)).map(|(v, _)| v.dim).sum()
+    };
+    let (s, t) = (std::mem::size_of::<S>(), std::mem::size_of::<T>());
+    let red = &formula.reduction.kind;
+    // (the reduced rows of tensor-core dots, split for them: a little more for the padding)
+    let prepared = kernel.prepare.map_or(0, |p| p.split_bytes + p.norm_bytes);
+    Sizes {
+        input_out: dims(&|c| c == outer) * s,
+        input_red: dims(&|c| c != outer && c != Category::Param) * s + prepared,
+        fixed: dims(&|c| c == Category::Param) * s + kernel.constants.len() * t,
+        state: kernel.state_len * 8,
+        results: kernel.width * (if red.returns_values() { t } else { 0 } + if red.returns_indices() { 4 } else { 0 }),
+    }
 }
 
-impl Sizes {
-    /// (Resident inputs need no room.)
-    fn new<S, T>(
-        formula: &Formula,
-        kernel: &codegen::Kernel,
-        resident: &[Option<&DeviceMatrix>],
-        held: usize,
-    ) -> Sizes {
-        let outer = outer_category(formula);
-        let dims = |keep: &dyn Fn(Category) -> bool| -> usize {
-            let uploaded = formula.variables.iter().zip(resident).filter(|(_, r)| r.is_none());
-            uploaded.filter(|(v, _)| keep(v.category)).map(|(v, _)| v.dim).sum()
-        };
-        let (s, t) = (std::mem::size_of::<S>(), std::mem::size_of::<T>());
-        let red = &formula.reduction.kind;
-        // (the reduced rows of tensor-core dots, split for them: a little more for the padding)
-        let prepared = kernel.prepare.map_or(0, |p| p.split_bytes + p.norm_bytes);
-        Sizes {
-            input_out: dims(&|c| c == outer) * s,
-            input_red: dims(&|c| c != outer && c != Category::Param) * s + prepared,
-            fixed: dims(&|c| c == Category::Param) * s + kernel.constants.len() * t,
-            state: kernel.state_len * 8,
-            results: kernel.width
-                * (if red.returns_values() { t } else { 0 } + if red.returns_indices() { 4 } else { 0 }),
-            held,
-        }
-    }
+/// The kernel's geometry on this device.
+fn geometry(device: &Device, kernel: &codegen::Kernel) -> Geometry {
+    Geometry { tile: kernel.tile, rows: kernel.rows, multiprocessors: device.multiprocessors }
+}
+
+/// The blocks of `n_out x n_red` that fit in the call's budget of device memory: 80% of what is
+/// free (with what this device's workspace already holds, `held`), or `RunOptions::gpu_memory`.
+fn fit_blocks(
+    device: &Device,
+    kernel: &codegen::Kernel,
+    sizes: &Sizes,
+    rows: (usize, usize),
+    held: usize,
+    options: &crate::api::RunOptions,
+) -> Result<Blocks> {
+    let free = device.ctx.mem_get_info().map(|(free, _)| free).unwrap_or(usize::MAX);
+    let budget = options.gpu_memory.unwrap_or(usize::MAX).min(free.saturating_add(held) / 10 * 8);
+    Blocks::fit(geometry(device, kernel), sizes, rows, budget).ok_or_else(|| {
+        Error::Memory(format!(
+            "GPU: device {} ({}) has too little free memory ({:.2} GB) for even one block of rows; use the CPU",
+            device.ordinal,
+            device.name,
+            budget as f64 / 1e9
+        ))
+    })
 }
 
 fn outer_category(formula: &Formula) -> Category {
@@ -358,57 +331,6 @@ fn outer_category(formula: &Formula) -> Category {
         Category::I
     } else {
         Category::J
-    }
-}
-
-/// How many output and reduced rows go to the GPU at once: everything when it fits in memory.
-struct Blocks {
-    rows_out: usize,
-    rows_red: usize,
-}
-
-impl Blocks {
-    fn new(
-        device: &Device,
-        kernel: &codegen::Kernel,
-        sizes: &Sizes,
-        n_out: usize,
-        n_red: usize,
-        limit: Option<usize>,
-    ) -> Result<Blocks> {
-        let free = device.ctx.mem_get_info().map(|(free, _)| free).unwrap_or(usize::MAX);
-        let budget = limit.unwrap_or(usize::MAX).min(free.saturating_add(sizes.held) / 10 * 8);
-        let need = |rows_out: usize, rows_red: usize| {
-            let chunks = chunks_for(rows_out, rows_red, kernel.tile, kernel.rows, device.multiprocessors);
-            // (the running states of a reduction in steps, or of blocks of the reduced range, too)
-            let in_steps = rows_red < n_red || rows_out.saturating_mul(n_red) > FIRST_STEP_PAIRS;
-            let states = if chunks > 1 || in_steps { chunks + 1 } else { 0 };
-            rows_out * (sizes.input_out + sizes.results + states * sizes.state)
-                + rows_red * sizes.input_red
-                + sizes.fixed
-        };
-        if need(n_out, n_red) <= budget {
-            return Ok(Blocks { rows_out: n_out.max(1), rows_red: n_red.max(1) });
-        }
-        // Blocks of whole warps of rows (a block of the kernel may be partly empty): rows with
-        // large states (K-selections of wide formulas) may leave room for a few hundred only.
-        let granule = 32;
-        // A quarter of the budget for the reduced rows, the rest for the output rows and their states.
-        let rows_red = ((budget / 4 / sizes.input_red.max(1)).min(n_red) / kernel.tile * kernel.tile).max(kernel.tile);
-        let per_out = sizes.input_out + sizes.results + 2 * sizes.state;
-        let mut rows_out = (budget / 2 / per_out.max(1)).min(n_out) / granule * granule;
-        while rows_out > 0 && need(rows_out, rows_red) > budget {
-            rows_out = rows_out / 2 / granule * granule;
-        }
-        if rows_out == 0 || need(rows_out, rows_red) > budget {
-            return Err(Error::Memory(format!(
-                "GPU: device {} ({}) has too little free memory ({:.2} GB) for even one block of rows; use the CPU",
-                device.ordinal,
-                device.name,
-                budget as f64 / 1e9
-            )));
-        }
-        Ok(Blocks { rows_out, rows_red })
     }
 }
 
@@ -549,7 +471,7 @@ impl StepPlan {
         // Tuning::force_1d (RKEOPS_GPU_SCHEME=1D: benchmarks that compare the two schemes).
         let chunks_of = |n_red: usize| match data.force_1d {
             true => 1,
-            false => chunks_for(rows_out, n_red, kernel.tile, kernel.rows, device.multiprocessors),
+            false => chunks_for(rows_out, n_red, geometry(device, kernel)),
         };
         // A block-sparse reduction is one pass of the 1D scheme (the ranges say what each block reduces).
         let chunk = match data.ranged {
