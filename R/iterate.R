@@ -139,9 +139,8 @@ keops_iterate <- function(ops, input, iterations) {
                        ranges = ranges_for_engine(ranges))
   }
   states <- lapply(states, function(x) if (is.matrix(x)) x else matrix(x, ncol = 1L))
-  o <- engine_options()
   res <- rust_result(.Call(wrap__keops_iterate_run, steps, states, as.integer(iterations),
-                           o$precision, o$threads, o$backend, o$device, o$cache_dir))
+                           engine_options()))
   record_run(res$backend, res$timings)
   out <- res$states
   if (batched) {

@@ -273,9 +273,8 @@ make_kernel <- function(formula, args, sum_scheme, shown = NULL) {
 # the output rows are a batch of members of equal size laid end to end, whose results come back as
 # `n x ... x B` arrays, `members[b]` (member b's first reduced row) subtracted from its indices.
 engine_run <- function(formula, args, sum_scheme, inputs, ranges, members = NULL) {
-  o <- engine_options()
-  res <- .Call(wrap__keops_run, formula, args, inputs, o$precision, o$threads, sum_scheme, o$backend,
-               o$device, o$cache_dir, ranges_for_engine(ranges), members)
+  res <- .Call(wrap__keops_run, formula, args, inputs, engine_options(), sum_scheme,
+               ranges_for_engine(ranges), members)
   if (!is.null(res$error)) rust_result(res)
   record_run(res$backend, res$timings)
   result_value(res)

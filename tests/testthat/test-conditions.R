@@ -46,7 +46,9 @@ test_that("input errors name the argument or input: R's checks, the binding's an
   expect_rkeops_error(e, "input", "K = 5 is larger than the number of j-rows reduced over (4)")
   # the binding: an option string it does not know
   e <- condition_of(rkeops:::rust_result(.Call(rkeops:::wrap__keops_run, "Sum_Reduction(x, 0)", "x = Vi(1)",
-                                                list(1), "float8", 0L, "auto", "CPU", 0L, "", NULL, NULL)))
+                                                list(1), list(precision = "float8", threads = 0L,
+                                                              backend = "CPU", device = 0L, cache_dir = ""),
+                                                "auto", NULL, NULL)))
   expect_rkeops_error(e, "input", "precision must be \"float16\", \"float32\" or \"float64\", not \"float8\"",
                       arg = "precision")
 })

@@ -12,17 +12,7 @@ use crate::{Fallible, OrInput, RError};
 /// input p is data (`inputs[[p]]`), k where it is the current value of state k; `output` is the
 /// state its result replaces (1-based). Returns `list(states, backend, timings)`, or `list(error)`.
 #[extendr]
-#[allow(clippy::too_many_arguments)]
-fn keops_iterate_run(
-    steps: Robj,
-    states: Robj,
-    iterations: i32,
-    precision: &str,
-    threads: i32,
-    backend: &str,
-    device: Robj,
-    cache_dir: &str,
-) -> Robj {
+fn keops_iterate_run(steps: Robj, states: Robj, iterations: i32, options: Robj) -> Robj {
     guarded(|| {
         let states = states.as_list().or_input("states", "'states' must be a list")?;
         let state_robjs: Vec<Robj> = states.values().collect();
@@ -73,7 +63,7 @@ fn keops_iterate_run(
                 ranges: block_sparse(ranges)?,
             });
         }
-        let options = run_options(precision, threads, "auto", backend, &device, cache_dir)?;
+        let options = run_options(&options, "auto")?;
         // (an interrupt too: R makes it an interrupt condition)
         let done = iterate(&built, &initial, iterations.max(0) as usize, &options)?;
         let values: Vec<Robj> = done

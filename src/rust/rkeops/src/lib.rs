@@ -93,20 +93,7 @@ fn keops_parse(formula: &str, args: Robj) -> Robj {
 /// that many members of equal size, whose results are returned as `n x ... x B` arrays, `members[m]`
 /// subtracted from member `m`'s indices (see `results::r_array`).
 #[extendr]
-#[allow(clippy::too_many_arguments)]
-fn keops_run(
-    formula: &str,
-    args: Robj,
-    inputs: Robj,
-    precision: &str,
-    threads: i32,
-    sum_scheme: &str,
-    backend: &str,
-    device: Robj,
-    cache_dir: &str,
-    ranges: Robj,
-    members: Robj,
-) -> Robj {
+fn keops_run(formula: &str, args: Robj, inputs: Robj, options: Robj, sum_scheme: &str, ranges: Robj, members: Robj) -> Robj {
     guarded(|| {
         let members = if members.is_null() {
             None
@@ -135,7 +122,7 @@ fn keops_run(
                 None => numeric_input(x, name),
             })
             .collect::<Fallible<Vec<_>>>()?;
-        let mut options = run_options(precision, threads, sum_scheme, backend, &device, cache_dir)?;
+        let mut options = run_options(&options, sum_scheme)?;
         options.ranges = block_sparse(&ranges)?;
         // (an interrupt too: R makes it an interrupt condition)
         let out = op.run(&inputs, &options)?;
@@ -182,26 +169,32 @@ fn sum_scheme(name: &str) -> Fallible<SumScheme> {
     )
 }
 
-/// The options of a run from R's settings (no ranges); `device`: the GPUs, as integers (several
-/// share each reduction, the first alone runs loops and holds device matrices).
-fn run_options(
-    precision_name: &str,
-    threads: i32,
-    sum_scheme_name: &str,
-    backend: &str,
-    device: &Robj,
-    cache_dir: &str,
-) -> Fallible<RunOptions> {
+/// The options of a run from R's settings, `list(precision, threads, backend, device, cache_dir)`
+/// (R's `engine_options()`; no ranges); `device`: the GPUs, as integers (several share each
+/// reduction, the first alone runs loops and holds device matrices).
+fn run_options(settings: &Robj, sum_scheme_name: &str) -> Fallible<RunOptions> {
+    let settings = settings.as_list().or_input("options", "the engine's options must be a list")?;
+    let field = |name: &str| settings.iter().find(|(n, _)| *n == name).map(|(_, x)| x).filter(|x| !x.is_null());
+    let text = |name: &str| -> Fallible<String> {
+        field(name)
+            .and_then(|x| x.as_str().map(String::from))
+            .or_input(name, format!("option '{name}' must be a string"))
+    };
+    let (precision_name, backend, cache_dir) = (text("precision")?, text("backend")?, text("cache_dir")?);
+    let threads = field("threads")
+        .and_then(|x| x.as_integer().or_else(|| x.as_real().map(|t| t as i32)))
+        .or_input("threads", "option 'threads' must be a whole number")?;
+    let device = field("device").unwrap_or_else(|| Robj::from(()));
     let gpus: Vec<usize> = match device.as_integer_slice() {
         Some(d) if !d.is_empty() && d.iter().all(|&g| g >= 0) => d.iter().map(|&g| g as usize).collect(),
         _ => return Err(RError::input("device", "'device' must be GPU indices, whole numbers from 0")),
     };
     let device = gpus[0];
     Ok(RunOptions {
-        precision: precision(precision_name)?,
+        precision: precision(&precision_name)?,
         sum_scheme: sum_scheme(sum_scheme_name)?,
         threads: threads.max(0) as usize,
-        backend: match backend {
+        backend: match backend.as_str() {
             "CPU" => Backend::Cpu,
             "GPU" => Backend::Gpu(device),
             "auto" => Backend::Auto,

@@ -105,9 +105,9 @@ impl<T: Real> Columns<T> {
         use ReductionKind::*;
         match acc.kind {
             Sum => self.sum(acc, n, len, states),
-            Min | ArgMin | MinArgMin => self.select(acc, n, len, j0, states, 1, false),
-            Max | ArgMax | MaxArgMax => self.select(acc, n, len, j0, states, 1, true),
-            KMin | ArgKMin | KMinArgKMin => self.select(acc, n, len, j0, states, acc.k, false),
+            Min | ArgMin | MinArgMin => self.select(acc, n, (len, j0), states, (1, false)),
+            Max | ArgMax | MaxArgMax => self.select(acc, n, (len, j0), states, (1, true)),
+            KMin | ArgKMin | KMinArgKMin => self.select(acc, n, (len, j0), states, (acc.k, false)),
             LogSumExp | LogSumExpWeight | SumSoftMaxWeight => self.exp(acc, n, len, states, fma),
         }
     }
@@ -170,8 +170,14 @@ impl<T: Real> Columns<T> {
     /// holds from there on (the kept terms are sorted), so each place is updated from itself and the
     /// place above it, with no branch, for all rows at once. The selection starts from the state's.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    fn select(&mut self, acc: &Accumulator, n: usize, len: usize, j0: usize, states: &mut [f64], k: usize, max: bool) {
+    fn select(
+        &mut self,
+        acc: &Accumulator,
+        n: usize,
+        (len, j0): (usize, usize),
+        states: &mut [f64],
+        (k, max): (usize, bool),
+    ) {
         let (cap, rows, width) = (self.len, self.rows, acc.state_len());
         let half = width / 2;
         // The kept values and their indices (-1 where empty), place p at `p * rows`. Terms of this

@@ -30,6 +30,7 @@ use crate::real::Real;
 use crate::reduction::{Accumulator, ReductionKind, SumScheme};
 use crate::tuning::IsaCap;
 use lanes::Arg;
+use reducers::Span;
 
 /// Most memory one thread takes for its tile buffers and the reduction states of its block of rows:
 /// the tile and the block shrink to fit (intermediate values of 10^5 components, K-selections with a
@@ -328,7 +329,7 @@ impl<T: Real> Workspace<T> {
                     let (x, y) = (view(ctx, &self.buffers, x, &frame), view(ctx, &self.buffers, y, &frame));
                     let group = row_block::ROWS.min(rows - r);
                     let (out, xs) = (&mut self.group, &mut self.group_x);
-                    row_block::sq_dists(&x, &y, &self.packed_y, group, len, out, xs, fma);
+                    row_block::sq_dists((&x, &y), &self.packed_y, group, len, (out, xs), fma);
                     self.group_first = first + r;
                 }
                 for &id in &plan.outer {
@@ -338,16 +339,17 @@ impl<T: Real> Workspace<T> {
                     self.compute(ctx, id, &frame, fma);
                 }
                 let state = &mut self.states[r * state_len..(r + 1) * state_len];
+                let span = Span { j0, len, fma };
                 if let Some([a, b]) = ctx.fusions.product_sum {
                     let (a, b) = (view(ctx, &self.buffers, a, &frame), view(ctx, &self.buffers, b, &frame));
-                    acc.accumulate_product_sum(state, &a, &b, len, &mut self.scratch, fma);
+                    acc.accumulate_product_sum(state, (&a, &b), span, &mut self.scratch);
                 } else if let Some([a, b]) = ctx.fusions.select_dist {
                     let (a, b) = (view(ctx, &self.buffers, a, &frame), view(ctx, &self.buffers, b, &frame));
-                    acc.accumulate_select_dist(state, &a, &b, len, j0, fma);
+                    acc.accumulate_select_dist(state, (&a, &b), span);
                 } else {
                     let f = view(ctx, &self.buffers, red.f, &frame);
                     let g = red.g.map_or(Arg::EMPTY, |g| view(ctx, &self.buffers, g, &frame));
-                    acc.accumulate(state, &f, &g, len, j0, &mut self.scratch, fma);
+                    acc.accumulate(state, &f, &g, span, &mut self.scratch);
                 }
             }
         }

@@ -260,27 +260,27 @@ pub(super) fn exp_below_max<T: Real>(d: T, fma: bool) -> T {
     }
 }
 
+/// The terms of a tile: the reduced indices `j0 .. j0 + len`, and whether multiply-adds are fused
+/// (the instruction set's).
+#[derive(Debug, Clone, Copy)]
+pub struct Span {
+    pub j0: usize,
+    pub len: usize,
+    pub fma: bool,
+}
+
 impl Accumulator {
-    /// Adds the terms `j0 .. j0 + len` of one output row to its state.
+    /// Adds the terms `span` of one output row to its state.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    pub fn accumulate<T: Real>(
-        &self,
-        state: &mut [f64],
-        f: &Arg<T>,
-        g: &Arg<T>,
-        len: usize,
-        j0: usize,
-        scratch: &mut [T],
-        fma: bool,
-    ) {
+    pub fn accumulate<T: Real>(&self, state: &mut [f64], f: &Arg<T>, g: &Arg<T>, span: Span, scratch: &mut [T]) {
         use ReductionKind::*;
+        let len = span.len;
         match self.kind {
             Sum => self.accumulate_sum(state, f, len, scratch),
-            Min | ArgMin | MinArgMin => self.accumulate_select(state, f, len, j0, 1, false, scratch),
-            Max | ArgMax | MaxArgMax => self.accumulate_select(state, f, len, j0, 1, true, scratch),
-            KMin | ArgKMin | KMinArgKMin => self.accumulate_select(state, f, len, j0, self.k, false, scratch),
-            LogSumExp | LogSumExpWeight | SumSoftMaxWeight => self.accumulate_exp(state, f, g, len, scratch, fma),
+            Min | ArgMin | MinArgMin => self.accumulate_select(state, f, span, (1, false), scratch),
+            Max | ArgMax | MaxArgMax => self.accumulate_select(state, f, span, (1, true), scratch),
+            KMin | ArgKMin | KMinArgKMin => self.accumulate_select(state, f, span, (self.k, false), scratch),
+            LogSumExp | LogSumExpWeight | SumSoftMaxWeight => self.accumulate_exp(state, f, g, span, scratch),
         }
     }
 
@@ -315,16 +315,14 @@ impl Accumulator {
 
     /// Adds the terms of a Sum reduction of `a * b` (see `fusion`), by blocks like `accumulate_sum`.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
     pub fn accumulate_product_sum<T: Real>(
         &self,
         state: &mut [f64],
-        a: &Arg<T>,
-        b: &Arg<T>,
-        len: usize,
+        (a, b): (&Arg<T>, &Arg<T>),
+        span: Span,
         scratch: &mut [T],
-        fma: bool,
     ) {
+        let Span { len, fma, .. } = span;
         for (c, s) in state[..self.dim].iter_mut().enumerate() {
             let term = match (a.lane(c, len), b.lane(c, len)) {
                 (Lane::Vector(x), Lane::Vector(y)) => tile_dot(x, y, scratch, fma),
@@ -338,17 +336,15 @@ impl Accumulator {
     /// The `k` smallest (or largest) values of each component with their indices, kept sorted;
     /// equal values keep the order of their indices.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
     fn accumulate_select<T: Real>(
         &self,
         state: &mut [f64],
         f: &Arg<T>,
-        len: usize,
-        j0: usize,
-        k: usize,
-        max: bool,
+        span: Span,
+        (k, max): (usize, bool),
         scratch: &mut [T],
     ) {
+        let Span { j0, len, .. } = span;
         let half = state.len() / 2;
         let (vals, idx) = state.split_at_mut(half);
         for c in 0..self.dim {
@@ -374,16 +370,8 @@ impl Accumulator {
     /// a chunk are computed (the same bits as `ops::sq_dist`), compared at once with the current k-th
     /// smallest, and stored in the state only where they may enter it; no tile buffer is written.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    pub fn accumulate_select_dist<T: Real>(
-        &self,
-        state: &mut [f64],
-        a: &Arg<T>,
-        b: &Arg<T>,
-        len: usize,
-        j0: usize,
-        fma: bool,
-    ) {
+    pub fn accumulate_select_dist<T: Real>(&self, state: &mut [f64], (a, b): (&Arg<T>, &Arg<T>), span: Span) {
+        let Span { j0, len, fma } = span;
         let (point, points) = if a.vector { (b, a) } else { (a, b) };
         match a.dim.max(b.dim) {
             1 => select_dist::<T, 1>(state, point, points, len, j0, fma),
@@ -397,16 +385,8 @@ impl Accumulator {
     /// Online log-sum-exp: the state keeps a running maximum m and sums of exp(f - m) (times the
     /// weights), rescaled whenever m grows, so nothing overflows.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    fn accumulate_exp<T: Real>(
-        &self,
-        state: &mut [f64],
-        f: &Arg<T>,
-        g: &Arg<T>,
-        len: usize,
-        scratch: &mut [T],
-        fma: bool,
-    ) {
+    fn accumulate_exp<T: Real>(&self, state: &mut [f64], f: &Arg<T>, g: &Arg<T>, span: Span, scratch: &mut [T]) {
+        let Span { len, fma, .. } = span;
         let (e, rest) = scratch.split_at_mut(len);
         let fx = as_slice(f.lane(0, len), len, rest);
         let tile_max = nan_or_max(fx);

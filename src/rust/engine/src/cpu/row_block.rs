@@ -36,15 +36,12 @@ pub fn pack<T: Real>(y: &Arg<T>, len: usize, packed: &mut [T]) {
 /// output-index input viewed at its row `row` (components `x.stride` apart), `y` the reduced-index
 /// input over the tile and `packed` its chunks (`pack`); `xs` holds at least `ROWS x dim` values.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 pub fn sq_dists<T: Real>(
-    x: &Arg<T>,
-    y: &Arg<T>,
+    (x, y): (&Arg<T>, &Arg<T>),
     packed: &[T],
     rows: usize,
     len: usize,
-    out: &mut [T],
-    xs: &mut [T],
+    (out, xs): (&mut [T], &mut [T]),
     fma: bool,
 ) {
     let dim = y.dim;

@@ -208,7 +208,6 @@ mod tests {
         vec![format!("x = {out}(3)"), format!("a = {out}(1)"), format!("y = {red}(3)"), format!("b = {red}(2)"), format!("w = {red}(1)")]
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn run<T: Real>(
         formula: &Formula,
         data: &[Vec<f64>],
