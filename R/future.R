@@ -173,15 +173,13 @@ future_reduce <- function(formula, args, sum_scheme, info, inputs, ranges, one) 
       inputs[k] <- list(x)
     }
   }
-  n_out <- future_rows(inputs, info, out_cat)
-  n_red <- future_rows(inputs, info, red_cat)
   blocks <- settings$blocks
   if (is.null(blocks)) blocks <- future_workers()
-  blocks <- max(1L, min(blocks, n_out))
-  cuts <- round(seq(0, n_out, length.out = blocks + 1L))
-  ranges <- ranges_for_engine(ranges)
+  # The engine checks the inputs' shapes, with the words of one process, and cuts the rows.
+  plan <- rust_result(.Call(wrap__keops_future_blocks, formula, args, inputs, blocks, ranges_for_engine(ranges)))
+  blocks <- length(plan$first)
   tasks <- lapply(seq_len(blocks), function(b) {
-    future_block_task(inputs, info, out_cat, red_cat, n_red, ranges, cuts[b], cuts[b + 1L])
+    future_block_task(inputs, info$categories, out_cat, red_cat, plan, b)
   })
   shared <- list(formula = formula, args = args, sum_scheme = sum_scheme,
                  options = .rkeops_env$options, ncore = settings$ncore, caller = future_process())
@@ -216,29 +214,6 @@ future_workers <- function() {
   as.integer(max(1, w))
 }
 
-# The rows of the variables of category `cat` (1 when there is none: the engine's convention for a
-# side without variables). Each block cuts them at the same rows, so what the engine would refuse
-# is refused here first, with the engine's words.
-future_rows <- function(inputs, info, cat) {
-  at <- which(info$categories == cat)
-  if (length(at) == 0L) return(1L)
-  for (k in at) {
-    if (is.null(dim(inputs[[k]])) && info$dims[k] > 1L) {
-      rkeops_abort(sprintf("input '%s': expected a matrix with %d columns (%s(%d)), got 1 column",
-                           info$names[k], info$dims[k], cat, info$dims[k]),
-                   kind = "input", arg = info$names[k])
-    }
-  }
-  rows <- vapply(at, function(k) NROW(inputs[[k]]), 1L)
-  bad <- which(rows != rows[1L])
-  if (length(bad) > 0L) {
-    rkeops_abort(sprintf("input '%s': has %d rows, but '%s' has %d: all %s-variables (%s) must have the same number of rows",
-                         info$names[at[bad[1L]]], rows[bad[1L]], info$names[at[1L]], rows[1L],
-                         tolower(substr(cat, 2L, 2L)), cat), kind = "input", arg = info$names[at[bad[1L]]])
-  }
-  rows[1L]
-}
-
 # Rows `first + 1` to `last` (0-based `first`, exclusive `last`) of a matrix or of a vector (a
 # variable of dimension 1 given as a vector).
 future_slice <- function(x, first, last) {
@@ -246,66 +221,14 @@ future_slice <- function(x, first, last) {
   if (is.null(dim(x))) x[rows] else x[rows, , drop = FALSE]
 }
 
-# What the block of output rows [first, last) (0-based, exclusive end) needs: its inputs (the rows
-# of the output index sliced; those of the reduced index whole, or, with ranges, from the first to
-# the last row its ranges visit), its ranges, and the offset of the reduced rows sent (added back to
-# the indices it returns).
-future_block_task <- function(inputs, info, out_cat, red_cat, n_red, ranges, first, last) {
-  cats <- info$categories
-  offset <- 0L
-  if (!is.null(ranges)) {
-    part <- future_ranges_block(ranges, info$axis, first, last, n_red, any(cats == red_cat))
-    ranges <- part$ranges
-    offset <- part$from
-    for (k in which(cats == red_cat)) inputs[k] <- list(future_slice(inputs[[k]], part$from, part$to))
-  }
-  for (k in which(cats == out_cat)) inputs[k] <- list(future_slice(inputs[[k]], first, last))
-  list(inputs = inputs, ranges = ranges, index_offset = offset)
-}
-
-# The engine's ranges (ranges_for_engine(): range matrices as 0-based starts then exclusive ends)
-# of the output rows [first, last): the blocks of the reduction's axis cut to these rows and shifted
-# to start at 0, with their ranges of the reduced index; those shifted too, to the reduced rows
-# [from, to) that they span when the block is sent only those (`slice_reduced`). The parts of the
-# other axis are left empty: the reduction does not read them.
-future_ranges_block <- function(ranges, axis, first, last, n_red, slice_reduced) {
-  names <- if (axis == 0L) c("ranges_i", "slices_i", "redranges_j") else
-    c("ranges_j", "slices_j", "redranges_i")
-  starts_ends <- function(v) {
-    n <- length(v) %/% 2L
-    list(start = v[seq_len(n)], end = v[n + seq_len(n)])
-  }
-  blocks <- starts_ends(ranges[[names[1L]]])
-  slices <- ranges[[names[2L]]]
-  reduced <- starts_ends(ranges[[names[3L]]])
-  from_slice <- c(0L, slices[-length(slices)])
-  start <- pmax(blocks$start, first)
-  end <- pmin(blocks$end, last)
-  keep <- which(start < end)
-  # The reduced ranges of each kept block, without the empty ones (they hold nothing).
-  red <- lapply(keep, function(b) {
-    at <- seq.int(from_slice[b] + 1L, length.out = slices[b] - from_slice[b])
-    at <- at[reduced$start[at] < reduced$end[at]]
-    list(start = reduced$start[at], end = reduced$end[at])
-  })
-  red_start <- unlist(lapply(red, `[[`, "start"))
-  red_end <- unlist(lapply(red, `[[`, "end"))
-  from <- 0L
-  to <- n_red
-  if (slice_reduced) {
-    # (a block that reduces over nothing is still sent one row: the engine needs data)
-    from <- if (length(red_start)) min(red_start) else 0L
-    to <- if (length(red_end)) max(red_end) else min(1L, n_red)
-  }
-  part <- list(c(start[keep], end[keep]) - as.integer(first),
-               cumsum(vapply(red, function(r) length(r$start), 1L)),
-               c(red_start, red_end) - as.integer(from))
-  part <- lapply(part, as.integer)
-  names(part) <- names
-  other <- setdiff(ranges_parts, names)
-  for (name in other) part[[name]] <- integer(0)
-  list(ranges = structure(part[ranges_parts], class = "keops_engine_ranges"),
-       from = as.integer(from), to = as.integer(to))
+# What block `b` of the engine's `plan` (keops_future_blocks()) needs: its inputs (the rows of the
+# output index sliced; those of the reduced index whole, or, with ranges, the rows its ranges
+# visit), its ranges, and the offset of the reduced rows sent (added back to the indices it returns).
+future_block_task <- function(inputs, cats, out_cat, red_cat, plan, b) {
+  for (k in which(cats == out_cat)) inputs[k] <- list(future_slice(inputs[[k]], plan$first[b], plan$last[b]))
+  if (is.null(plan$ranges)) return(list(inputs = inputs, ranges = NULL, index_offset = 0L))
+  for (k in which(cats == red_cat)) inputs[k] <- list(future_slice(inputs[[k]], plan$from[b], plan$to[b]))
+  list(inputs = inputs, ranges = plan$ranges[[b]], index_offset = plan$from[b])
 }
 
 # The function that the futures apply to their block: it closes over `shared` (formula,

@@ -38,6 +38,6 @@ ranges_for_engine <- function(ranges) {
     c(x[seq_len(n)] - 1L, x[n + seq_len(n)])
   })
   names(parts) <- ranges_parts
-  # (batches keep this form between calls: see batch_ranges())
+  # (the form the engine reads, and gives in its plans: see keops_batch_plan(), keops_future_blocks())
   structure(parts, class = "keops_engine_ranges")
 }

@@ -8,6 +8,7 @@ mod error;
 mod gradient;
 mod iterate;
 mod knn;
+mod plan;
 mod results;
 
 use std::collections::HashMap;
@@ -387,6 +388,7 @@ extendr_module! {
     use gradient;
     use iterate;
     use knn;
+    use plan;
     fn keops_parse;
     fn keops_run;
     fn gpu_status;
