@@ -350,7 +350,7 @@ batch_of_one_value <- function(res, as_list) {
 values_shaped <- function(e, info) {
   d <- dim(e)
   length(d) == 3L && info$reduction %in% c("KMin", "KMinArgKMin") && d[2L] == info$k &&
-    d[3L] > 1L && info$k * d[3L] == grad_input_dim(info)
+    d[3L] > 1L && info$k * d[3L] == info$grad_dim
 }
 
 # What batches do not combine with yet: errors that say so.

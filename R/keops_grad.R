@@ -100,11 +100,6 @@ grad_with_batches <- function(op, k) {
   }, attr(op, "rkeops")$info, plan$input)
 }
 
-# The dimension of the gradient input of a reduction described by `info`: that of its result
-# (K values per component for the KMin reductions), as the engine's plan declares it.
-grad_input_dim <- function(info) {
-  if (info$reduction %in% c("KMin", "KMinArgKMin")) info$k * info$dim else info$dim
-}
 
 # The engine's plan of the gradient of `op` (made by keops_kernel()) in its variable number `k`,
 # the gradient input after its inputs (see keops_gradient() in src/rust/rkeops/src/gradient.rs):

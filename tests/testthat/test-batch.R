@@ -287,7 +287,7 @@ test_that("the gradient of every differentiable reduction of a batch equals each
       formula <- sprintf(red, wname, axis)
       op <- keops_kernel(formula, c("x = Vi(2)", "y = Vj(2)", "w = Vj(1)", "u = Vi(1)"))
       info <- attr(op, "rkeops")$info
-      e <- arr(n_out, rkeops:::grad_input_dim(info), B)
+      e <- arr(n_out, info$grad_dim, B)
       for (var in c("x", "y", wname)) {
         expect_members(keops_grad(op, var), list(x, y, w, u, e), B, tol = 1e-11,
                        info = paste(formula, "in", var))

@@ -91,6 +91,8 @@ test_that("gradients of Min, Max and KMin flow to the selected j; Arg reductions
     value <- function(x, y, w) { r <- op(list(x, y, w)); if (is.list(r)) r$values else r }
     out <- value(x, y, w)
     e <- array(rnorm(length(out)), dim(out))
+    # the engine's dimension of the gradient input: one value per result of a row
+    expect_identical(attr(op, "rkeops")$info$grad_dim, as.integer(length(out) / nrow(out)), info = formula)
     S <- function(x, y, w) sum(value(x, y, w) * e)
     inputs <- list(x, y, w, e)
     expect_gradient(keops_grad(op, "x")(inputs), finite_differences(function(v) S(v, y, w), x))

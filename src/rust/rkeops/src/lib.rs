@@ -56,7 +56,8 @@ fn strings(robj: &Robj, what: &str) -> Fallible<Vec<String>> {
     robj.as_string_vector().or_input(what, format!("'{what}' must be a character vector"))
 }
 
-/// Parses and checks a formula; returns the variables it takes, in input order, and its reduction,
+/// Parses and checks a formula; returns the variables it takes, in input order, its reduction and
+/// the dimension of its gradient input,
 /// or `list(gradient = TRUE)` for KeOps' gradient forms (`Grad(reduction, v, e)`, `GradFromPos`),
 /// whose plan `keops_gradient()` gives (gradient.rs).
 #[extendr]
@@ -73,7 +74,7 @@ fn keops_parse(formula: &str, args: Robj) -> Robj {
         let categories: Vec<String> = vars.iter().map(|v| v.category.keyword().to_string()).collect();
         let dims: Vec<i32> = vars.iter().map(|v| v.dim as i32).collect();
         Ok(List::from_names_and_values(
-            ["names", "categories", "dims", "reduction", "axis", "k", "dim"],
+            ["names", "categories", "dims", "reduction", "axis", "k", "dim", "grad_dim"],
             [
                 Robj::from(names),
                 Robj::from(categories),
@@ -82,6 +83,8 @@ fn keops_parse(formula: &str, args: Robj) -> Robj {
                 Robj::from(red.axis as i32),
                 Robj::from(red.k as i32),
                 Robj::from(op.formula.output_dim() as i32),
+                // (the dimension of its gradient input: K values per component for KMin)
+                Robj::from(red.kind.gradient_input_dim(red.k, op.formula.output_dim()) as i32),
             ],
         )?
         .into())
