@@ -2,18 +2,14 @@
 //! alternate reductions, each result an input of the next (a potential is a LogSumExp over the
 //! other). Called once per reduction from R, every step pays a call's fixed costs (R, conversion,
 //! transfers, a synchronisation), which on small problems are most of the time. Here the whole
-//! loop is one call: on a GPU every input is uploaded once and the iterated values stay on the
-//! device from one reduction to the next; elsewhere each step is a plain run on host data.
-
-use std::time::{Duration, Instant};
+//! loop is one call, a `crate::program` whose buffers are the inputs and the iterated values: on a
+//! GPU every input is uploaded once and the iterated values stay on the device from one reduction
+//! to the next; elsewhere each step is a plain run on host data.
 
 use crate::api::{Input, RunOptions};
-use crate::precision::Precision;
-use crate::cuda;
-use crate::cuda::recorded::Recorded;
-use crate::cuda::resident::DeviceMatrix;
 use crate::error::{Error, Result};
 use crate::operator::Operator;
+use crate::program::{self, Program};
 use crate::ranges::Ranges;
 use crate::reduction::SumScheme;
 
@@ -45,27 +41,42 @@ pub struct Iterated {
     pub timings: Vec<(&'static str, f64)>,
 }
 
-/// How often a loop on the GPU asks `RunOptions::interrupt` whether to stop.
-const INTERRUPT_EVERY: Duration = Duration::from_millis(10);
-
 /// Runs the steps in order, `iterations` times, from the initial values `states` (the ranges and
 /// sum scheme of each step replace those of `options`). Each step's reduction must return values
 /// only (no indices, no K-selection) of the shape of the state it replaces.
 pub fn iterate(steps: &[Step], states: &[Input], iterations: usize, options: &RunOptions) -> Result<Iterated> {
     check(steps, states)?;
-    let step_options: Vec<RunOptions> = steps
+    let mut buffers: Vec<program::Buffer> = states
         .iter()
-        .map(|s| RunOptions { sum_scheme: s.sum_scheme, ranges: s.ranges.clone(), ..options.clone() })
+        .enumerate()
+        .map(|(k, x)| program::Buffer { name: format!("state {}", k + 1), initial: Some(*x), schedule: None })
         .collect();
-    let gpu = crate::operator::chosen_gpu(options)?;
-    // float16 storage computes in float32: its results cannot be stored back in float16 on the
-    // device without a rounding that a plain call would not make, so that loop runs on host data.
-    match gpu {
-        Some(device) if options.precision != Precision::F16 => {
-            on_device(steps, &step_options, states, iterations, options, device)
+    let mut program_steps = Vec::with_capacity(steps.len());
+    for (s, step) in steps.iter().enumerate() {
+        let mut inputs = Vec::with_capacity(step.inputs.len());
+        for (p, source) in step.inputs.iter().enumerate() {
+            inputs.push(match *source {
+                Source::State(k) => k,
+                Source::Host(x) => {
+                    let name = format!("input {} of step {}", p + 1, s + 1);
+                    buffers.push(program::Buffer { name, initial: Some(x), schedule: None });
+                    buffers.len() - 1
+                }
+            });
         }
-        _ => on_host(steps, &step_options, states, iterations),
+        program_steps.push(program::Step {
+            name: format!("step {}", s + 1),
+            operator: step.operator,
+            inputs,
+            output: step.output,
+            sum_scheme: step.sum_scheme,
+            ranges: step.ranges.clone(),
+        });
     }
+    let outputs = (0..states.len()).collect();
+    let program = Program { buffers, steps: program_steps, iterations, stop: None, trace: vec![], outputs };
+    let ran = program::run(&program, options)?;
+    Ok(Iterated { states: ran.outputs, backend: ran.backend, timings: ran.timings })
 }
 
 /// The checks that do not need the data: sources, shapes, reductions.
@@ -114,167 +125,11 @@ fn check(steps: &[Step], states: &[Input]) -> Result<()> {
     Ok(())
 }
 
-/// Each step a plain run on host data (the CPU, or a GPU in float16).
-fn on_host(steps: &[Step], step_options: &[RunOptions], states: &[Input], iterations: usize) -> Result<Iterated> {
-    let mut values: Vec<Vec<f64>> = states.iter().map(|x| host(x).map(<[f64]>::to_vec)).collect::<Result<_>>()?;
-    let mut timings = Timings::default();
-    let mut backend = "CPU".to_string();
-    for _ in 0..iterations {
-        for (step, options) in steps.iter().zip(step_options) {
-            let inputs: Vec<Input> = step
-                .inputs
-                .iter()
-                .map(|source| match *source {
-                    Source::Host(x) => x,
-                    Source::State(k) => Input::host(&values[k], states[k].nrow, states[k].ncol),
-                })
-                .collect();
-            let out = step.operator.run(&inputs, options)?;
-            timings.add(&out.timings);
-            backend = out.backend;
-            values[step.output] = out.values.expect("checked: the reduction returns values");
-        }
-    }
-    Ok(Iterated { states: values, backend, timings: timings.0 })
-}
-
-/// Every input uploaded once, the states kept on the device; each step writes its result into a
-/// second buffer of its state, then the two are swapped (a kernel may read the state it replaces).
-/// The steps are queued on the device's stream without waiting for one another: one wait at the
-/// end (a step's kernels take microseconds, as long as a wait).
-fn on_device(
-    steps: &[Step],
-    step_options: &[RunOptions],
-    states: &[Input],
-    iterations: usize,
-    options: &RunOptions,
-    device: std::sync::Arc<cuda::device::Device>,
-) -> Result<Iterated> {
-    let clock = Instant::now();
-    let keep = |x: &Input| DeviceMatrix::new(device.clone(), host(x)?, x.nrow, x.ncol, options.precision);
-    let kept_inputs: Vec<Vec<Option<DeviceMatrix>>> = steps
-        .iter()
-        .map(|step| {
-            step.inputs
-                .iter()
-                .map(|source| match source {
-                    Source::Host(x) => keep(x).map(Some),
-                    Source::State(_) => Ok(None),
-                })
-                .collect()
-        })
-        .collect::<Result<_>>()?;
-    let mut current: Vec<DeviceMatrix> = states.iter().map(keep).collect::<Result<_>>()?;
-    let mut next: Vec<Option<DeviceMatrix>> = (0..states.len())
-        .map(|k| match steps.iter().any(|s| s.output == k) {
-            true => keep(&Input::host(&vec![0.0; states[k].nrow * states[k].ncol], states[k].nrow, states[k].ncol)).map(Some),
-            false => Ok(None),
-        })
-        .collect::<Result<_>>()?;
-    let mut timings = Timings::default();
-    timings.add(&[("upload once", clock.elapsed().as_secs_f64())]);
-    let clock = Instant::now();
-    // Each step's launches of the first two iterations, recorded: the buffers of the iterated
-    // values are swapped at every step that replaces one, so that every later iteration issues the
-    // launches of the one two before it, on the same buffers. Freed only after the wait below.
-    let mut recorded: Vec<[Option<Recorded>; 2]> = steps.iter().map(|_| [None, None]).collect();
-    let device_loop =
-        DeviceLoop { steps, step_options, iterations, options, kept_inputs: &kept_inputs, device: &device };
-    let looped = device_loop.run((&mut current[..], &mut next[..]), &mut recorded);
-    // Nothing queued may still use the buffers when they are read or freed.
-    let waited = device.synchronize();
-    looped?;
-    waited?;
-    timings.add(&[("loop on the GPU", clock.elapsed().as_secs_f64())]);
-    let clock = Instant::now();
-    let values = current.iter().map(DeviceMatrix::to_host).collect::<Result<_>>()?;
-    timings.add(&[("download once", clock.elapsed().as_secs_f64())]);
-    Ok(Iterated { states: values, backend: format!("GPU {} ({})", device.ordinal, device.name), timings: timings.0 })
-}
-
-/// The loop of `on_device`: its steps, their options, the number of iterations, the inputs each
-/// step keeps on the device.
-struct DeviceLoop<'a> {
-    steps: &'a [Step<'a>],
-    step_options: &'a [RunOptions],
-    iterations: usize,
-    options: &'a RunOptions,
-    kept_inputs: &'a [Vec<Option<DeviceMatrix>>],
-    device: &'a cuda::device::Device,
-}
-
-impl DeviceLoop<'_> {
-    /// Queues the loop's steps, each writing the `next` buffer of its output, which then becomes
-    /// the `current` one; each step's launches of the first two iterations are recorded, and
-    /// replayed by the later ones.
-    fn run(
-        &self,
-        (current, next): (&mut [DeviceMatrix], &mut [Option<DeviceMatrix>]),
-        recorded: &mut [[Option<Recorded>; 2]],
-    ) -> Result<()> {
-        let DeviceLoop { steps, step_options, iterations, options, kept_inputs, device } = *self;
-        let mut asked = Instant::now();
-        // Tuning::replay false (RKEOPS_GPU_REPLAY=0) runs every step as a call, as before the records
-        // (for benchmarks).
-        let replay = options.tuning.replay;
-        for iteration in 0..iterations {
-            let steps = steps.iter().zip(step_options).zip(kept_inputs).zip(recorded.iter_mut());
-            for (((step, step_options), kept), recorded) in steps {
-                let record = &mut recorded[iteration % 2];
-                if let Some(launches) = record.as_ref() {
-                    launches.replay(device)?;
-                } else {
-                    let inputs: Vec<Input> = step
-                        .inputs
-                        .iter()
-                        .zip(kept)
-                        .map(|(source, kept)| match *source {
-                            Source::Host(_) => Input::device(kept.as_ref().expect("kept for every host input")),
-                            Source::State(k) => Input::device(&current[k]),
-                        })
-                        .collect();
-                    let target = next[step.output].as_ref().expect("allocated for every output");
-                    step.operator.run_into(&inputs, step_options, target, replay.then_some(record))?;
-                }
-                // The value replaced: its new buffer becomes the current one.
-                let replaced = next[step.output].take().expect("allocated for every output");
-                next[step.output] = Some(std::mem::replace(&mut current[step.output], replaced));
-                if let Some(interrupted) = options.interrupt.filter(|_| asked.elapsed() >= INTERRUPT_EVERY) {
-                    if interrupted() {
-                        return Err(Error::Interrupted);
-                    }
-                    asked = Instant::now();
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The host data of a state's initial value or of a step's input (a loop takes them from R).
-fn host<'a>(x: &Input<'a>) -> Result<&'a [f64]> {
-    x.host_data().ok_or_else(|| Error::Invalid("the inputs and initial values of a loop are host data".into()))
-}
-
-/// Seconds per phase, summed over the steps, in the order the phases first appear.
-#[derive(Default)]
-struct Timings(Vec<(&'static str, f64)>);
-
-impl Timings {
-    fn add(&mut self, phases: &[(&'static str, f64)]) {
-        for &(name, seconds) in phases {
-            match self.0.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, total)) => *total += seconds,
-                None => self.0.push((name, seconds)),
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::Backend;
+    use crate::precision::Precision;
 
     fn col(data: &[f64]) -> Input<'_> {
         Input::host(data, data.len(), 1)

@@ -19,6 +19,7 @@ pub mod operator;
 pub mod parallel;
 pub mod plan;
 pub mod precision;
+pub mod program;
 pub mod ranges;
 pub mod real;
 pub mod reduction;

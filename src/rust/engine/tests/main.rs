@@ -16,6 +16,7 @@ mod fuzz;
 mod gpu;
 mod gpu_shared_cache;
 mod interrupts;
+mod program;
 mod ranges;
 mod reductions;
 mod tensor_cores;

@@ -9,6 +9,7 @@ mod gradient;
 mod iterate;
 mod knn;
 mod plan;
+mod program;
 mod results;
 
 use std::collections::HashMap;
@@ -392,6 +393,7 @@ extendr_module! {
     use iterate;
     use knn;
     use plan;
+    use program;
     fn keops_parse;
     fn keops_run;
     fn gpu_status;

@@ -72,6 +72,36 @@ impl DeviceMatrix {
         })
     }
 
+    /// Replaces its values by `data` (as many, column-major), rounded to its precision: the copy is
+    /// queued on the device's stream after the work already there (a loop sets a parameter's value
+    /// of the iteration this way, `crate::program`).
+    pub fn write(&self, data: &[f64]) -> Result<()> {
+        if data.len() != self.nrow * self.ncol {
+            return Err(Error::Invalid(format!("{} values cannot replace those of {self:?}", data.len())));
+        }
+        guarded("copying values to the GPU", || {
+            let failed = |e| Error::Gpu(format!("copying values to GPU {}: {e:?}", self.device.ordinal));
+            self.device.ctx.bind_to_thread().map_err(failed)?;
+            let stream = self.device.stream.cu_stream();
+            fn queue<S: Stored>(
+                ptr: sys::CUdeviceptr,
+                data: &[f64],
+                stream: sys::CUstream,
+            ) -> std::result::Result<(), result::DriverError> {
+                let host: Vec<S> = data.iter().map(|&x| S::from_f64(x)).collect();
+                // SAFETY: `ptr` holds `data.len()` values of S; from ordinary memory, the driver
+                // stages the bytes before returning, so `host` may be freed at once.
+                unsafe { result::memcpy_htod_async(ptr, &host, stream) }
+            }
+            match self.precision {
+                Precision::F16 => queue::<u16>(self.ptr, data, stream),
+                Precision::F32 => queue::<f32>(self.ptr, data, stream),
+                Precision::F64 => queue::<f64>(self.ptr, data, stream),
+            }
+            .map_err(failed)
+        })
+    }
+
     /// The device it lives on.
     pub fn ordinal(&self) -> usize {
         self.device.ordinal

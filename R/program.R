@@ -1,0 +1,218 @@
+#' Run a whole algorithm in one call: a program of reductions
+#'
+#' An algorithm such as K-means, EM for a mixture or Sinkhorn alternates reductions and small
+#' updates. Written as an R loop, each reduction is a call whose fixed costs (R, conversions,
+#' copies to and from the GPU, a wait for the GPU) are, on all but the largest problems, most of
+#' the time. `keops_program()` describes the loop once; the program it returns runs it in the
+#' engine, with no R in the loop: on a GPU every value stays on the device for the whole program
+#' and, from the third iteration on, each step issues the kernel launches recorded for it.
+#'
+#' A program works on named buffers: the matrices given in `input`, and those the steps compute.
+#' Each step is an operator made by [keops_kernel()] (a reduction) or by [keops_map()] (a formula
+#' evaluated on each row, for updates such as `s / n`); its name in `steps` is the buffer its result
+#' is assigned to (a name may come back: two steps may write one buffer), and each of its variables
+#' reads the buffer of that name. Steps run in order, `iterations` times, or until every value of
+#' the buffer `until` is below `tol` in absolute value, tested after every `every`-th iteration. A
+#' reduction over all rows of an index with no variable of the other index (`Sum_Reduction(Abs(f -
+#' f0), 1)` with `f`, `f0` `Vi` variables) has one row: a scalar for such tests, or a `Pm` parameter
+#' of later steps.
+#'
+#' Operators that return indices (`ArgMin`, `ArgKMin`) give them as numbers (from 1, as in R):
+#' K-means labels are a buffer like any other (see the example). A buffer that a step writes needs
+#' no value in `input` when a step writes it before any step reads it; its shape is that of the
+#' result.
+#'
+#' @param steps A named list of operators made by [keops_kernel()] or [keops_map()], in the order
+#'   they run; each name is the buffer its result goes to.
+#' @param iterations The most times the steps run (all of them without `until`).
+#' @param until `NULL`, or the name of the buffer of the stopping rule.
+#' @param tol The tolerance of the stopping rule (0: no stop before `iterations`).
+#' @param every Test the stopping rule after every `every`-th iteration only (on a GPU, each test
+#'   waits for the device).
+#' @param trace `NULL`, or names of buffers whose values are recorded after each iteration (on a
+#'   GPU, each iteration then waits for the device).
+#' @param output The buffers that come back: by default, those the steps write.
+#' @return A function `program(input, schedule = NULL)`: `input` a named list with the initial
+#'   value of each buffer that a step reads before one writes it (matrices; vectors are one column;
+#'   a parameter's vector of values); `schedule` a named list of the values that buffers take at
+#'   each iteration (for eps-annealing): a matrix with one row per iteration and as many columns as
+#'   the buffer has values, or a vector for a buffer of one value; iteration t takes row t, the last
+#'   row repeated after its end. It returns a named list of the `output` buffers (matrices), with
+#'   attributes `iterations` (how many ran) and `trace` (a named list of matrices: one row per
+#'   iteration, the buffer's values in R's order).
+#' @seealso [keops_map()], [keops_iterate()] (the loops whose updates are raw reduction results).
+#' @export
+#' @examples
+#' # K-means (Lloyd) on 500 points in the plane, 4 clusters, 10 iterations.
+#' set.seed(1)
+#' x <- matrix(rnorm(1000), 500, 2)
+#' kmeans_step <- keops_program(list(
+#'   labels = keops_kernel("ArgMin_Reduction(SqDist(x, c), 0)", c("x = Vi(2)", "c = Vj(2)")),
+#'   sums = keops_kernel("Sum_Reduction(Equal(labels, j) * x, 1)",
+#'                       c("labels = Vi(1)", "x = Vi(2)", "j = Vj(1)")),
+#'   counts = keops_kernel("Sum_Reduction(Equal(labels, j), 1)", c("labels = Vi(1)", "j = Vj(1)")),
+#'   c = keops_map("IfElse(counts - 0.5, sums / counts, c)",
+#'                 c("sums = Vj(2)", "counts = Vj(1)", "c = Vj(2)"))
+#' ), iterations = 10)
+#' res <- kmeans_step(list(x = x, c = x[1:4, ], j = 1:4))
+#' res$c
+#' table(res$labels)
+keops_program <- function(steps, iterations = 1, until = NULL, tol = 0, every = 1, trace = NULL,
+                          output = NULL) {
+  if (!is.list(steps) || is.object(steps) || length(steps) == 0L || is.null(names(steps)) ||
+      !all(nzchar(names(steps)))) {
+    rkeops_abort("'steps' must be a named list of operators made by keops_kernel() or keops_map(), each ",
+                 "name the buffer its result goes to", kind = "input", arg = "steps")
+  }
+  specs <- lapply(seq_along(steps), function(s) {
+    spec <- attr(steps[[s]], "rkeops")
+    if (!is.function(steps[[s]]) || is.null(spec$info$reduction) || is.null(spec$formula)) {
+      rkeops_abort("steps$", names(steps)[s], " must be an operator made by keops_kernel() or keops_map()",
+                   kind = "input", arg = "steps")
+    }
+    spec
+  })
+  check_whole(iterations, "iterations", "keops_program", min = 0, max = .Machine$integer.max, show_value = TRUE)
+  check_number(tol, "tol", "keops_program", sign = "non-negative")
+  check_whole(every, "every", "keops_program", min = 1, max = .Machine$integer.max, show_value = TRUE)
+  for (arg in c("until", "trace", "output")) {
+    value <- get(arg)
+    if (!is.null(value) && (!is.character(value) || anyNA(value) || (arg == "until" && length(value) != 1L))) {
+      rkeops_abort("'", arg, "' must be NULL or ", if (arg == "until") "the name of a buffer" else "names of buffers",
+                   kind = "input", arg = arg)
+    }
+  }
+  settings <- list(names = names(steps), specs = specs, iterations = iterations, until = until, tol = tol,
+                   every = every, trace = trace, output = if (is.null(output)) unique(names(steps)) else output)
+  program <- function(input = list(), schedule = NULL) program_run(settings, input, schedule)
+  attr(program, "rkeops_program") <- settings
+  program
+}
+
+# Runs the program described by `settings` (keops_program()) from `input`, with `schedule`.
+program_run <- function(settings, input, schedule) {
+  if (!is.list(input) || is.object(input) || (length(input) > 0L && (is.null(names(input)) ||
+      !all(nzchar(names(input))) || anyDuplicated(names(input))))) {
+    rkeops_abort("'input' must be a named list of the buffers' initial values", kind = "input", arg = "input")
+  }
+  variables <- unlist(lapply(settings$specs, function(spec) spec$info$names))
+  buffers <- unique(c(names(input), settings$names, variables))
+  for (s in seq_along(settings$specs)) {
+    missing <- setdiff(settings$specs[[s]]$info$names, c(names(input), settings$names))
+    if (length(missing)) {
+      rkeops_abort("input: no value for '", missing[1L], "', a variable of step ", s, " ('", settings$names[s],
+                   "'), and no step computes it", kind = "input", arg = "input")
+    }
+  }
+  initial <- lapply(buffers, function(name) program_value(input[[name]], name))
+  named <- function(names, what) {
+    at <- match(names, buffers)
+    if (anyNA(at)) {
+      rkeops_abort(what, ": '", names[is.na(at)][1L], "' is not a buffer of the program (",
+                   paste(buffers, collapse = ", "), ")", kind = "input", arg = what)
+    }
+    as.integer(at - 1L)
+  }
+  program <- list(
+    buffers = list(names = buffers, initial = initial, schedule = program_schedule(schedule, buffers, initial)),
+    steps = lapply(seq_along(settings$specs), function(s) {
+      spec <- settings$specs[[s]]
+      list(name = settings$names[s], formula = spec$formula, args = spec$args,
+           inputs = named(spec$info$names, "steps"), output = named(settings$names[s], "steps"),
+           sum_scheme = spec$sum_scheme, ranges = NULL)
+    }),
+    iterations = as.double(settings$iterations),
+    until = if (is.null(settings$until)) -1 else as.double(named(settings$until, "until")),
+    tol = as.double(settings$tol), every = as.double(settings$every),
+    trace = named(as.character(settings$trace), "trace"), outputs = named(settings$output, "output"))
+  res <- rust_result(.Call(wrap__keops_program_run, program, engine_options()))
+  record_run(res$backend, res$timings)
+  out <- res$outputs
+  names(out) <- settings$output
+  trace <- lapply(seq_along(settings$trace), function(k) {
+    matrix(res$trace[[k]], nrow = res$iterations, byrow = TRUE)
+  })
+  names(trace) <- settings$trace
+  attr(out, "iterations") <- res$iterations
+  attr(out, "trace") <- trace
+  out
+}
+
+# The initial value of buffer `name` as the engine takes it: NULL, or a double matrix (a vector is
+# one column).
+program_value <- function(x, name) {
+  if (is.null(x)) return(NULL)
+  if (is.data.frame(x)) x <- as.matrix(x)
+  if (inherits(x, "keops_device_matrix") || is.list(x) || length(dim(x)) > 2L) {
+    rkeops_abort("input '", name, "': a program takes matrices, vectors or numbers (not batches nor ",
+                 "matrices kept on a GPU)", kind = "input", arg = name)
+  }
+  if (!(is.numeric(x) || is.logical(x)) || is.object(x)) {
+    rkeops_abort("input '", name, "' must be numeric", kind = "input", arg = name)
+  }
+  if (!is.matrix(x)) x <- matrix(x, ncol = 1L)
+  if (!is.double(x)) storage.mode(x) <- "double"
+  x
+}
+
+# The schedules as the engine takes them, one per buffer (NULL or the values of each iteration one
+# after the other); `initial` gives each buffer's shape.
+program_schedule <- function(schedule, buffers, initial) {
+  out <- vector("list", length(buffers))
+  if (is.null(schedule)) return(out)
+  if (!is.list(schedule) || is.null(names(schedule)) || !all(nzchar(names(schedule)))) {
+    rkeops_abort("'schedule' must be NULL or a named list of the values of buffers at each iteration",
+                 kind = "input", arg = "schedule")
+  }
+  for (name in names(schedule)) {
+    b <- match(name, buffers)
+    s <- schedule[[name]]
+    if (is.na(b) || is.null(initial[[b]])) {
+      rkeops_abort("schedule: '", name, "' is not a buffer given in 'input' (its shape)", kind = "input",
+                   arg = "schedule")
+    }
+    len <- length(initial[[b]])
+    if (!is.matrix(s) && len == 1L) s <- matrix(s, ncol = 1L)
+    if (!is.numeric(s) || !is.matrix(s) || ncol(s) != len || nrow(s) == 0L) {
+      rkeops_abort("schedule$", name, ": a matrix with one row per iteration and ", len, " column",
+                   if (len > 1L) "s", " (the values of '", name, "') expected", kind = "input", arg = "schedule")
+    }
+    out[[b]] <- as.double(t(s))
+  }
+  out
+}
+
+#' A formula evaluated on each row: a map
+#'
+#' `keops_map()` makes an operator that evaluates `formula` on each row of its variables, all of
+#' one index (`Vi`, or `Vj`) and parameters (`Pm`): an element-wise update such as `s / n` or
+#' `q + dt * p`. It is the reduction `Sum_Reduction(formula, axis)` over an index with no variable,
+#' which has one term per row, so it runs wherever a reduction runs: called alone, or as a step of
+#' [keops_program()].
+#'
+#' @param formula A formula of the variables declared in `args`, without reduction.
+#' @param args Their declarations, as for [keops_kernel()]: `Vi` variables and parameters, or `Vj`
+#'   variables and parameters.
+#' @param sum_scheme As for [keops_kernel()] (one term per row: no effect on the values).
+#' @return An operator: called with a list of its inputs, it returns the matrix of the formula's
+#'   values, one row per row of its variables.
+#' @seealso [keops_program()]
+#' @export
+#' @examples
+#' scale <- keops_map("x * w", c("x = Vi(3)", "w = Pm(1)"))
+#' x <- matrix(runif(12), 4, 3)
+#' all.equal(scale(list(x, 2)), 2 * x)
+keops_map <- function(formula, args, sum_scheme = "auto") {
+  if (!is.character(formula) || length(formula) != 1L || is.na(formula)) {
+    rkeops_abort("keops_map(): 'formula' must be a string", kind = "input", arg = "formula")
+  }
+  info <- rust_result(.Call(wrap__keops_parse, sprintf("Sum_Reduction(%s, 0)", formula), args), "keops_map")
+  sides <- unique(info$categories[info$categories != "Pm"])
+  if (length(sides) != 1L) {
+    rkeops_abort("keops_map(): a map evaluates its formula on each row of one index, so its variables ",
+                 "must be all Vi or all Vj (and parameters), not ",
+                 if (length(sides)) "both" else "parameters only", kind = "input", arg = "args")
+  }
+  keops_kernel(sprintf("Sum_Reduction(%s, %d)", formula, if (sides == "Vi") 0L else 1L), args,
+               sum_scheme = sum_scheme)
+}

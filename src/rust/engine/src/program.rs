@@ -1,0 +1,423 @@
+//! Programs: whole algorithms in one engine call. A program is an ordered list of steps over named
+//! buffers (matrices indexed by i or j, or parameters), each step a reduction whose result is
+//! assigned to a buffer (a map is a reduction over an index with no variable: one term per row);
+//! the steps run in a loop, a fixed number of times or until a buffer's values drop below a
+//! tolerance, with parameters that follow a schedule (one value per iteration) and a trace of chosen
+//! buffers after each iteration. Results that are indices (ArgMin, ArgKMin) are stored as values
+//! (1-based, as R numbers them), usable by later steps.
+//!
+//! On a GPU every buffer stays on the device for the whole program: each step writes its result into
+//! a second buffer (a kernel may read the value it replaces) which then becomes the current one,
+//! and its launches, recorded in the first two iterations, are issued again from the third on, with
+//! no checks, packing or waits; a step that returns indices comes back to the host and its result is
+//! copied up again (a wait per such step). The host waits only to test the stopping rule, to trace,
+//! and at the end. Elsewhere (the CPU, or float16, whose results are float32) each step is a plain
+//! run on host data, with no R in the loop.
+
+use std::time::{Duration, Instant};
+
+use crate::api::{Input, RunOptions};
+use crate::backend::Timings;
+use crate::cuda;
+use crate::cuda::recorded::Recorded;
+use crate::cuda::resident::DeviceMatrix;
+use crate::error::{Error, Result};
+use crate::operator::Operator;
+use crate::precision::Precision;
+use crate::ranges::Ranges;
+use crate::reduction::SumScheme;
+
+/// A named matrix of the program: its value before the first step that reads it (none when a step
+/// writes it first), and the values it takes at each iteration when it follows a `Schedule`.
+#[derive(Debug, Clone)]
+pub struct Buffer<'a> {
+    pub name: String,
+    pub initial: Option<Input<'a>>,
+    pub schedule: Option<Schedule<'a>>,
+}
+
+/// The values of a buffer, iteration after iteration: `rows` values one after the other (each
+/// column-major, of the buffer's shape); iteration t (from 0) takes value `min(t, rows - 1)`.
+#[derive(Debug, Clone, Copy)]
+pub struct Schedule<'a> {
+    pub values: &'a [f64],
+    pub rows: usize,
+}
+
+/// One step: the reduction of `operator` on the buffers `inputs` (one per variable, in order), its
+/// result assigned to the buffer `output` (its values, or its indices when it returns only those).
+#[derive(Debug, Clone)]
+pub struct Step<'a> {
+    pub name: String,
+    pub operator: &'a Operator,
+    pub inputs: Vec<usize>,
+    pub output: usize,
+    pub sum_scheme: SumScheme,
+    pub ranges: Option<Ranges>,
+}
+
+/// Stop after an iteration whose number is a multiple of `every` when every value of `buffer` is
+/// below `tol` in absolute value.
+#[derive(Debug, Clone, Copy)]
+pub struct Stop {
+    pub buffer: usize,
+    pub tol: f64,
+    pub every: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct Program<'a> {
+    pub buffers: Vec<Buffer<'a>>,
+    pub steps: Vec<Step<'a>>,
+    /// The most iterations (all of them without a stopping rule).
+    pub iterations: usize,
+    pub stop: Option<Stop>,
+    /// Buffers whose values are recorded after each iteration.
+    pub trace: Vec<usize>,
+    /// Buffers whose final values come back.
+    pub outputs: Vec<usize>,
+}
+
+/// What a program computed: the final values of its outputs (column-major, of `shapes`), the
+/// iterations run, the traced values (per traced buffer, its values after each iteration one after
+/// the other), what computed it and the seconds of each phase summed over the program.
+#[derive(Debug, Clone)]
+pub struct Ran {
+    pub outputs: Vec<Vec<f64>>,
+    pub shapes: Vec<(usize, usize)>,
+    pub iterations: usize,
+    pub trace: Vec<Vec<f64>>,
+    pub backend: String,
+    pub timings: Timings,
+}
+
+/// How often a loop on the GPU asks `RunOptions::interrupt` whether to stop.
+const INTERRUPT_EVERY: Duration = Duration::from_millis(10);
+
+/// Runs `program` on the backend `options` choose (the ranges and sum scheme of each step replace
+/// those of `options`).
+pub fn run(program: &Program, options: &RunOptions) -> Result<Ran> {
+    let shapes = check(program)?;
+    let step_options: Vec<RunOptions> = program
+        .steps
+        .iter()
+        .map(|s| RunOptions { sum_scheme: s.sum_scheme, ranges: s.ranges.clone(), ..options.clone() })
+        .collect();
+    let gpu = crate::operator::chosen_gpu(options)?;
+    let run = Run { program, shapes: &shapes, step_options: &step_options, options };
+    // float16 storage computes in float32: its results cannot be stored back in float16 on the
+    // device without a rounding that a plain call would not make, so that program runs on host data.
+    match gpu {
+        Some(device) if options.precision != Precision::F16 => run.on_device(device),
+        _ => run.on_host(),
+    }
+}
+
+/// The width of the buffer a step's result fills: its values per row (K of them per component for
+/// the K-selections).
+fn result_width(op: &Operator) -> usize {
+    let red = &op.formula.reduction;
+    if red.kind.is_k_selection() {
+        red.k * op.formula.output_dim()
+    } else {
+        op.formula.output_dim()
+    }
+}
+
+/// Checks the program before anything runs; returns the shape of every buffer ((0, 0) for one that
+/// nothing reads or writes and that has no value).
+fn check(p: &Program) -> Result<Vec<(usize, usize)>> {
+    let buffer_name = |b: usize| p.buffers.get(b).map_or("?", |x| x.name.as_str());
+    let mut shapes: Vec<Option<(usize, usize)>> = p.buffers.iter().map(|b| b.initial.map(|x| (x.nrow, x.ncol))).collect();
+    for b in &p.buffers {
+        check_buffer(b)?;
+    }
+    for (s, step) in p.steps.iter().enumerate() {
+        let fail = |what: String| Error::Invalid(format!("step {} ('{}'): {what}", s + 1, step.name));
+        let vars = &step.operator.formula.variables;
+        if step.inputs.len() != vars.len() || step.inputs.iter().chain([&step.output]).any(|&b| b >= p.buffers.len()) {
+            return Err(fail(format!("it needs {} buffers, one per variable, among the {} of the program", vars.len(), p.buffers.len())));
+        }
+        let mut given = Vec::with_capacity(vars.len());
+        for (var, &b) in vars.iter().zip(&step.inputs) {
+            let shape = shapes[b].ok_or_else(|| {
+                fail(format!(
+                    "'{}' reads buffer '{}', which has no value yet: give it an initial value, or compute it in an earlier step",
+                    var.name,
+                    buffer_name(b)
+                ))
+            })?;
+            given.push(shape);
+        }
+        let (n_i, n_j) = step.operator.sizes(&given).map_err(|e| fail(e.to_string()))?;
+        if let Some(ranges) = &step.ranges {
+            ranges.validate(n_i, n_j).map_err(|e| fail(e.to_string()))?;
+        }
+        let red = &step.operator.formula.reduction;
+        let result = (if red.axis == 0 { n_i } else { n_j }, result_width(step.operator));
+        let out = &p.buffers[step.output];
+        if out.schedule.is_some() {
+            return Err(fail(format!("buffer '{}' follows a schedule: no step may write it", out.name)));
+        }
+        match shapes[step.output] {
+            Some(shape) if shape != result => {
+                return Err(fail(format!(
+                    "its result is {} x {}, but buffer '{}' is {} x {}",
+                    result.0, result.1, out.name, shape.0, shape.1
+                )))
+            }
+            _ => shapes[step.output] = Some(result),
+        }
+    }
+    let named = p.stop.iter().map(|s| (s.buffer, "the stopping rule")).chain(p.trace.iter().map(|&b| (b, "the trace")));
+    for (b, what) in named.chain(p.outputs.iter().map(|&b| (b, "the outputs"))) {
+        if shapes.get(b).copied().flatten().is_none() {
+            return Err(Error::Invalid(format!("{what}: buffer '{}' has no value (no initial value, and no step writes it)", buffer_name(b))));
+        }
+    }
+    if let Some(stop) = p.stop {
+        if stop.every == 0 || stop.tol.is_nan() || stop.tol < 0.0 {
+            return Err(Error::Invalid(format!("the stopping rule: every = {} and tol = {} (a positive whole number and a number >= 0 expected)", stop.every, stop.tol)));
+        }
+    }
+    Ok(shapes.into_iter().map(|s| s.unwrap_or((0, 0))).collect())
+}
+
+/// A buffer's own checks: its initial data, and its schedule (values of its shape).
+fn check_buffer(b: &Buffer) -> Result<()> {
+    let fail = |what: String| Error::Input { name: b.name.clone(), what };
+    if let Some(x) = b.initial {
+        let data = x.host_data().ok_or_else(|| fail("the initial values of a program are host data".into()))?;
+        if data.len() != x.nrow * x.ncol {
+            return Err(fail(format!("holds {} values, not {} x {}", data.len(), x.nrow, x.ncol)));
+        }
+    }
+    if let Some(schedule) = b.schedule {
+        let Some(x) = b.initial else {
+            return Err(fail("follows a schedule but has no initial value (its shape)".into()));
+        };
+        if schedule.rows == 0 || schedule.values.len() != schedule.rows * x.nrow * x.ncol {
+            return Err(fail(format!(
+                "its schedule holds {} values: not a whole number (at least 1) of values of {} x {}",
+                schedule.values.len(),
+                x.nrow,
+                x.ncol
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl Schedule<'_> {
+    /// The value of iteration `t`.
+    fn at(&self, t: usize) -> &[f64] {
+        let len = self.values.len() / self.rows;
+        let row = t.min(self.rows - 1);
+        &self.values[row * len..(row + 1) * len]
+    }
+}
+
+/// A checked program and the options of its steps.
+struct Run<'a> {
+    program: &'a Program<'a>,
+    shapes: &'a [(usize, usize)],
+    step_options: &'a [RunOptions],
+    options: &'a RunOptions,
+}
+
+impl Run<'_> {
+    /// Whether to stop after iteration `t` (from 0), given the stopping buffer's values.
+    fn stops(&self, t: usize, values: impl FnOnce() -> Result<Vec<f64>>) -> Result<bool> {
+        match self.program.stop {
+            Some(stop) if (t + 1).is_multiple_of(stop.every) => Ok(values()?.iter().all(|v| v.abs() < stop.tol)),
+            _ => Ok(false),
+        }
+    }
+
+    /// Each step a plain run on host data (the CPU, or a GPU in float16).
+    fn on_host(&self) -> Result<Ran> {
+        let p = self.program;
+        let mut values: Vec<Vec<f64>> = p
+            .buffers
+            .iter()
+            .map(|b| b.initial.and_then(|x| x.host_data()).map_or_else(Vec::new, <[f64]>::to_vec))
+            .collect();
+        let mut timings = Summed::default();
+        let mut backend = "CPU".to_string();
+        let mut trace: Vec<Vec<f64>> = vec![Vec::new(); p.trace.len()];
+        let mut done = 0;
+        while done < p.iterations {
+            for (b, buffer) in p.buffers.iter().enumerate() {
+                if let Some(schedule) = &buffer.schedule {
+                    values[b] = schedule.at(done).to_vec();
+                }
+            }
+            for (step, options) in p.steps.iter().zip(self.step_options) {
+                let inputs: Vec<Input> =
+                    step.inputs.iter().map(|&b| Input::host(&values[b], self.shapes[b].0, self.shapes[b].1)).collect();
+                let out = step.operator.run(&inputs, options)?;
+                timings.add(&out.timings);
+                backend = out.backend;
+                values[step.output] = result_values(out.values, out.indices);
+            }
+            for (t, &b) in trace.iter_mut().zip(&p.trace) {
+                t.extend_from_slice(&values[b]);
+            }
+            done += 1;
+            if self.stops(done - 1, || Ok(p.stop.map_or_else(Vec::new, |s| values[s.buffer].clone())))? {
+                break;
+            }
+        }
+        let outputs = p.outputs.iter().map(|&b| std::mem::take(&mut values[b])).collect();
+        Ok(self.ran(outputs, done, trace, backend, timings))
+    }
+
+    fn ran(&self, outputs: Vec<Vec<f64>>, done: usize, trace: Vec<Vec<f64>>, backend: String, timings: Summed) -> Ran {
+        let shapes = self.program.outputs.iter().map(|&b| self.shapes[b]).collect();
+        Ran { outputs, shapes, iterations: done, trace, backend, timings: timings.0 }
+    }
+
+    /// Every buffer on the device for the whole program (see the module's notes).
+    fn on_device(&self, device: std::sync::Arc<cuda::device::Device>) -> Result<Ran> {
+        let p = self.program;
+        let clock = Instant::now();
+        let precision = self.options.precision;
+        let keep = |b: usize, data: Option<&[f64]>| {
+            let (nrow, ncol) = self.shapes[b];
+            let zeros;
+            let data = match data {
+                Some(d) => d,
+                None => {
+                    zeros = vec![0.0; nrow * ncol];
+                    &zeros
+                }
+            };
+            DeviceMatrix::new(device.clone(), data, nrow.max(1), ncol.max(1), precision)
+        };
+        let written: Vec<bool> = (0..p.buffers.len()).map(|b| p.steps.iter().any(|s| s.output == b)).collect();
+        let mut current: Vec<DeviceMatrix> = p
+            .buffers
+            .iter()
+            .enumerate()
+            .map(|(b, buffer)| keep(b, buffer.initial.and_then(|x| x.host_data())))
+            .collect::<Result<_>>()?;
+        let mut next: Vec<Option<DeviceMatrix>> =
+            (0..p.buffers.len()).map(|b| written[b].then(|| keep(b, None)).transpose()).collect::<Result<_>>()?;
+        let mut timings = Summed::default();
+        timings.add(&[("upload once", clock.elapsed().as_secs_f64())]);
+        let clock = Instant::now();
+        let mut recorded: Vec<[Option<Recorded>; 2]> = p.steps.iter().map(|_| [None, None]).collect();
+        let device_loop = DeviceLoop { run: self, device: &device };
+        let looped = device_loop.run((&mut current, &mut next), &mut recorded, &mut timings);
+        // Nothing queued may still use the buffers when they are read or freed.
+        let waited = device.synchronize();
+        let (done, trace) = looped?;
+        waited?;
+        timings.add(&[("loop on the GPU", clock.elapsed().as_secs_f64())]);
+        let clock = Instant::now();
+        let outputs = p.outputs.iter().map(|&b| current[b].to_host()).collect::<Result<_>>()?;
+        timings.add(&[("download once", clock.elapsed().as_secs_f64())]);
+        Ok(self.ran(outputs, done, trace, format!("GPU {} ({})", device.ordinal, device.name), timings))
+    }
+}
+
+/// A step's result as the values of its buffer: its values, or its indices (1-based) as numbers.
+fn result_values(values: Option<Vec<f64>>, indices: Option<Vec<i32>>) -> Vec<f64> {
+    match (values, indices) {
+        (Some(v), _) => v,
+        (None, Some(i)) => i.into_iter().map(f64::from).collect(),
+        (None, None) => Vec::new(),
+    }
+}
+
+/// The loop of `Run::on_device`.
+struct DeviceLoop<'a> {
+    run: &'a Run<'a>,
+    device: &'a cuda::device::Device,
+}
+
+type Buffers<'m> = (&'m mut Vec<DeviceMatrix>, &'m mut Vec<Option<DeviceMatrix>>);
+
+impl DeviceLoop<'_> {
+    /// Runs the iterations; returns how many ran and the trace.
+    fn run(&self, (current, next): Buffers, recorded: &mut [[Option<Recorded>; 2]], timings: &mut Summed) -> Result<(usize, Vec<Vec<f64>>)> {
+        let Run { program: p, options, .. } = *self.run;
+        let mut asked = Instant::now();
+        let mut trace: Vec<Vec<f64>> = vec![Vec::new(); p.trace.len()];
+        let mut done = 0;
+        while done < p.iterations {
+            for (b, buffer) in p.buffers.iter().enumerate() {
+                if let Some(schedule) = &buffer.schedule {
+                    current[b].write(schedule.at(done))?;
+                }
+            }
+            for (s, records) in recorded.iter_mut().enumerate() {
+                self.step(s, done, (&mut *current, &mut *next), records, timings)?;
+                if let Some(interrupted) = options.interrupt.filter(|_| asked.elapsed() >= INTERRUPT_EVERY) {
+                    if interrupted() {
+                        return Err(Error::Interrupted);
+                    }
+                    asked = Instant::now();
+                }
+            }
+            if !p.trace.is_empty() {
+                self.device.synchronize()?;
+                for (t, &b) in trace.iter_mut().zip(&p.trace) {
+                    t.extend(current[b].to_host()?);
+                }
+            }
+            done += 1;
+            let stop_values = || {
+                self.device.synchronize()?;
+                p.stop.map_or(Ok(Vec::new()), |s| current[s.buffer].to_host())
+            };
+            if self.run.stops(done - 1, stop_values)? {
+                break;
+            }
+        }
+        Ok((done, trace))
+    }
+
+    /// Step `s` of iteration `t`: its result into the `next` buffer of its output, which then
+    /// becomes the current one.
+    fn step(&self, s: usize, t: usize, (current, next): Buffers, recorded: &mut [Option<Recorded>; 2], timings: &mut Summed) -> Result<()> {
+        let step = &self.run.program.steps[s];
+        let options = &self.run.step_options[s];
+        let inputs: Vec<Input> = step.inputs.iter().map(|&b| Input::device(&current[b])).collect();
+        let target = next[step.output].as_ref().expect("allocated for every output");
+        let red = &step.operator.formula.reduction;
+        if red.kind.returns_values() {
+            let record = &mut recorded[t % 2];
+            match record.as_ref() {
+                Some(launches) => launches.replay(self.device)?,
+                None => {
+                    let replay = options.tuning.replay;
+                    step.operator.run_into(&inputs, options, target, replay.then_some(record))?;
+                }
+            }
+        } else {
+            // Indices come back to the host, and go up again as numbers.
+            let out = step.operator.run(&inputs, options)?;
+            timings.add(&out.timings);
+            target.write(&result_values(out.values, out.indices))?;
+        }
+        let replaced = next[step.output].take().expect("allocated for every output");
+        next[step.output] = Some(std::mem::replace(&mut current[step.output], replaced));
+        Ok(())
+    }
+}
+
+/// Seconds per phase, summed over the steps, in the order the phases first appear.
+#[derive(Default)]
+struct Summed(Timings);
+
+impl Summed {
+    fn add(&mut self, phases: &[(&'static str, f64)]) {
+        for &(name, seconds) in phases {
+            match self.0.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, total)) => *total += seconds,
+                None => self.0.push((name, seconds)),
+            }
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! Programs (`engine::program`) against the same algorithms written as plain loops in float64:
+//! K-means (Lloyd: labels as indices, then sums and counts), Sinkhorn with a schedule of its
+//! temperature, a stopping rule with a trace, and the errors that name the step and the buffer. On
+//! the CPU always; on a GPU where one is found, against the CPU.
+
+use engine::cuda::device;
+use engine::program::{self, Buffer, Program, Schedule, Step, Stop};
+use engine::{Backend, Input, Operator, Precision, RunOptions, SumScheme};
+
+use crate::common::random;
+
+fn op(formula: &str, args: &[&str]) -> Operator {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    Operator::new(formula, &args).unwrap_or_else(|e| panic!("{formula}: {e}"))
+}
+
+fn buffer<'a>(name: &str, initial: Option<Input<'a>>) -> Buffer<'a> {
+    Buffer { name: name.into(), initial, schedule: None }
+}
+
+fn step<'a>(name: &str, operator: &'a Operator, inputs: &[usize], output: usize) -> Step<'a> {
+    Step { name: name.into(), operator, inputs: inputs.to_vec(), output, sum_scheme: SumScheme::default(), ranges: None }
+}
+
+fn options(backend: Backend) -> RunOptions {
+    RunOptions { precision: Precision::F64, backend, ..Default::default() }
+}
+
+fn max_diff(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
+}
+
+/// Lloyd's K-means in float64: the labels (1-based) and centres (column-major) after `iterations`.
+fn lloyd(x: &[f64], n: usize, d: usize, c0: &[f64], k: usize, iterations: usize) -> (Vec<f64>, Vec<f64>) {
+    let (mut c, mut labels) = (c0.to_vec(), vec![0.0; n]);
+    for _ in 0..iterations {
+        for i in 0..n {
+            let dist = |j: usize| (0..d).map(|a| (x[i + a * n] - c[j + a * k]).powi(2)).sum::<f64>();
+            let best = (0..k).fold(0, |b, j| if dist(j) < dist(b) { j } else { b });
+            labels[i] = (best + 1) as f64;
+        }
+        let mut sums = vec![0.0; k * d];
+        let mut counts = vec![0.0; k];
+        for i in 0..n {
+            let j = labels[i] as usize - 1;
+            counts[j] += 1.0;
+            for a in 0..d {
+                sums[j + a * k] += x[i + a * n];
+            }
+        }
+        for j in 0..k {
+            for a in 0..d {
+                if counts[j] > 0.0 {
+                    c[j + a * k] = sums[j + a * k] / counts[j];
+                }
+            }
+        }
+    }
+    (labels, c)
+}
+
+struct Kmeans {
+    labels: Operator,
+    sums: Operator,
+    counts: Operator,
+    centres: Operator,
+}
+
+impl Kmeans {
+    fn new(d: usize) -> Kmeans {
+        let dim = |a: &str| a.replace('D', &d.to_string());
+        Kmeans {
+            labels: op("ArgMin_Reduction(SqDist(x, c), 0)", &[&dim("x = Vi(D)"), &dim("c = Vj(D)")]),
+            sums: op("Sum_Reduction(Equal(l, j) * x, 1)", &["l = Vi(1)", &dim("x = Vi(D)"), "j = Vj(1)"]),
+            counts: op("Sum_Reduction(Equal(l, j), 1)", &["l = Vi(1)", "j = Vj(1)"]),
+            // A map over j (no i-variable): an empty cluster keeps its centre.
+            centres: op("Sum_Reduction(IfElse(m - 0.5, s / m, c), 1)", &[&dim("s = Vj(D)"), "m = Vj(1)", &dim("c = Vj(D)")]),
+        }
+    }
+
+    /// Buffers: 0 x, 1 c, 2 labels, 3 j (1..K), 4 sums, 5 counts.
+    fn program<'a>(&'a self, x: Input<'a>, c0: Input<'a>, j: Input<'a>, iterations: usize) -> Program<'a> {
+        let buffers = vec![
+            buffer("x", Some(x)),
+            buffer("c", Some(c0)),
+            buffer("labels", None),
+            buffer("j", Some(j)),
+            buffer("sums", None),
+            buffer("counts", None),
+        ];
+        let steps = vec![
+            step("labels", &self.labels, &[0, 1], 2),
+            step("sums", &self.sums, &[2, 0, 3], 4),
+            step("counts", &self.counts, &[2, 3], 5),
+            step("c", &self.centres, &[4, 5, 1], 1),
+        ];
+        Program { buffers, steps, iterations, stop: None, trace: vec![], outputs: vec![2, 1] }
+    }
+}
+
+#[test]
+fn kmeans_program_equals_a_plain_lloyd_loop() {
+    let (n, d, k) = (1013, 3, 7);
+    let x = random(n * d, 11);
+    // Starting centres: the first k points.
+    let c0: Vec<f64> = (0..d).flat_map(|a| x[a * n..a * n + k].to_vec()).collect();
+    let j: Vec<f64> = (1..=k).map(|v| v as f64).collect();
+    let km = Kmeans::new(d);
+    let (want_labels, want_c) = lloyd(&x, n, d, &c0, k, 6);
+    let program = km.program(Input::host(&x, n, d), Input::host(&c0, k, d), Input::host(&j, k, 1), 6);
+    let ran = program::run(&program, &options(Backend::Cpu)).unwrap();
+    assert_eq!(ran.outputs[0], want_labels, "labels");
+    assert!(max_diff(&ran.outputs[1], &want_c) < 1e-12, "centres differ by {}", max_diff(&ran.outputs[1], &want_c));
+    assert_eq!((ran.iterations, ran.shapes.clone()), (6, vec![(n, 1), (k, d)]));
+    match device::device(0) {
+        Err(why) => println!("NO GPU: programs are checked on the CPU only ({why})"),
+        Ok(_) => {
+            let gpu = program::run(&program, &options(Backend::Gpu(0))).unwrap();
+            assert!(gpu.backend.starts_with("GPU"), "{}", gpu.backend);
+            assert_eq!(gpu.outputs[0], want_labels, "labels on the GPU");
+            assert!(max_diff(&gpu.outputs[1], &want_c) < 1e-12, "centres on the GPU");
+        }
+    }
+}
+
+/// Log-domain Sinkhorn between two point clouds on a line whose temperature follows a schedule (one
+/// value per iteration, the last repeated), traced, against the same loop in float64.
+#[test]
+fn sinkhorn_with_a_schedule_equals_a_plain_loop() {
+    let (n, m, iterations) = (37usize, 23usize, 9usize);
+    let x = random(n, 1);
+    let y = random(m, 2);
+    let (lmu, lnu) = (vec![-(n as f64).ln(); n], vec![-(m as f64).ln(); m]);
+    let schedule = [2.0, 5.0, 10.0, 20.0, 40.0];
+    let f_op = op(
+        "LogSumExp_Reduction(lnu - g - SqDist(x, y) * s, 0)",
+        &["x = Vi(1)", "y = Vj(1)", "lnu = Vj(1)", "g = Vj(1)", "s = Pm(1)"],
+    );
+    let g_op = op(
+        "LogSumExp_Reduction(lmu - f - SqDist(x, y) * s, 1)",
+        &["x = Vi(1)", "y = Vj(1)", "lmu = Vi(1)", "f = Vi(1)", "s = Pm(1)"],
+    );
+    let (f0, g0, s0) = (vec![0.0; n], vec![0.0; m], [schedule[0]]);
+    let col = |v: &[f64]| v.len();
+    let buffers = vec![
+        buffer("x", Some(Input::host(&x, col(&x), 1))),
+        buffer("y", Some(Input::host(&y, col(&y), 1))),
+        buffer("lmu", Some(Input::host(&lmu, n, 1))),
+        buffer("lnu", Some(Input::host(&lnu, m, 1))),
+        buffer("f", Some(Input::host(&f0, n, 1))),
+        buffer("g", Some(Input::host(&g0, m, 1))),
+        Buffer { name: "s".into(), initial: Some(Input::host(&s0, 1, 1)), schedule: Some(Schedule { values: &schedule, rows: 5 }) },
+    ];
+    let steps = vec![step("g", &g_op, &[0, 1, 2, 4, 6], 5), step("f", &f_op, &[0, 1, 3, 5, 6], 4)];
+    let program = Program { buffers, steps, iterations, stop: None, trace: vec![6, 4], outputs: vec![4, 5] };
+    let lse = |v: Vec<f64>| {
+        let top = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        top + v.iter().map(|a| (a - top).exp()).sum::<f64>().ln()
+    };
+    let (mut f, mut g) = (f0.clone(), g0.clone());
+    let mut traced_f = Vec::new();
+    for t in 0..iterations {
+        let s = schedule[t.min(4)];
+        g = (0..m).map(|j| lse((0..n).map(|i| lmu[i] - f[i] - (x[i] - y[j]).powi(2) * s).collect())).collect();
+        f = (0..n).map(|i| lse((0..m).map(|j| lnu[j] - g[j] - (x[i] - y[j]).powi(2) * s).collect())).collect();
+        traced_f.extend(&f);
+    }
+    let want_s: Vec<f64> = (0..iterations).map(|t| schedule[t.min(4)]).collect();
+    let mut backends = vec![Backend::Cpu];
+    match device::device(0) {
+        Ok(_) => backends.push(Backend::Gpu(0)),
+        Err(why) => println!("NO GPU: the schedule is checked on the CPU only ({why})"),
+    }
+    for backend in backends {
+        let ran = program::run(&program, &options(backend)).unwrap();
+        assert!(max_diff(&ran.outputs[0], &f) < 1e-10 && max_diff(&ran.outputs[1], &g) < 1e-10, "{backend:?}");
+        assert_eq!(ran.trace[0], want_s, "{backend:?}: the schedule's values, traced");
+        assert!(max_diff(&ran.trace[1], &traced_f) < 1e-10, "{backend:?}: f after each iteration");
+    }
+}
+
+/// x halved at each iteration, its sum of absolute values computed by a reduction over all rows
+/// (one output row: a 1 x 1 buffer), the loop stopped when it drops below the tolerance, asked every
+/// second iteration.
+#[test]
+fn programs_stop_when_a_buffer_drops_below_the_tolerance() {
+    let x: Vec<f64> = (0..101).map(|i| (i as f64 - 50.0) * 0.37).collect();
+    let total: f64 = x.iter().map(|v| v.abs()).sum();
+    let half = op("Sum_Reduction(x * 0.5, 0)", &["x = Vi(1)"]);
+    let norm = op("Sum_Reduction(Abs(x), 1)", &["x = Vi(1)"]);
+    let tol = 1e-3;
+    let buffers = vec![buffer("x", Some(Input::host(&x, 101, 1))), buffer("err", None)];
+    let steps = vec![step("x", &half, &[0], 0), step("err", &norm, &[0], 1)];
+    let stop = Some(Stop { buffer: 1, tol, every: 2 });
+    let program = Program { buffers, steps, iterations: 1000, stop, trace: vec![1], outputs: vec![0] };
+    // After t iterations the sum is total / 2^t; asked at even t only.
+    let expected = (1..).find(|t| t % 2 == 0 && total / 2f64.powi(*t as i32) < tol).unwrap();
+    let mut backends = vec![Backend::Cpu];
+    if device::device(0).is_ok() {
+        backends.push(Backend::Gpu(0));
+    }
+    for backend in backends {
+        let ran = program::run(&program, &options(backend)).unwrap();
+        assert_eq!(ran.iterations, expected, "{backend:?}");
+        let want: Vec<f64> = (1..=expected).map(|t| total / 2f64.powi(t as i32)).collect();
+        assert!(max_diff(&ran.trace[0], &want) < 1e-12 * total, "{backend:?}");
+        let scale = 0.5f64.powi(expected as i32);
+        assert!(max_diff(&ran.outputs[0], &x.iter().map(|v| v * scale).collect::<Vec<_>>()) < 1e-15, "{backend:?}");
+    }
+}
+
+#[test]
+fn program_errors_name_the_step_and_the_buffer() {
+    let (x, c) = (random(20, 1), random(6, 2));
+    let km = Kmeans::new(2);
+    let j = [1.0, 2.0, 3.0];
+    let run = |p: &Program| program::run(p, &options(Backend::Cpu)).unwrap_err().to_string();
+    // counts read before any step writes them, and no initial value
+    let mut p = km.program(Input::host(&x, 10, 2), Input::host(&c, 3, 2), Input::host(&j, 3, 1), 1);
+    p.steps.swap(0, 3);
+    let e = run(&p);
+    assert!(e.contains("step 1 ('c')") && e.contains("buffer 'sums', which has no value yet"), "{e}");
+    // a result of another shape than its buffer's
+    let c4 = random(8, 3);
+    let p = km.program(Input::host(&x, 10, 2), Input::host(&c4, 4, 2), Input::host(&j, 3, 1), 1);
+    let e = run(&p);
+    assert!(e.contains("step 4 ('c')") && e.contains("has 4 rows, but 's' has 3"), "{e}");
+    // a step that writes a buffer with a schedule
+    let mut p = km.program(Input::host(&x, 10, 2), Input::host(&c, 3, 2), Input::host(&j, 3, 1), 1);
+    p.buffers[1].schedule = Some(Schedule { values: &c, rows: 1 });
+    let e = run(&p);
+    assert!(e.contains("step 4 ('c')") && e.contains("buffer 'c' follows a schedule"), "{e}");
+    // a schedule that is not whole values of its buffer
+    p.buffers[1].schedule = Some(Schedule { values: &c[..5], rows: 1 });
+    p.steps.pop();
+    let e = run(&p);
+    assert!(e.contains("'c'") && e.contains("its schedule holds 5 values"), "{e}");
+    // an output that nothing gives a value
+    let mut p = km.program(Input::host(&x, 10, 2), Input::host(&c, 3, 2), Input::host(&j, 3, 1), 1);
+    p.buffers.push(buffer("nothing", None));
+    p.outputs.push(6);
+    let e = run(&p);
+    assert!(e.contains("the outputs: buffer 'nothing' has no value"), "{e}");
+}

@@ -1,0 +1,139 @@
+# keops_program() and keops_map() against the same algorithms written in plain R, in float64, on
+# sizes that are not multiples of any tile.
+
+kmeans_program <- function(d, iterations, ...) {
+  dims <- function(a) gsub("D", d, a)
+  keops_program(list(
+    labels = keops_kernel("ArgMin_Reduction(SqDist(x, c), 0)", dims(c("x = Vi(D)", "c = Vj(D)"))),
+    sums = keops_kernel("Sum_Reduction(Equal(labels, j) * x, 1)", dims(c("labels = Vi(1)", "x = Vi(D)", "j = Vj(1)"))),
+    counts = keops_kernel("Sum_Reduction(Equal(labels, j), 1)", c("labels = Vi(1)", "j = Vj(1)")),
+    c = keops_map("IfElse(counts - 0.5, sums / counts, c)", dims(c("sums = Vj(D)", "counts = Vj(1)", "c = Vj(D)")))
+  ), iterations = iterations, ...)
+}
+
+# Lloyd's algorithm in plain R: labels and centres after `iterations` (an empty cluster keeps its centre).
+lloyd <- function(x, c, iterations) {
+  labels <- integer(nrow(x))
+  for (t in seq_len(iterations)) {
+    d2 <- outer(rowSums(x^2), rowSums(c^2), "+") - 2 * x %*% t(c)
+    labels <- max.col(-d2, ties.method = "first")
+    for (j in seq_len(nrow(c))) if (any(labels == j)) c[j, ] <- colMeans(x[labels == j, , drop = FALSE])
+  }
+  list(labels = labels, c = c)
+}
+
+test_that("a K-means program equals Lloyd's algorithm in R", {
+  local_precision("float64")
+  set.seed(3)
+  x <- matrix(rnorm(3 * 1013), 1013, 3)
+  c0 <- x[c(5, 77, 300, 512, 900, 1000, 1013), ]
+  want <- lloyd(x, c0, 8)
+  res <- kmeans_program(3, 8)(list(x = x, c = c0, j = seq_len(7)))
+  expect_identical(res$labels, matrix(as.double(want$labels)))
+  expect_equal(res$c, want$c, tolerance = 1e-12)
+  expect_identical(names(res), c("labels", "sums", "counts", "c"))
+  expect_identical(attr(res, "iterations"), 8L)
+  # and stats::kmeans (Lloyd) from the same start
+  km <- suppressWarnings(stats::kmeans(x, c0, iter.max = 8, algorithm = "Lloyd"))
+  expect_equal(unname(res$c), unname(km$centers), tolerance = 1e-10)
+})
+
+test_that("a program of one step and one iteration is the plain call", {
+  local_precision("float64")
+  set.seed(4)
+  x <- matrix(runif(3 * 301), 301, 3); y <- matrix(runif(3 * 203), 203, 3); b <- matrix(rnorm(203))
+  gauss <- keops_kernel("Sum_Reduction(Exp(-SqDist(x, y)) * b, 0)", c("x = Vi(3)", "y = Vj(3)", "b = Vj(1)"))
+  res <- keops_program(list(s = gauss))(list(x = x, y = y, b = b))
+  expect_identical(res$s, gauss(list(x, y, b)))
+  want <- exp(-outer(rowSums(x^2), rowSums(y^2), "+") + 2 * x %*% t(y)) %*% b
+  expect_equal(res$s, want, tolerance = 1e-12)
+})
+
+test_that("Sinkhorn with a schedule of its temperature, traced, equals the R loop", {
+  local_precision("float64")
+  set.seed(5)
+  n <- 41; m <- 29
+  x <- matrix(runif(n)); y <- matrix(runif(m))
+  lmu <- matrix(log(rep(1 / n, n))); lnu <- matrix(log(rep(1 / m, m)))
+  f_op <- keops_kernel("LogSumExp_Reduction(lnu - g - SqDist(x, y) * s, 0)",
+                       c("x = Vi(1)", "y = Vj(1)", "lnu = Vj(1)", "g = Vj(1)", "s = Pm(1)"))
+  g_op <- keops_kernel("LogSumExp_Reduction(lmu - f - SqDist(x, y) * s, 1)",
+                       c("x = Vi(1)", "y = Vj(1)", "lmu = Vi(1)", "f = Vi(1)", "s = Pm(1)"))
+  eps <- c(1, 0.5, 0.2, 0.1)
+  prog <- keops_program(list(g = g_op, f = f_op), iterations = 7, trace = c("s", "f"))
+  res <- prog(list(x = x, y = y, lmu = lmu, lnu = lnu, f = matrix(0, n), g = matrix(0, m), s = 1),
+              schedule = list(s = 1 / eps))
+  lse <- function(v) max(v) + log(sum(exp(v - max(v))))
+  C <- outer(x[, 1], y[, 1], "-")^2
+  f <- rep(0, n); g <- rep(0, m); traced <- NULL
+  for (t in 1:7) {
+    s <- 1 / eps[min(t, 4)]
+    g <- vapply(1:m, function(j) lse(lmu - f - C[, j] * s), 1)
+    f <- vapply(1:n, function(i) lse(lnu - g - C[i, ] * s), 1)
+    traced <- rbind(traced, f)
+  }
+  expect_equal(res$f, matrix(f), tolerance = 1e-10)
+  expect_equal(res$g, matrix(g), tolerance = 1e-10)
+  expect_identical(attr(res, "trace")$s, matrix(1 / eps[pmin(1:7, 4)]))
+  expect_equal(attr(res, "trace")$f, unname(traced), tolerance = 1e-10)
+  # keops_iterate() runs the same loop at a fixed temperature: the same as a program
+  it <- keops_iterate(list(g = g_op, f = f_op), list(x = x, y = y, lmu = lmu, lnu = lnu, s = 5,
+                                                      f = matrix(0, n), g = matrix(0, m)), 6)
+  pr <- keops_program(list(g = g_op, f = f_op), iterations = 6)(
+    list(x = x, y = y, lmu = lmu, lnu = lnu, s = 5, f = matrix(0, n), g = matrix(0, m)))
+  expect_identical(it$f, pr$f)
+  expect_identical(it$g, pr$g)
+})
+
+test_that("a program stops when its buffer drops below the tolerance", {
+  local_precision("float64")
+  x <- matrix(seq(-3, 4, length.out = 97))
+  half <- keops_map("x * 0.5", "x = Vi(1)")
+  err <- keops_kernel("Sum_Reduction(Abs(x), 1)", "x = Vi(1)")
+  prog <- keops_program(list(x = half, err = err), iterations = 500, until = "err", tol = 1e-4, every = 3,
+                        trace = "err")
+  res <- prog(list(x = x))
+  total <- sum(abs(x))
+  t_stop <- Find(function(t) t %% 3 == 0 && total / 2^t < 1e-4, 1:500)
+  expect_identical(attr(res, "iterations"), as.integer(t_stop))
+  expect_equal(res$x, x / 2^t_stop, tolerance = 1e-15)
+  expect_equal(attr(res, "trace")$err, matrix(total / 2^(1:t_stop)), tolerance = 1e-13)
+  # tol = 0: every iteration runs
+  expect_identical(attr(keops_program(list(x = half, err = err), iterations = 7, until = "err")(list(x = x)),
+                        "iterations"), 7L)
+})
+
+test_that("keops_map() evaluates a formula on each row of i or of j", {
+  local_precision("float64")
+  set.seed(6)
+  q <- matrix(rnorm(3 * 37), 37, 3); p <- matrix(rnorm(3 * 37), 37, 3)
+  step <- keops_map("q + dt * p", c("q = Vj(3)", "p = Vj(3)", "dt = Pm(1)"))
+  expect_equal(step(list(q, p, 0.1)), q + 0.1 * p, tolerance = 1e-15)
+  e <- tryCatch(keops_map("x + y", c("x = Vi(1)", "y = Vj(1)")), error = identity)
+  expect_s3_class(e, "rkeops_error_input")
+  expect_match(conditionMessage(e), "all Vi or all Vj")
+})
+
+test_that("program errors name the step and the buffer", {
+  local_precision("float64")
+  x <- matrix(runif(40), 20, 2)
+  prog <- kmeans_program(2, 2)
+  e <- tryCatch(prog(list(x = x, c = x[1:3, ])), error = identity)
+  expect_s3_class(e, "rkeops_error_input")
+  expect_match(conditionMessage(e), "no value for 'j', a variable of step 2 ('sums')", fixed = TRUE)
+  e <- tryCatch(prog(list(x = x, c = x[1:3, ], j = 1:4)), error = identity)
+  expect_s3_class(e, "rkeops_error_input")
+  expect_match(conditionMessage(e), "step 4 ('c')", fixed = TRUE)
+  expect_match(conditionMessage(e), "has 3 rows, but 'sums' has 4", fixed = TRUE)
+  e <- tryCatch(prog(list(x = x, c = x[1:3, ], j = 1:3), schedule = list(c = x[1:2, ])), error = identity)
+  expect_s3_class(e, "rkeops_error_input")
+  e <- tryCatch(prog(list(x = x, c = x[1:3, ], j = 1:3), schedule = list(c = matrix(1, 2, 6))), error = identity)
+  expect_match(conditionMessage(e), "buffer 'c' follows a schedule", fixed = TRUE)
+  e <- tryCatch(kmeans_program(2, 2, until = "nothing")(list(x = x, c = x[1:3, ], j = 1:3)), error = identity)
+  expect_s3_class(e, "rkeops_error_input")
+  expect_match(conditionMessage(e), "until: 'nothing' is not a buffer", fixed = TRUE)
+  e <- tryCatch(keops_program(list(1)), error = identity)
+  expect_s3_class(e, "rkeops_error_input")
+  e <- tryCatch(keops_program(list(a = identity)), error = identity)
+  expect_match(conditionMessage(e), "steps$a must be an operator", fixed = TRUE)
+})
