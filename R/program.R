@@ -84,27 +84,37 @@ keops_program <- function(steps, iterations = 1, until = NULL, tol = 0, every = 
   }
   settings <- list(names = names(steps), specs = specs, iterations = iterations, until = until, tol = tol,
                    every = every, trace = trace, output = if (is.null(output)) unique(names(steps)) else output)
-  program <- function(input = list(), schedule = NULL) program_run(settings, input, schedule)
+  # The engine's description of the program for the names of the last input (made again when they
+  # change): a call then only converts its values.
+  layout <- NULL
+  program <- function(input = list(), schedule = NULL) {
+    program_check_input(input)
+    if (is.null(layout) || !identical(layout$given, names(input))) layout <<- program_layout(settings, names(input))
+    program_run(settings, layout, input, schedule)
+  }
   attr(program, "rkeops_program") <- settings
   program
 }
 
-# Runs the program described by `settings` (keops_program()) from `input`, with `schedule`.
-program_run <- function(settings, input, schedule) {
+program_check_input <- function(input) {
   if (!is.list(input) || is.object(input) || (length(input) > 0L && (is.null(names(input)) ||
       !all(nzchar(names(input))) || anyDuplicated(names(input))))) {
     rkeops_abort("'input' must be a named list of the buffers' initial values", kind = "input", arg = "input")
   }
+}
+
+# The buffers of the program `settings` (keops_program()) given initial values named `given`, and
+# its description for the engine, less the values: buffer numbers are 0-based.
+program_layout <- function(settings, given) {
   variables <- unlist(lapply(settings$specs, function(spec) spec$info$names))
-  buffers <- unique(c(names(input), settings$names, variables))
+  buffers <- unique(c(given, settings$names, variables))
   for (s in seq_along(settings$specs)) {
-    missing <- setdiff(settings$specs[[s]]$info$names, c(names(input), settings$names))
+    missing <- setdiff(settings$specs[[s]]$info$names, c(given, settings$names))
     if (length(missing)) {
       rkeops_abort("input: no value for '", missing[1L], "', a variable of step ", s, " ('", settings$names[s],
                    "'), and no step computes it", kind = "input", arg = "input")
     }
   }
-  initial <- lapply(buffers, function(name) program_value(input[[name]], name))
   named <- function(names, what) {
     at <- match(names, buffers)
     if (anyNA(at)) {
@@ -113,18 +123,27 @@ program_run <- function(settings, input, schedule) {
     }
     as.integer(at - 1L)
   }
-  program <- list(
-    buffers = list(names = buffers, initial = initial, schedule = program_schedule(schedule, buffers, initial)),
-    steps = lapply(seq_along(settings$specs), function(s) {
-      spec <- settings$specs[[s]]
-      list(name = settings$names[s], formula = spec$formula, args = spec$args,
-           inputs = named(spec$info$names, "steps"), output = named(settings$names[s], "steps"),
-           sum_scheme = spec$sum_scheme, ranges = NULL)
-    }),
-    iterations = as.double(settings$iterations),
-    until = if (is.null(settings$until)) -1 else as.double(named(settings$until, "until")),
-    tol = as.double(settings$tol), every = as.double(settings$every),
-    trace = named(as.character(settings$trace), "trace"), outputs = named(settings$output, "output"))
+  steps <- lapply(seq_along(settings$specs), function(s) {
+    spec <- settings$specs[[s]]
+    list(name = settings$names[s], formula = spec$formula, args = spec$args,
+         inputs = named(spec$info$names, "steps"), output = named(settings$names[s], "steps"),
+         sum_scheme = spec$sum_scheme, ranges = NULL)
+  })
+  list(given = given, buffers = buffers, steps = steps,
+       program = list(iterations = as.double(settings$iterations),
+                      until = if (is.null(settings$until)) -1 else as.double(named(settings$until, "until")),
+                      tol = as.double(settings$tol), every = as.double(settings$every),
+                      trace = named(as.character(settings$trace), "trace"),
+                      outputs = named(settings$output, "output")))
+}
+
+# Runs the program `settings` laid out as `layout` (program_layout()) from `input`, with `schedule`.
+program_run <- function(settings, layout, input, schedule) {
+  buffers <- layout$buffers
+  initial <- lapply(buffers, function(name) program_value(input[[name]], name))
+  program <- c(list(buffers = list(names = buffers, initial = initial,
+                                   schedule = program_schedule(schedule, buffers, initial)),
+                    steps = layout$steps), layout$program)
   res <- rust_result(.Call(wrap__keops_program_run, program, engine_options()))
   record_run(res$backend, res$timings)
   out <- res$outputs

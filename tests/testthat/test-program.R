@@ -137,3 +137,52 @@ test_that("program errors name the step and the buffer", {
   e <- tryCatch(keops_program(list(a = identity)), error = identity)
   expect_match(conditionMessage(e), "steps$a must be an operator", fixed = TRUE)
 })
+
+# EM for a Gaussian mixture with diagonal covariances, as a program: the E-step's log-sum-exp, the
+# M-step's sums in one reduction, maps over j for the new parameters, the log-likelihood traced.
+gmm_program <- function(D, iterations) {
+  dims <- function(a) {
+    for (key in c("<D>", "<D1>", "<E>")) a <- gsub(key, c(D, D + 1, 2 * D + 1)[key == c("<D>", "<D1>", "<E>")], a, fixed = TRUE)
+    a
+  }
+  terms <- "cst - 0.5 * WeightedSqDist(is2, x, mu)"
+  params <- dims(c("cst = Vj(1)", "is2 = Vj(<D>)", "x = Vi(<D>)", "mu = Vj(<D>)"))
+  keops_program(list(
+    lse = keops_kernel(sprintf("LogSumExp_Reduction(%s, 0)", terms), params),
+    stats = keops_kernel(sprintf("Sum_Reduction(Exp(%s - lse) * Concat(IntCst(1), Concat(x, Square(x))), 1)", terms),
+                         c(params, "lse = Vi(1)")),
+    ll = keops_kernel("Sum_Reduction(lse, 1)", "lse = Vi(1)"),
+    mu = keops_map(dims("Extract(stats, 1, <D>) / Elem(stats, 0)"), dims("stats = Vj(<E>)")),
+    is2 = keops_map(dims("Inv(Extract(stats, <D1>, <D>) / Elem(stats, 0) - Square(mu))"),
+                    dims(c("stats = Vj(<E>)", "mu = Vj(<D>)"))),
+    cst = keops_map("Log(Elem(stats, 0) / n) + 0.5 * Sum(Log(is2)) - c0",
+                    dims(c("stats = Vj(<E>)", "is2 = Vj(<D>)", "n = Pm(1)", "c0 = Pm(1)")))
+  ), iterations = iterations, trace = "ll", output = c("mu", "is2", "cst"))
+}
+
+test_that("EM for a diagonal Gaussian mixture as a program equals EM in R", {
+  local_precision("float64")
+  set.seed(7)
+  N <- 307; K <- 3; D <- 2
+  x <- rbind(matrix(rnorm(200, 0, 0.5), 100), matrix(rnorm(214, 3, 0.8), 107), matrix(rnorm(200, c(-2, 4)), 100, byrow = TRUE))
+  w <- rep(1 / K, K); mu <- x[c(1, 150, 300), ]; s2 <- matrix(1, K, D)
+  start <- list(cst = matrix(log(w) - 0.5 * rowSums(log(s2)) - D / 2 * log(2 * pi)), is2 = 1 / s2, mu = mu)
+  res <- gmm_program(D, 6)(c(list(x = x, n = N, c0 = D / 2 * log(2 * pi)), start))
+  # the same EM in R, dense
+  loglik <- numeric(6)
+  for (t in 1:6) {
+    logp <- sapply(1:K, function(k) log(w[k]) + colSums(dnorm(t(x), mu[k, ], sqrt(s2[k, ]), log = TRUE)))
+    m <- apply(logp, 1, max)
+    lse <- m + log(rowSums(exp(logp - m)))
+    loglik[t] <- sum(lse)
+    r <- exp(logp - lse)
+    nk <- colSums(r)
+    mu <- t(r) %*% x / nk
+    s2 <- t(r) %*% x^2 / nk - mu^2
+    w <- nk / N
+  }
+  expect_equal(attr(res, "trace")$ll, matrix(loglik), tolerance = 1e-10)
+  expect_equal(res$mu, unname(mu), tolerance = 1e-10)
+  expect_equal(res$is2, unname(1 / s2), tolerance = 1e-10)
+  expect_equal(res$cst, matrix(log(w) - 0.5 * rowSums(log(s2)) - D / 2 * log(2 * pi)), tolerance = 1e-10)
+})

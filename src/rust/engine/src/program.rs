@@ -9,11 +9,12 @@
 //! On a GPU every buffer stays on the device for the whole program: each step writes its result into
 //! a second buffer (a kernel may read the value it replaces) which then becomes the current one,
 //! and its launches, recorded in the first two iterations, are issued again from the third on, with
-//! no checks, packing or waits; a step that returns indices comes back to the host and its result is
-//! copied up again (a wait per such step). The host waits only to test the stopping rule, to trace,
-//! and at the end. Elsewhere (the CPU, or float16, whose results are float32) each step is a plain
-//! run on host data, with no R in the loop.
+//! no checks, packing or waits (a selection's indices are written as numbers on the device). The
+//! host waits only to test the stopping rule, to trace, and at the end. Elsewhere (the CPU; float16,
+//! whose results are float32; a program of one iteration) each step is a plain run on host data,
+//! with no R in the loop.
 
+use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 use crate::api::{Input, RunOptions};
@@ -106,9 +107,11 @@ pub fn run(program: &Program, options: &RunOptions) -> Result<Ran> {
     let gpu = crate::operator::chosen_gpu(options)?;
     let run = Run { program, shapes: &shapes, step_options: &step_options, options };
     // float16 storage computes in float32: its results cannot be stored back in float16 on the
-    // device without a rounding that a plain call would not make, so that program runs on host data.
+    // device without a rounding that a plain call would not make, so that program runs on host data;
+    // so does a program of one iteration, which has nothing to keep on the device from one iteration
+    // to the next (its steps are plain calls, which reuse the device's buffers).
     match gpu {
-        Some(device) if options.precision != Precision::F16 => run.on_device(device),
+        Some(device) if options.precision != Precision::F16 && program.iterations > 1 => run.on_device(device),
         _ => run.on_host(),
     }
 }
@@ -237,11 +240,9 @@ impl Run<'_> {
     /// Each step a plain run on host data (the CPU, or a GPU in float16).
     fn on_host(&self) -> Result<Ran> {
         let p = self.program;
-        let mut values: Vec<Vec<f64>> = p
-            .buffers
-            .iter()
-            .map(|b| b.initial.and_then(|x| x.host_data()).map_or_else(Vec::new, <[f64]>::to_vec))
-            .collect();
+        // (the initial values borrowed: a program of one iteration copies nothing more than a call)
+        let mut values: Vec<Cow<[f64]>> =
+            p.buffers.iter().map(|b| b.initial.and_then(|x| x.host_data()).map_or(Cow::Owned(Vec::new()), Cow::Borrowed)).collect();
         let mut timings = Summed::default();
         let mut backend = "CPU".to_string();
         let mut trace: Vec<Vec<f64>> = vec![Vec::new(); p.trace.len()];
@@ -249,7 +250,7 @@ impl Run<'_> {
         while done < p.iterations {
             for (b, buffer) in p.buffers.iter().enumerate() {
                 if let Some(schedule) = &buffer.schedule {
-                    values[b] = schedule.at(done).to_vec();
+                    values[b] = Cow::Borrowed(schedule.at(done));
                 }
             }
             for (step, options) in p.steps.iter().zip(self.step_options) {
@@ -258,17 +259,17 @@ impl Run<'_> {
                 let out = step.operator.run(&inputs, options)?;
                 timings.add(&out.timings);
                 backend = out.backend;
-                values[step.output] = result_values(out.values, out.indices);
+                values[step.output] = Cow::Owned(result_values(out.values, out.indices));
             }
             for (t, &b) in trace.iter_mut().zip(&p.trace) {
                 t.extend_from_slice(&values[b]);
             }
             done += 1;
-            if self.stops(done - 1, || Ok(p.stop.map_or_else(Vec::new, |s| values[s.buffer].clone())))? {
+            if self.stops(done - 1, || Ok(p.stop.map_or_else(Vec::new, |s| values[s.buffer].to_vec())))? {
                 break;
             }
         }
-        let outputs = p.outputs.iter().map(|&b| std::mem::take(&mut values[b])).collect();
+        let outputs = p.outputs.iter().map(|&b| values[b].to_vec()).collect();
         Ok(self.ran(outputs, done, trace, backend, timings))
     }
 
@@ -284,15 +285,10 @@ impl Run<'_> {
         let precision = self.options.precision;
         let keep = |b: usize, data: Option<&[f64]>| {
             let (nrow, ncol) = self.shapes[b];
-            let zeros;
-            let data = match data {
-                Some(d) => d,
-                None => {
-                    zeros = vec![0.0; nrow * ncol];
-                    &zeros
-                }
-            };
-            DeviceMatrix::new(device.clone(), data, nrow.max(1), ncol.max(1), precision)
+            match data {
+                Some(d) => DeviceMatrix::new(device.clone(), d, nrow, ncol, precision),
+                None => DeviceMatrix::zeros(device.clone(), nrow.max(1), ncol.max(1), precision),
+            }
         };
         let written: Vec<bool> = (0..p.buffers.len()).map(|b| p.steps.iter().any(|s| s.output == b)).collect();
         let mut current: Vec<DeviceMatrix> = p
@@ -385,21 +381,14 @@ impl DeviceLoop<'_> {
         let options = &self.run.step_options[s];
         let inputs: Vec<Input> = step.inputs.iter().map(|&b| Input::device(&current[b])).collect();
         let target = next[step.output].as_ref().expect("allocated for every output");
-        let red = &step.operator.formula.reduction;
-        if red.kind.returns_values() {
-            let record = &mut recorded[t % 2];
-            match record.as_ref() {
-                Some(launches) => launches.replay(self.device)?,
-                None => {
-                    let replay = options.tuning.replay;
-                    step.operator.run_into(&inputs, options, target, replay.then_some(record))?;
-                }
+        let record = &mut recorded[t % 2];
+        match record.as_ref() {
+            Some(launches) => launches.replay(self.device)?,
+            None => {
+                let replay = options.tuning.replay;
+                let out = step.operator.run_into(&inputs, options, target, replay.then_some(record))?;
+                timings.add(&out.timings);
             }
-        } else {
-            // Indices come back to the host, and go up again as numbers.
-            let out = step.operator.run(&inputs, options)?;
-            timings.add(&out.timings);
-            target.write(&result_values(out.values, out.indices))?;
         }
         let replaced = next[step.output].take().expect("allocated for every output");
         next[step.output] = Some(std::mem::replace(&mut current[step.output], replaced));

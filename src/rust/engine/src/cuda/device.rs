@@ -34,6 +34,8 @@ pub struct Device {
     /// The kernels of the formulas run here, by formula and kernel options, so that a repeated call
     /// neither generates nor hashes its source again.
     compiled: Mutex<HashMap<(FormulaKey, KernelOptions), Arc<Compiled>>>,
+    /// The engine's own small kernels (`utility`), by name.
+    utilities: Mutex<HashMap<&'static str, CudaFunction>>,
     /// The buffers reused from call to call; held for the whole of a call, which also keeps two
     /// threads from interleaving their work on this device.
     pub workspace: Mutex<Option<Workspace>>,
@@ -53,6 +55,19 @@ pub struct Compiled {
     pub kernel: Kernel,
     pub functions: Functions,
 }
+
+/// The engine's own kernels: the indices of a selection (1-based ints) written as numbers into a
+/// matrix kept on the device (`n` of them), for a loop that uses them as values (`crate::program`).
+const UTILITIES: &str = r#"
+extern "C" __global__ void rkeops_indices_as_f32(int n, const int* indices, float* out) {
+  int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k < n) out[k] = (float)indices[k];
+}
+extern "C" __global__ void rkeops_indices_as_f64(int n, const int* indices, double* out) {
+  int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k < n) out[k] = (double)indices[k];
+}
+"#;
 
 /// Most formulas whose kernels a device keeps at hand (a loop that writes its numbers into the
 /// formula makes a new one each time); beyond, the map starts again.
@@ -84,13 +99,21 @@ fn driver_error(what: &str, e: impl std::fmt::Debug) -> Error {
 }
 
 /// Whether the libraries are there, checked without touching the driver (the bindings panic
-/// when a library is missing).
+/// when a library is missing). Asked once per process: a failed search of the loader's paths takes
+/// about a millisecond, which every call with the backend "auto" paid on a machine without a GPU.
 fn libraries_present() -> Result<()> {
-    // SAFETY: this only tries to dlopen the candidate library names.
-    if !unsafe { sys::is_culib_present() } {
-        return Err(Error::Gpu("no NVIDIA driver found (libcuda.so.1 could not be loaded)".into()));
-    }
-    nvrtc_present()
+    static PRESENT: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    let present = PRESENT.get_or_init(|| {
+        // SAFETY: this only tries to dlopen the candidate library names.
+        if !unsafe { sys::is_culib_present() } {
+            return Err("no NVIDIA driver found (libcuda.so.1 could not be loaded)".into());
+        }
+        match nvrtc_present() {
+            Err(Error::Gpu(why)) => Err(why),
+            other => other.map_err(|e| e.to_string()),
+        }
+    });
+    present.clone().map_err(Error::Gpu)
 }
 
 /// Whether NVRTC can be loaded (compiling needs no driver, nor a GPU).
@@ -180,6 +203,7 @@ impl Device {
             nvrtc_version: (major, minor),
             functions: Mutex::new(HashMap::new()),
             compiled: Mutex::new(HashMap::new()),
+            utilities: Mutex::new(HashMap::new()),
             workspace: Mutex::new(None),
         })
     }
@@ -216,6 +240,26 @@ impl Device {
             m.insert(key, compiled.clone());
         }
         Ok(compiled)
+    }
+
+    /// The kernel `name` of `UTILITIES` (the engine's own, the same for every formula), compiled and
+    /// loaded on first use.
+    pub fn utility(&self, name: &'static str) -> Result<CudaFunction> {
+        if let Some(f) = self.utilities.lock().ok().and_then(|m| m.get(name).cloned()) {
+            return Ok(f);
+        }
+        let cubin = compile_cubin(UTILITIES, &format!("sm_{}{}", self.arch.0, self.arch.1))?;
+        let f = guarded("loading the engine's utility kernels", || {
+            let module = self
+                .ctx
+                .load_module(Ptx::from_binary(cubin))
+                .map_err(|e| driver_error(&format!("loading a kernel on device {}", self.ordinal), e))?;
+            module.load_function(name).map_err(|e| driver_error("finding the kernel", e))
+        })?;
+        if let Ok(mut m) = self.utilities.lock() {
+            m.insert(name, f.clone());
+        }
+        Ok(f)
     }
 
     /// How many distinct kernels this device has loaded.

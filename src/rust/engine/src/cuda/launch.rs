@@ -18,6 +18,7 @@ use super::recorded::Recorded;
 use super::resident::DeviceMatrix;
 use super::workspace::{Layout, Workspace};
 use crate::api::Input;
+use crate::precision::Precision;
 use crate::backend::{Call, Columns, Part};
 use crate::error::{Error, Result};
 use crate::formula::{Category, Formula};
@@ -90,7 +91,7 @@ pub fn evaluate<S: Stored, T: Real>(
     let inputs = call.inputs;
     let resident: Vec<Option<&DeviceMatrix>> = inputs.iter().map(Input::kept).collect();
     let extent = Extent::new(call, &resident, target)?;
-    check_target::<S, T>(call.formula, &extent, compiled.kernel.width, target)?;
+    check_target::<S, T>(&extent, compiled.kernel.width, target)?;
     let mut columns = Columns::for_part(call.formula, &compiled.kernel, &extent.part, extent.states_out, target)?;
     let mut workspace = device.workspace.lock().map_err(|_| Error::Gpu("the GPU's workspace is unusable".into()))?;
     if workspace.is_none() {
@@ -177,14 +178,15 @@ impl Extent {
     }
 }
 
-/// A result kept on the device holds the values of the whole reduction, in the arithmetic type.
-fn check_target<S, T>(formula: &Formula, extent: &Extent, width: usize, target: Option<&DeviceMatrix>) -> Result<()> {
+/// A result kept on the device holds the values of the whole reduction (its indices when it returns
+/// only those), in the arithmetic type.
+fn check_target<S, T>(extent: &Extent, width: usize, target: Option<&DeviceMatrix>) -> Result<()> {
     let Some(m) = target else { return Ok(()) };
     let stored = std::mem::size_of::<S>() == std::mem::size_of::<T>();
-    if !stored || (m.nrow, m.ncol) != (extent.n_out, width) || formula.reduction.kind.returns_indices() {
+    if !stored || (m.nrow, m.ncol) != (extent.n_out, width) {
         let n_out = extent.n_out;
         return Err(Error::Invalid(format!(
-            "a result kept on the device must be the values of an {n_out} x {width} reduction in float32 or float64, not {m:?}"
+            "a result kept on the device must be the values (or the indices, as numbers) of an {n_out} x {width} reduction in float32 or float64, not {m:?}"
         )));
     }
     Ok(())
@@ -642,6 +644,7 @@ impl Issue<'_> {
             }
         }
         self.launch_kernels(&mut recorded)?;
+        self.indices_as_values(&mut recorded)?;
         if queued {
             return Ok(());
         }
@@ -732,6 +735,39 @@ impl Issue<'_> {
             let config =
                 LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (MERGE_THREADS as u32, 1, 1), shared_mem_bytes: 0 };
             launch_and_record(&functions.merge, config, &ints, &pointers, "launching the merge kernel")?;
+        }
+        Ok(())
+    }
+}
+
+impl Issue<'_> {
+    /// A selection that returns indices only, its result kept on the device: the indices written
+    /// into the kept matrix as numbers (`crate::program` uses them as values), once the results are
+    /// final.
+    fn indices_as_values(&self, recorded: &mut Option<&mut Recorded>) -> Result<()> {
+        let (data, step) = (self.data, self.step);
+        let kind = data.formula.reduction.kind;
+        let Some(target) = data.target.filter(|_| kind.returns_indices() && !kind.returns_values() && step.last) else {
+            return Ok(());
+        };
+        let name = match target.precision {
+            Precision::F64 => "rkeops_indices_as_f64",
+            _ => "rkeops_indices_as_f32",
+        };
+        let function = data.device.utility(name)?;
+        let n = step.out.len() * data.compiled.kernel.width;
+        let config = LaunchConfig {
+            grid_dim: (n.div_ceil(MERGE_THREADS).max(1) as u32, 1, 1),
+            block_dim: (MERGE_THREADS as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (ints, pointers) = ([n as i32], [self.at(self.plan.regions.indices), target.pointer()]);
+        // SAFETY: the kernel takes an int and two pointers: `n` ints in the indices region, and the
+        // kept matrix of `n` values (checked by `check_target`).
+        unsafe { launch(data.device, &function, config, &ints, &pointers) }
+            .map_err(self.error("launching the kernel that writes indices as numbers"))?;
+        if let Some(r) = recorded.as_mut() {
+            r.push(&function, config, &ints, &pointers);
         }
         Ok(())
     }

@@ -72,6 +72,23 @@ impl DeviceMatrix {
         })
     }
 
+    /// A `nrow x ncol` matrix of zeros on `device`, set there (nothing copied from the host).
+    pub fn zeros(device: Arc<Device>, nrow: usize, ncol: usize, precision: Precision) -> Result<Self> {
+        let bytes = (nrow * ncol * bytes_per_value(precision)).max(1);
+        guarded("keeping a matrix on the GPU", || {
+            let on = format!("device {} ({})", device.ordinal, device.name);
+            device.ctx.bind_to_thread().map_err(|e| Error::Gpu(format!("binding the context of {on}: {e:?}")))?;
+            // SAFETY: a plain allocation of `bytes`, owned by the matrix and freed in `drop`.
+            let ptr = unsafe { result::malloc_sync(bytes) }.map_err(|e| {
+                Error::Gpu(format!("keeping a {nrow} x {ncol} matrix ({:.1} MB) on {on}: {e:?}", bytes as f64 / 1e6))
+            })?;
+            let matrix = DeviceMatrix { device: device.clone(), precision, nrow, ncol, ptr };
+            // SAFETY: `ptr` holds `bytes` bytes (all-zero bits are 0 in every precision).
+            unsafe { result::memset_d8_sync(ptr, 0, bytes) }.map_err(|e| Error::Gpu(format!("zeroing a matrix on {on}: {e:?}")))?;
+            Ok(matrix)
+        })
+    }
+
     /// Replaces its values by `data` (as many, column-major), rounded to its precision: the copy is
     /// queued on the device's stream after the work already there (a loop sets a parameter's value
     /// of the iteration this way, `crate::program`).
