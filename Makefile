@@ -68,7 +68,7 @@ SIZES ?=
 ITER_BUDGET ?= $(if $(filter command line,$(origin BUDGET)),$(BUDGET),60)
 ITER_REPS ?= $(if $(filter command line,$(origin REPS)),$(REPS),3)
 
-.PHONY: all deps install demo test fuzz check doc clean distclean bench-cpu bench-iterative bench-ranges bench-solve bench-batch bench-future bench-gpus bench-tensor vendor
+.PHONY: all deps install demo test fuzz check doc clean distclean bench-cpu bench-iterative bench-program bench-ranges bench-solve bench-batch bench-future bench-gpus bench-tensor vendor
 
 all: install
 
@@ -147,6 +147,11 @@ bench-cpu: install
 bench-iterative: install
 	BACKEND='$(BACKEND)' SIZES='$(SIZES)' BUDGET=$(ITER_BUDGET) REPS=$(ITER_REPS) BENCH_OUT='$(BENCH_OUT)' \
 		CASES='$(CASES)' R_LIBS=$(LIB_DIR) Rscript bench/iterative.R
+
+# make bench-program: whole algorithms as programs (keops_program()) against R loops and their R
+# peers (bench/program.R; BACKEND=GPU on the GPU host; KMEANS_N, SINKHORN_N, GMM=N,K,D, REPS).
+bench-program: install
+	BACKEND='$(BACKEND)' REPS=$(ITER_REPS) R_LIBS=$(LIB_DIR) Rscript bench/program.R
 
 # make bench-ranges: block-sparse reductions and keops_knn() (bench/ranges.R), N = M points.
 RANGES_N ?= 1e6
