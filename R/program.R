@@ -37,7 +37,8 @@
 #'   a parameter's vector of values); `schedule` a named list of the values that buffers take at
 #'   each iteration (for eps-annealing): a matrix with one row per iteration and as many columns as
 #'   the buffer has values, or a vector for a buffer of one value; iteration t takes row t, the last
-#'   row repeated after its end. It returns a named list of the `output` buffers (matrices), with
+#'   row repeated after its end (a buffer with a schedule needs no value in `input`: it starts at the
+#'   first row, as a column). It returns a named list of the `output` buffers (matrices), with
 #'   attributes `iterations` (how many ran) and `trace` (a named list of matrices: one row per
 #'   iteration, the buffer's values in R's order).
 #' @seealso [keops_map()], [keops_iterate()] (the loops whose updates are raw reduction results).
@@ -89,7 +90,8 @@ keops_program <- function(steps, iterations = 1, until = NULL, tol = 0, every = 
   layout <- NULL
   program <- function(input = list(), schedule = NULL) {
     program_check_input(input)
-    if (is.null(layout) || !identical(layout$given, names(input))) layout <<- program_layout(settings, names(input))
+    given <- unique(c(names(input), names(schedule)))
+    if (is.null(layout) || !identical(layout$given, given)) layout <<- program_layout(settings, given)
     program_run(settings, layout, input, schedule)
   }
   attr(program, "rkeops_program") <- settings
@@ -140,7 +142,12 @@ program_layout <- function(settings, given) {
 # Runs the program `settings` laid out as `layout` (program_layout()) from `input`, with `schedule`.
 program_run <- function(settings, layout, input, schedule) {
   buffers <- layout$buffers
-  initial <- lapply(buffers, function(name) program_value(input[[name]], name))
+  initial <- lapply(buffers, function(name) {
+    x <- input[[name]]
+    # a buffer that follows a schedule starts at its first value (a column), unless given
+    if (is.null(x) && !is.null(schedule[[name]])) x <- if (is.matrix(schedule[[name]])) schedule[[name]][1L, ] else schedule[[name]][1L]
+    program_value(x, name)
+  })
   program <- c(list(buffers = list(names = buffers, initial = initial,
                                    schedule = program_schedule(schedule, buffers, initial)),
                     steps = layout$steps), layout$program)

@@ -75,6 +75,10 @@ test_that("Sinkhorn with a schedule of its temperature, traced, equals the R loo
   expect_equal(res$f, matrix(f), tolerance = 1e-10)
   expect_equal(res$g, matrix(g), tolerance = 1e-10)
   expect_identical(attr(res, "trace")$s, matrix(1 / eps[pmin(1:7, 4)]))
+  # a buffer with a schedule needs no initial value: it starts at the schedule's first
+  res2 <- prog(list(x = x, y = y, lmu = lmu, lnu = lnu, f = matrix(0, n), g = matrix(0, m)),
+               schedule = list(s = 1 / eps))
+  expect_identical(res2$f, res$f)
   expect_equal(attr(res, "trace")$f, unname(traced), tolerance = 1e-10)
   # keops_iterate() runs the same loop at a fixed temperature: the same as a program
   it <- keops_iterate(list(g = g_op, f = f_op), list(x = x, y = y, lmu = lmu, lnu = lnu, s = 5,
