@@ -139,8 +139,9 @@ program_layout <- function(settings, given) {
                       outputs = named(settings$output, "output")))
 }
 
-# Runs the program `settings` laid out as `layout` (program_layout()) from `input`, with `schedule`.
-program_run <- function(settings, layout, input, schedule) {
+# The engine's description of the program laid out as `layout` (program_layout()) for `input` and
+# `schedule`.
+program_description <- function(layout, input, schedule) {
   buffers <- layout$buffers
   initial <- lapply(buffers, function(name) {
     x <- input[[name]]
@@ -148,9 +149,13 @@ program_run <- function(settings, layout, input, schedule) {
     if (is.null(x) && !is.null(schedule[[name]])) x <- if (is.matrix(schedule[[name]])) schedule[[name]][1L, ] else schedule[[name]][1L]
     program_value(x, name)
   })
-  program <- c(list(buffers = list(names = buffers, initial = initial,
-                                   schedule = program_schedule(schedule, buffers, initial)),
-                    steps = layout$steps), layout$program)
+  c(list(buffers = list(names = buffers, initial = initial, schedule = program_schedule(schedule, buffers, initial)),
+         steps = layout$steps), layout$program)
+}
+
+# Runs the program `settings` laid out as `layout` (program_layout()) from `input`, with `schedule`.
+program_run <- function(settings, layout, input, schedule) {
+  program <- program_description(layout, input, schedule)
   res <- rust_result(.Call(wrap__keops_program_run, program, engine_options()))
   record_run(res$backend, res$timings)
   out <- res$outputs
@@ -241,4 +246,64 @@ keops_map <- function(formula, args, sum_scheme = "auto") {
   }
   keops_kernel(sprintf("Sum_Reduction(%s, %d)", formula, if (sides == "Vi") 0L else 1L), args,
                sum_scheme = sum_scheme)
+}
+
+#' Gradients of a program
+#'
+#' The gradient of a buffer's final value (a scalar, such as a loss; or `sum(weight * buffer)`)
+#' with respect to the initial values of chosen buffers, through every step of every iteration of
+#' a program made by [keops_program()]: reverse-mode differentiation built from the engine's
+#' gradients of each step's reduction. The forward pass keeps, before each step, the value its
+#' result replaces (memory: one copy of each step's result per iteration); steps that return
+#' indices (`ArgMin`) pass no gradient. It runs on host data (the CPU, or each step as a plain call
+#' on a GPU).
+#'
+#' @param program A program made by [keops_program()].
+#' @param input,schedule As for the program.
+#' @param of The name of the buffer differentiated.
+#' @param wrt Names of buffers given in `input`: the gradient is with respect to their initial values.
+#' @param weight `NULL` (ones: the gradient of the sum of the buffer's values) or the weights of its
+#'   values, of its shape.
+#' @return A named list of the gradients, of the shapes of the `wrt` inputs, with the attribute
+#'   `iterations`.
+#' @seealso [keops_program()], [keops_grad()]
+#' @export
+#' @examples
+#' # x halved three times, then its squared norm: d/dx = 2 x / 64
+#' prog <- keops_program(list(x = keops_map("x / 2", "x = Vi(2)"),
+#'                            loss = keops_kernel("Sum_Reduction(SqNorm2(x), 1)", "x = Vi(2)")),
+#'                       iterations = 3)
+#' x <- matrix(c(1, 2, 3, 4), 2)
+#' keops_program_grad(prog, list(x = x), of = "loss", wrt = "x")$x
+keops_program_grad <- function(program, input, of, wrt, weight = NULL, schedule = NULL) {
+  settings <- attr(program, "rkeops_program")
+  if (!is.function(program) || is.null(settings)) {
+    rkeops_abort("'program' must be a program made by keops_program()", kind = "input", arg = "program")
+  }
+  if (!is.character(of) || length(of) != 1L || !is.character(wrt) || length(wrt) == 0L) {
+    rkeops_abort("'of' must be the name of a buffer and 'wrt' names of buffers", kind = "input",
+                 arg = if (!is.character(of) || length(of) != 1L) "of" else "wrt")
+  }
+  program_check_input(input)
+  missing <- setdiff(wrt, names(input))
+  if (length(missing)) {
+    rkeops_abort("wrt: '", missing[1L], "' has no value in 'input' to differentiate", kind = "input", arg = "wrt")
+  }
+  layout <- program_layout(settings, unique(c(names(input), names(schedule))))
+  at <- match(c(of, wrt), layout$buffers)
+  if (anyNA(at)) {
+    rkeops_abort("'", c(of, wrt)[is.na(at)][1L], "' is not a buffer of the program", kind = "input",
+                 arg = if (is.na(at[1L])) "of" else "wrt")
+  }
+  if (!is.null(weight)) weight <- as.double(weight)
+  res <- rust_result(.Call(wrap__keops_program_gradient, program_description(layout, input, schedule),
+                           as.integer(at[1L] - 1L), weight, as.integer(at[-1L] - 1L), engine_options()))
+  out <- lapply(seq_along(wrt), function(k) {
+    g <- res$gradients[[k]]
+    x <- input[[wrt[k]]]
+    if (is.null(dim(x))) g else array(g, dim(x))
+  })
+  names(out) <- wrt
+  attr(out, "iterations") <- res$iterations
+  out
 }

@@ -190,3 +190,46 @@ test_that("EM for a diagonal Gaussian mixture as a program equals EM in R", {
   expect_equal(res$is2, unname(1 / s2), tolerance = 1e-10)
   expect_equal(res$cst, matrix(log(w) - 0.5 * rowSums(log(s2)) - D / 2 * log(2 * pi)), tolerance = 1e-10)
 })
+
+test_that("keops_program_grad() matches finite differences through the iterations", {
+  local_precision("float64")
+  set.seed(8)
+  n <- 9; m <- 7
+  x <- matrix(runif(2 * n), n, 2); y <- matrix(runif(2 * m), m, 2)
+  f_op <- keops_kernel("LogSumExp_Reduction(lnu - g - SqDist(x, y) * s, 0)",
+                       c("x = Vi(2)", "y = Vj(2)", "lnu = Vj(1)", "g = Vj(1)", "s = Pm(1)"))
+  g_op <- keops_kernel("LogSumExp_Reduction(lmu - f - SqDist(x, y) * s, 1)",
+                       c("x = Vi(2)", "y = Vj(2)", "lmu = Vi(1)", "f = Vi(1)", "s = Pm(1)"))
+  loss <- keops_kernel("Sum_Reduction(f * f, 1)", "f = Vi(1)")
+  prog <- keops_program(list(g = g_op, f = f_op, loss = loss), iterations = 4)
+  input <- list(x = x, y = y, lmu = matrix(runif(n)), lnu = matrix(runif(m)), f = matrix(0, n),
+                g = matrix(rnorm(m)), s = 3)
+  got <- keops_program_grad(prog, input, of = "loss", wrt = c("x", "y", "s", "g"))
+  expect_identical(attr(got, "iterations"), 4L)
+  value <- function(inp) prog(inp)$loss[1, 1]
+  for (name in c("x", "y", "s", "g")) {
+    fd <- input[[name]]
+    for (k in seq_along(fd)) {
+      up <- down <- input
+      up[[name]][k] <- up[[name]][k] + 1e-6
+      down[[name]][k] <- down[[name]][k] - 1e-6
+      fd[k] <- (value(up) - value(down)) / 2e-6
+    }
+    expect_equal(got[[name]], fd, tolerance = 1e-6, info = name)
+  }
+  # a weight of the values of a buffer of several values
+  w <- rnorm(n)
+  g_f <- keops_program_grad(prog, input, of = "f", wrt = "x", weight = w)$x
+  fd <- x
+  for (k in seq_along(x)) {
+    up <- down <- input
+    up$x[k] <- up$x[k] + 1e-6
+    down$x[k] <- down$x[k] - 1e-6
+    fd[k] <- sum(w * (prog(up)$f - prog(down)$f)) / 2e-6
+  }
+  expect_equal(g_f, fd, tolerance = 1e-6)
+  e <- tryCatch(keops_program_grad(prog, input, of = "loss", wrt = "nothing"), error = identity)
+  expect_s3_class(e, "rkeops_error_input")
+  e <- tryCatch(keops_program_grad(identity, input, of = "loss", wrt = "x"), error = identity)
+  expect_match(conditionMessage(e), "made by keops_program()", fixed = TRUE)
+})

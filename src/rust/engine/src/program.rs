@@ -129,7 +129,7 @@ fn result_width(op: &Operator) -> usize {
 
 /// Checks the program before anything runs; returns the shape of every buffer ((0, 0) for one that
 /// nothing reads or writes and that has no value).
-fn check(p: &Program) -> Result<Vec<(usize, usize)>> {
+pub(crate) fn check(p: &Program) -> Result<Vec<(usize, usize)>> {
     let buffer_name = |b: usize| p.buffers.get(b).map_or("?", |x| x.name.as_str());
     let mut shapes: Vec<Option<(usize, usize)>> = p.buffers.iter().map(|b| b.initial.map(|x| (x.nrow, x.ncol))).collect();
     for b in &p.buffers {
@@ -213,7 +213,7 @@ fn check_buffer(b: &Buffer) -> Result<()> {
 
 impl Schedule<'_> {
     /// The value of iteration `t`.
-    fn at(&self, t: usize) -> &[f64] {
+    pub(crate) fn at(&self, t: usize) -> &[f64] {
         let len = self.values.len() / self.rows;
         let row = t.min(self.rows - 1);
         &self.values[row * len..(row + 1) * len]
@@ -318,7 +318,7 @@ impl Run<'_> {
 }
 
 /// A step's result as the values of its buffer: its values, or its indices (1-based) as numbers.
-fn result_values(values: Option<Vec<f64>>, indices: Option<Vec<i32>>) -> Vec<f64> {
+pub(crate) fn result_values(values: Option<Vec<f64>>, indices: Option<Vec<i32>>) -> Vec<f64> {
     match (values, indices) {
         (Some(v), _) => v,
         (None, Some(i)) => i.into_iter().map(f64::from).collect(),

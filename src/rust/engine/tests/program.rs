@@ -243,3 +243,66 @@ fn program_errors_name_the_step_and_the_buffer() {
     let e = run(&p);
     assert!(e.contains("the outputs: buffer 'nothing' has no value"), "{e}");
 }
+
+/// The gradient of a program (`program_gradient`) against central finite differences in float64:
+/// three Sinkhorn-like iterations with a map that scales f by a parameter, differentiated in the
+/// points x and y, the parameter s, the weights' parameter w and the initial g.
+#[test]
+fn program_gradients_match_finite_differences() {
+    use engine::program_gradient::gradient;
+    let (n, m) = (13usize, 11usize);
+    let (x, y) = (random(2 * n, 31), random(2 * m, 32));
+    let (lmu, lnu) = (random(n, 33), random(m, 34));
+    let (f0, g0, s, w) = (vec![0.0; n], random(m, 35), [2.5], [0.7]);
+    let seed = random(n, 36);
+    let f_op = op(
+        "LogSumExp_Reduction(lnu - g - SqDist(x, y) * s, 0)",
+        &["x = Vi(2)", "y = Vj(2)", "lnu = Vj(1)", "g = Vj(1)", "s = Pm(1)"],
+    );
+    let g_op = op(
+        "LogSumExp_Reduction(lmu - f - SqDist(x, y) * s, 1)",
+        &["x = Vi(2)", "y = Vj(2)", "lmu = Vi(1)", "f = Vi(1)", "s = Pm(1)"],
+    );
+    let scale = op("Sum_Reduction(f * w + Sin(f), 0)", &["f = Vi(1)", "w = Pm(1)"]);
+    let program = |x: &[f64], y: &[f64], s: &[f64], w: &[f64], g: &[f64]| -> Vec<Buffer<'static>> {
+        let keep = |v: &[f64]| -> &'static [f64] { Box::leak(v.to_vec().into_boxed_slice()) };
+        vec![
+            buffer("x", Some(Input::host(keep(x), n, 2))),
+            buffer("y", Some(Input::host(keep(y), m, 2))),
+            buffer("lmu", Some(Input::host(keep(&lmu), n, 1))),
+            buffer("lnu", Some(Input::host(keep(&lnu), m, 1))),
+            buffer("f", Some(Input::host(keep(&f0), n, 1))),
+            buffer("g", Some(Input::host(keep(g), m, 1))),
+            buffer("s", Some(Input::host(keep(s), 1, 1))),
+            buffer("w", Some(Input::host(keep(w), 1, 1))),
+        ]
+    };
+    let steps = vec![
+        step("g", &g_op, &[0, 1, 2, 4, 6], 5),
+        step("f", &f_op, &[0, 1, 3, 5, 6], 4),
+        step("f", &scale, &[4, 7], 4),
+    ];
+    let make = |buffers| Program { buffers, steps: steps.clone(), iterations: 3, stop: None, trace: vec![], outputs: vec![4] };
+    let loss = |buffers| {
+        let ran = program::run(&make(buffers), &options(Backend::Cpu)).unwrap();
+        ran.outputs[0].iter().zip(&seed).map(|(a, b)| a * b).sum::<f64>()
+    };
+    let wrt = [0, 1, 6, 7, 5];
+    let got = gradient(&make(program(&x, &y, &s, &w, &g0)), 4, Some(&seed), &wrt, &options(Backend::Cpu)).unwrap();
+    assert_eq!(got.iterations, 3);
+    let base: [Vec<f64>; 5] = [x.clone(), y.clone(), s.to_vec(), w.to_vec(), g0.clone()];
+    for (k, want_len) in [2 * n, 2 * m, 1, 1, m].into_iter().enumerate() {
+        assert_eq!(got.values[k].len(), want_len);
+        for c in 0..want_len {
+            let h = 1e-6;
+            let at = |delta: f64| {
+                let mut v = base.clone();
+                v[k][c] += delta;
+                loss(program(&v[0], &v[1], &v[2], &v[3], &v[4]))
+            };
+            let fd = (at(h) - at(-h)) / (2.0 * h);
+            let err = (got.values[k][c] - fd).abs();
+            assert!(err < 1e-6 * (1.0 + fd.abs()), "buffer {} component {c}: {} vs {fd}", wrt[k], got.values[k][c]);
+        }
+    }
+}

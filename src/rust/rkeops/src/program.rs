@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use engine::program::{self, Buffer, Program, Schedule, Step, Stop};
+use engine::program_gradient::gradient;
 use engine::{Input, Operator};
 use extendr_api::prelude::*;
 
@@ -51,74 +52,81 @@ fn step_parts(step: Robj) -> Fallible<StepParts> {
     })
 }
 
-/// Runs the program `program`, `list(buffers = list(names, initial, schedule), steps, iterations,
-/// until, tol, every, trace, outputs)` (R/program.R builds it: buffer numbers are 0-based, `until`
-/// -1 for none; `initial[[b]]` a matrix or NULL, `schedule[[b]]` NULL or the values of each
-/// iteration one after the other). Returns `list(outputs, iterations, trace, backend, timings)`.
+/// Builds the engine's program from R's description, `list(buffers = list(names, initial,
+/// schedule), steps, iterations, until, tol, every, trace, outputs)` (R/program.R makes it: buffer
+/// numbers are 0-based, `until` -1 for none; `initial[[b]]` a matrix or NULL, `schedule[[b]]` NULL or
+/// the values of each iteration one after the other), and runs `work` on it.
+fn with_program<R>(program: &Robj, work: impl FnOnce(&Program) -> Fallible<R>) -> Fallible<R> {
+    let p = program.as_list().or_input("program", "the program must be a list")?;
+    let buffers = field(&p, "buffers", "the program")?.as_list().or_input("program", "buffers must be a list")?;
+    let names = strings(&field(&buffers, "names", "buffers")?, "names")?;
+    let list = |name: &str| -> Fallible<Vec<Robj>> {
+        let x = field(&buffers, name, "buffers")?;
+        Ok(x.as_list().or_input("program", format!("buffers' {name} must be a list"))?.values().collect())
+    };
+    let (initial, schedules) = (list("initial")?, list("schedule")?);
+    if initial.len() != names.len() || schedules.len() != names.len() {
+        return Err(RError::input("program", "one initial value and one schedule per buffer"));
+    }
+    let mut built = Vec::with_capacity(names.len());
+    for ((name, x), s) in names.iter().zip(&initial).zip(&schedules) {
+        let initial = (!x.is_null()).then(|| numeric_input(x, name)).transpose()?;
+        let schedule = match s.is_null() {
+            true => None,
+            false => {
+                let values = s.as_real_slice().or_input(name, format!("the schedule of '{name}' must be numbers"))?;
+                let len = initial.map_or(1, |x: Input| (x.nrow * x.ncol).max(1));
+                Some(Schedule { values, rows: values.len() / len })
+            }
+        };
+        built.push(Buffer { name: name.clone(), initial, schedule });
+    }
+    let parts = field(&p, "steps", "the program")?
+        .as_list()
+        .or_input("program", "steps must be a list")?
+        .values()
+        .map(step_parts)
+        .collect::<Fallible<Vec<_>>>()?;
+    let steps = parts
+        .iter()
+        .map(|s| {
+            Ok(Step {
+                name: s.name.clone(),
+                operator: s.op.as_ref(),
+                inputs: s.inputs.clone(),
+                output: s.output,
+                sum_scheme: sum_scheme(&s.scheme)?,
+                ranges: block_sparse(&s.ranges)?,
+            })
+        })
+        .collect::<Fallible<Vec<_>>>()?;
+    let number = |name: &str| -> Fallible<f64> {
+        field(&p, name, "the program")?.as_real().or_input("program", format!("'{name}' must be a number"))
+    };
+    let until = number("until")?;
+    let stop = match until >= 0.0 {
+        true => Some(Stop { buffer: until as usize, tol: number("tol")?, every: number("every")?.max(0.0) as usize }),
+        false => None,
+    };
+    let program = Program {
+        buffers: built,
+        steps,
+        iterations: number("iterations")?.max(0.0) as usize,
+        stop,
+        trace: ids(&field(&p, "trace", "the program")?, "trace")?,
+        outputs: ids(&field(&p, "outputs", "the program")?, "outputs")?,
+    };
+    work(&program)
+}
+
+/// Runs the program (see `with_program`). Returns `list(outputs, iterations, trace, backend,
+/// timings)`.
 #[extendr]
 fn keops_program_run(program: Robj, options: Robj) -> Robj {
     guarded(|| {
-        let p = program.as_list().or_input("program", "the program must be a list")?;
-        let buffers = field(&p, "buffers", "the program")?.as_list().or_input("program", "buffers must be a list")?;
-        let names = strings(&field(&buffers, "names", "buffers")?, "names")?;
-        let initial: Vec<Robj> =
-            field(&buffers, "initial", "buffers")?.as_list().or_input("program", "initial values must be a list")?.values().collect();
-        let schedules: Vec<Robj> =
-            field(&buffers, "schedule", "buffers")?.as_list().or_input("program", "schedules must be a list")?.values().collect();
-        if initial.len() != names.len() || schedules.len() != names.len() {
-            return Err(RError::input("program", "one initial value and one schedule per buffer"));
-        }
-        let mut built = Vec::with_capacity(names.len());
-        for ((name, x), s) in names.iter().zip(&initial).zip(&schedules) {
-            let initial = (!x.is_null()).then(|| numeric_input(x, name)).transpose()?;
-            let schedule = match s.is_null() {
-                true => None,
-                false => {
-                    let values = s.as_real_slice().or_input(name, format!("the schedule of '{name}' must be numbers"))?;
-                    let len = initial.map_or(1, |x: Input| (x.nrow * x.ncol).max(1));
-                    Some(Schedule { values, rows: values.len() / len })
-                }
-            };
-            built.push(Buffer { name: name.clone(), initial, schedule });
-        }
-        let parts = field(&p, "steps", "the program")?
-            .as_list()
-            .or_input("program", "steps must be a list")?
-            .values()
-            .map(step_parts)
-            .collect::<Fallible<Vec<_>>>()?;
-        let steps = parts
-            .iter()
-            .map(|s| {
-                Ok(Step {
-                    name: s.name.clone(),
-                    operator: s.op.as_ref(),
-                    inputs: s.inputs.clone(),
-                    output: s.output,
-                    sum_scheme: sum_scheme(&s.scheme)?,
-                    ranges: block_sparse(&s.ranges)?,
-                })
-            })
-            .collect::<Fallible<Vec<_>>>()?;
-        let number = |name: &str| -> Fallible<f64> {
-            field(&p, name, "the program")?.as_real().or_input("program", format!("'{name}' must be a number"))
-        };
-        let until = number("until")?;
-        let stop = match until >= 0.0 {
-            true => Some(Stop { buffer: until as usize, tol: number("tol")?, every: number("every")?.max(0.0) as usize }),
-            false => None,
-        };
-        let program = Program {
-            buffers: built,
-            steps,
-            iterations: number("iterations")?.max(0.0) as usize,
-            stop,
-            trace: ids(&field(&p, "trace", "the program")?, "trace")?,
-            outputs: ids(&field(&p, "outputs", "the program")?, "outputs")?,
-        };
         let options = run_options(&options, "auto")?;
         // (an interrupt too: R makes it an interrupt condition)
-        let ran = program::run(&program, &options)?;
+        let ran = with_program(&program, |p| Ok(program::run(p, &options)?))?;
         let outputs = ran
             .outputs
             .into_iter()
@@ -144,7 +152,30 @@ fn keops_program_run(program: Robj, options: Robj) -> Robj {
     })
 }
 
+/// The gradient of `sum(seed * of)` after the program's iterations (`of` a 0-based buffer number,
+/// `seed` NULL for ones) with respect to the initial values of the buffers `wrt` (0-based). Returns
+/// `list(gradients, iterations)`, the gradients as plain vectors in the buffers' order.
+#[extendr]
+fn keops_program_gradient(program: Robj, of: i32, seed: Robj, wrt: Robj, options: Robj) -> Robj {
+    guarded(|| {
+        let options = run_options(&options, "auto")?;
+        let wrt = ids(&wrt, "wrt")?;
+        let seed = match seed.is_null() {
+            true => None,
+            false => Some(seed.as_real_slice().or_input("weight", "'weight' must be numbers")?),
+        };
+        let got = with_program(&program, |p| Ok(gradient(p, of.max(0) as usize, seed, &wrt, &options)?))?;
+        let values: Vec<Robj> = got.values.into_iter().map(Robj::from).collect();
+        Ok(List::from_names_and_values(
+            ["gradients", "iterations"],
+            [Robj::from(List::from_values(values)), Robj::from(got.iterations as i32)],
+        )?
+        .into())
+    })
+}
+
 extendr_module! {
     mod program;
     fn keops_program_run;
+    fn keops_program_gradient;
 }
