@@ -290,6 +290,15 @@ fn program_gradients_match_finite_differences() {
     let wrt = [0, 1, 6, 7, 5];
     let got = gradient(&make(program(&x, &y, &s, &w, &g0)), 4, Some(&seed), &wrt, &options(Backend::Cpu)).unwrap();
     assert_eq!(got.iterations, 3);
+    match device::device(0) {
+        Err(why) => println!("NO GPU: program gradients are checked on the CPU only ({why})"),
+        Ok(_) => {
+            let gpu = gradient(&make(program(&x, &y, &s, &w, &g0)), 4, Some(&seed), &wrt, &options(Backend::Gpu(0)));
+            for (a, b) in gpu.unwrap().values.iter().zip(&got.values) {
+                assert!(max_diff(a, b) < 1e-10 * (1.0 + b.iter().map(|v| v.abs()).fold(0.0, f64::max)), "GPU gradient");
+            }
+        }
+    }
     let base: [Vec<f64>; 5] = [x.clone(), y.clone(), s.to_vec(), w.to_vec(), g0.clone()];
     for (k, want_len) in [2 * n, 2 * m, 1, 1, m].into_iter().enumerate() {
         assert_eq!(got.values[k].len(), want_len);
