@@ -47,15 +47,8 @@ impl DeviceMatrix {
                 data.len()
             )));
         }
-        let bytes = (data.len() * bytes_per_value(precision)).max(1);
+        let matrix = DeviceMatrix::allocate(device, nrow, ncol, precision)?;
         guarded("copying a matrix to the GPU", || {
-            let on = format!("device {} ({})", device.ordinal, device.name);
-            device.ctx.bind_to_thread().map_err(|e| Error::Gpu(format!("binding the context of {on}: {e:?}")))?;
-            // SAFETY: a plain allocation of `bytes`, owned by the matrix and freed in `drop`.
-            let ptr = unsafe { result::malloc_sync(bytes) }.map_err(|e| {
-                Error::Gpu(format!("keeping a {nrow} x {ncol} matrix ({:.1} MB) on {on}: {e:?}", bytes as f64 / 1e6))
-            })?;
-            let matrix = DeviceMatrix { device: device.clone(), precision, nrow, ncol, ptr };
             fn upload<S: Stored>(ptr: sys::CUdeviceptr, data: &[f64]) -> std::result::Result<(), result::DriverError> {
                 let mut host = vec![S::from_f64(0.0); data.len()];
                 crate::parallel::map(data, &mut host, S::from_f64);
@@ -63,17 +56,29 @@ impl DeviceMatrix {
                 unsafe { result::memcpy_htod_sync(ptr, &host) }
             }
             match precision {
-                Precision::F16 => upload::<u16>(ptr, data),
-                Precision::F32 => upload::<f32>(ptr, data),
-                Precision::F64 => upload::<f64>(ptr, data),
+                Precision::F16 => upload::<u16>(matrix.ptr, data),
+                Precision::F32 => upload::<f32>(matrix.ptr, data),
+                Precision::F64 => upload::<f64>(matrix.ptr, data),
             }
-            .map_err(|e| Error::Gpu(format!("copying a matrix to {on}: {e:?}")))?;
-            Ok(matrix)
-        })
+            .map_err(|e| Error::Gpu(format!("copying a matrix to {}: {e:?}", matrix.where_())))
+        })?;
+        Ok(matrix)
     }
 
     /// A `nrow x ncol` matrix of zeros on `device`, set there (nothing copied from the host).
     pub fn zeros(device: Arc<Device>, nrow: usize, ncol: usize, precision: Precision) -> Result<Self> {
+        let matrix = DeviceMatrix::allocate(device, nrow, ncol, precision)?;
+        let bytes = (nrow * ncol * bytes_per_value(precision)).max(1);
+        guarded("zeroing a matrix on the GPU", || {
+            // SAFETY: the matrix holds `bytes` bytes (all-zero bits are 0 in every precision).
+            unsafe { result::memset_d8_sync(matrix.ptr, 0, bytes) }
+                .map_err(|e| Error::Gpu(format!("zeroing a matrix on {}: {e:?}", matrix.where_())))
+        })?;
+        Ok(matrix)
+    }
+
+    /// Room for a `nrow x ncol` matrix on `device` (its values not set).
+    fn allocate(device: Arc<Device>, nrow: usize, ncol: usize, precision: Precision) -> Result<Self> {
         let bytes = (nrow * ncol * bytes_per_value(precision)).max(1);
         guarded("keeping a matrix on the GPU", || {
             let on = format!("device {} ({})", device.ordinal, device.name);
@@ -82,10 +87,7 @@ impl DeviceMatrix {
             let ptr = unsafe { result::malloc_sync(bytes) }.map_err(|e| {
                 Error::Gpu(format!("keeping a {nrow} x {ncol} matrix ({:.1} MB) on {on}: {e:?}", bytes as f64 / 1e6))
             })?;
-            let matrix = DeviceMatrix { device: device.clone(), precision, nrow, ncol, ptr };
-            // SAFETY: `ptr` holds `bytes` bytes (all-zero bits are 0 in every precision).
-            unsafe { result::memset_d8_sync(ptr, 0, bytes) }.map_err(|e| Error::Gpu(format!("zeroing a matrix on {on}: {e:?}")))?;
-            Ok(matrix)
+            Ok(DeviceMatrix { device: device.clone(), precision, nrow, ncol, ptr })
         })
     }
 
