@@ -131,7 +131,8 @@ fn result_width(op: &Operator) -> usize {
 /// nothing reads or writes and that has no value).
 pub(crate) fn check(p: &Program) -> Result<Vec<(usize, usize)>> {
     let buffer_name = |b: usize| p.buffers.get(b).map_or("?", |x| x.name.as_str());
-    let mut shapes: Vec<Option<(usize, usize)>> = p.buffers.iter().map(|b| b.initial.map(|x| (x.nrow, x.ncol))).collect();
+    let mut shapes: Vec<Option<(usize, usize)>> =
+        p.buffers.iter().map(|b| b.initial.map(|x| (x.nrow, x.ncol))).collect();
     for b in &p.buffers {
         check_buffer(b)?;
     }
@@ -139,7 +140,11 @@ pub(crate) fn check(p: &Program) -> Result<Vec<(usize, usize)>> {
         let fail = |what: String| Error::Invalid(format!("step {} ('{}'): {what}", s + 1, step.name));
         let vars = &step.operator.formula.variables;
         if step.inputs.len() != vars.len() || step.inputs.iter().chain([&step.output]).any(|&b| b >= p.buffers.len()) {
-            return Err(fail(format!("it needs {} buffers, one per variable, among the {} of the program", vars.len(), p.buffers.len())));
+            return Err(fail(format!(
+                "it needs {} buffers, one per variable, among the {} of the program",
+                vars.len(),
+                p.buffers.len()
+            )));
         }
         let mut given = Vec::with_capacity(vars.len());
         for (var, &b) in vars.iter().zip(&step.inputs) {
@@ -175,12 +180,18 @@ pub(crate) fn check(p: &Program) -> Result<Vec<(usize, usize)>> {
     let named = p.stop.iter().map(|s| (s.buffer, "the stopping rule")).chain(p.trace.iter().map(|&b| (b, "the trace")));
     for (b, what) in named.chain(p.outputs.iter().map(|&b| (b, "the outputs"))) {
         if shapes.get(b).copied().flatten().is_none() {
-            return Err(Error::Invalid(format!("{what}: buffer '{}' has no value (no initial value, and no step writes it)", buffer_name(b))));
+            return Err(Error::Invalid(format!(
+                "{what}: buffer '{}' has no value (no initial value, and no step writes it)",
+                buffer_name(b)
+            )));
         }
     }
     if let Some(stop) = p.stop {
         if stop.every == 0 || stop.tol.is_nan() || stop.tol < 0.0 {
-            return Err(Error::Invalid(format!("the stopping rule: every = {} and tol = {} (a positive whole number and a number >= 0 expected)", stop.every, stop.tol)));
+            return Err(Error::Invalid(format!(
+                "the stopping rule: every = {} and tol = {} (a positive whole number and a number >= 0 expected)",
+                stop.every, stop.tol
+            )));
         }
     }
     Ok(shapes.into_iter().map(|s| s.unwrap_or((0, 0))).collect())
@@ -241,8 +252,11 @@ impl Run<'_> {
     fn on_host(&self) -> Result<Ran> {
         let p = self.program;
         // (the initial values borrowed: a program of one iteration copies nothing more than a call)
-        let mut values: Vec<Cow<[f64]>> =
-            p.buffers.iter().map(|b| b.initial.and_then(|x| x.host_data()).map_or(Cow::Owned(Vec::new()), Cow::Borrowed)).collect();
+        let mut values: Vec<Cow<[f64]>> = p
+            .buffers
+            .iter()
+            .map(|b| b.initial.and_then(|x| x.host_data()).map_or(Cow::Owned(Vec::new()), Cow::Borrowed))
+            .collect();
         let mut timings = Summed::default();
         let mut backend = "CPU".to_string();
         let mut trace: Vec<Vec<f64>> = vec![Vec::new(); p.trace.len()];
@@ -336,7 +350,12 @@ type Buffers<'m> = (&'m mut Vec<DeviceMatrix>, &'m mut Vec<Option<DeviceMatrix>>
 
 impl DeviceLoop<'_> {
     /// Runs the iterations; returns how many ran and the trace.
-    fn run(&self, (current, next): Buffers, recorded: &mut [[Option<Recorded>; 2]], timings: &mut Summed) -> Result<(usize, Vec<Vec<f64>>)> {
+    fn run(
+        &self,
+        (current, next): Buffers,
+        recorded: &mut [[Option<Recorded>; 2]],
+        timings: &mut Summed,
+    ) -> Result<(usize, Vec<Vec<f64>>)> {
         let Run { program: p, options, .. } = *self.run;
         let mut asked = Instant::now();
         let mut trace: Vec<Vec<f64>> = vec![Vec::new(); p.trace.len()];
@@ -376,7 +395,14 @@ impl DeviceLoop<'_> {
 
     /// Step `s` of iteration `t`: its result into the `next` buffer of its output, which then
     /// becomes the current one.
-    fn step(&self, s: usize, t: usize, (current, next): Buffers, recorded: &mut [Option<Recorded>; 2], timings: &mut Summed) -> Result<()> {
+    fn step(
+        &self,
+        s: usize,
+        t: usize,
+        (current, next): Buffers,
+        recorded: &mut [Option<Recorded>; 2],
+        timings: &mut Summed,
+    ) -> Result<()> {
         let step = &self.run.program.steps[s];
         let options = &self.run.step_options[s];
         let inputs: Vec<Input> = step.inputs.iter().map(|&b| Input::device(&current[b])).collect();

@@ -23,7 +23,13 @@ pub struct Gradients {
 
 /// The gradient of `sum(seed * of)` (`seed` all ones when `None`) after the program's iterations,
 /// with respect to the initial values of the buffers `wrt`.
-pub fn gradient(p: &Program, of: usize, seed: Option<&[f64]>, wrt: &[usize], options: &RunOptions) -> Result<Gradients> {
+pub fn gradient(
+    p: &Program,
+    of: usize,
+    seed: Option<&[f64]>,
+    wrt: &[usize],
+    options: &RunOptions,
+) -> Result<Gradients> {
     let shapes = program::check(p)?;
     let len = |b: usize| shapes[b].0 * shapes[b].1;
     for &b in wrt.iter().chain([&of]) {
@@ -36,7 +42,12 @@ pub fn gradient(p: &Program, of: usize, seed: Option<&[f64]>, wrt: &[usize], opt
     }
     let seed: Vec<f64> = match seed {
         Some(s) if s.len() != len(of) => {
-            return Err(Error::Invalid(format!("the seed has {} values, buffer '{}' {}", s.len(), p.buffers[of].name, len(of))))
+            return Err(Error::Invalid(format!(
+                "the seed has {} values, buffer '{}' {}",
+                s.len(),
+                p.buffers[of].name,
+                len(of)
+            )))
         }
         Some(s) => s.to_vec(),
         None => vec![1.0; len(of)],
@@ -92,7 +103,8 @@ fn forward(p: &Program, shapes: &[(usize, usize)], step_options: &[RunOptions]) 
     while done < p.iterations {
         set_schedules(p, &mut values, done);
         for (step, options) in p.steps.iter().zip(step_options) {
-            let inputs: Vec<Input> = step.inputs.iter().map(|&b| Input::host(&values[b], shapes[b].0, shapes[b].1)).collect();
+            let inputs: Vec<Input> =
+                step.inputs.iter().map(|&b| Input::host(&values[b], shapes[b].0, shapes[b].1)).collect();
             let out = step.operator.run(&inputs, options)?;
             let result = program::result_values(out.values, out.indices);
             tape.push(std::mem::replace(&mut values[step.output], result));

@@ -19,7 +19,14 @@ fn buffer<'a>(name: &str, initial: Option<Input<'a>>) -> Buffer<'a> {
 }
 
 fn step<'a>(name: &str, operator: &'a Operator, inputs: &[usize], output: usize) -> Step<'a> {
-    Step { name: name.into(), operator, inputs: inputs.to_vec(), output, sum_scheme: SumScheme::default(), ranges: None }
+    Step {
+        name: name.into(),
+        operator,
+        inputs: inputs.to_vec(),
+        output,
+        sum_scheme: SumScheme::default(),
+        ranges: None,
+    }
 }
 
 fn options(backend: Backend) -> RunOptions {
@@ -75,7 +82,10 @@ impl Kmeans {
             sums: op("Sum_Reduction(Equal(l, j) * x, 1)", &["l = Vi(1)", &dim("x = Vi(D)"), "j = Vj(1)"]),
             counts: op("Sum_Reduction(Equal(l, j), 1)", &["l = Vi(1)", "j = Vj(1)"]),
             // A map over j (no i-variable): an empty cluster keeps its centre.
-            centres: op("Sum_Reduction(IfElse(m - 0.5, s / m, c), 1)", &[&dim("s = Vj(D)"), "m = Vj(1)", &dim("c = Vj(D)")]),
+            centres: op(
+                "Sum_Reduction(IfElse(m - 0.5, s / m, c), 1)",
+                &[&dim("s = Vj(D)"), "m = Vj(1)", &dim("c = Vj(D)")],
+            ),
         }
     }
 
@@ -150,7 +160,11 @@ fn sinkhorn_with_a_schedule_equals_a_plain_loop() {
         buffer("lnu", Some(Input::host(&lnu, m, 1))),
         buffer("f", Some(Input::host(&f0, n, 1))),
         buffer("g", Some(Input::host(&g0, m, 1))),
-        Buffer { name: "s".into(), initial: Some(Input::host(&s0, 1, 1)), schedule: Some(Schedule { values: &schedule, rows: 5 }) },
+        Buffer {
+            name: "s".into(),
+            initial: Some(Input::host(&s0, 1, 1)),
+            schedule: Some(Schedule { values: &schedule, rows: 5 }),
+        },
     ];
     let steps = vec![step("g", &g_op, &[0, 1, 2, 4, 6], 5), step("f", &f_op, &[0, 1, 3, 5, 6], 4)];
     let program = Program { buffers, steps, iterations, stop: None, trace: vec![6, 4], outputs: vec![4, 5] };
@@ -282,7 +296,8 @@ fn program_gradients_match_finite_differences() {
         step("f", &f_op, &[0, 1, 3, 5, 6], 4),
         step("f", &scale, &[4, 7], 4),
     ];
-    let make = |buffers| Program { buffers, steps: steps.clone(), iterations: 3, stop: None, trace: vec![], outputs: vec![4] };
+    let make =
+        |buffers| Program { buffers, steps: steps.clone(), iterations: 3, stop: None, trace: vec![], outputs: vec![4] };
     let loss = |buffers| {
         let ran = program::run(&make(buffers), &options(Backend::Cpu)).unwrap();
         ran.outputs[0].iter().zip(&seed).map(|(a, b)| a * b).sum::<f64>()

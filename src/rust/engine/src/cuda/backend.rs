@@ -24,8 +24,10 @@ impl Device {
         let tuning = &options.tuning;
         let selection = Selection::for_rows(formula, mean_reduced, tuning.gpu_selection);
         let variant = Variant::choose(formula, dtype, call.ranges, self.arch, tuning);
-        let kernel =
-            KernelOptions { unroll: tuning.unroll, ..KernelOptions::new(dtype, options.sum_scheme, variant, selection) };
+        let kernel = KernelOptions {
+            unroll: tuning.unroll,
+            ..KernelOptions::new(dtype, options.sum_scheme, variant, selection)
+        };
         self.kernels(formula, kernel, options.cache_dir.as_deref())
     }
 

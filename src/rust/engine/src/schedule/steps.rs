@@ -189,7 +189,10 @@ mod tests {
     fn blocks_fit_the_budget_or_say_none() {
         let g = Geometry { tile: 256, rows: 1, multiprocessors: 132 };
         let sizes = Sizes { input_out: 12, input_red: 16, fixed: 100, state: 8, results: 4 };
-        assert_eq!(Blocks::fit(g, &sizes, (10_000, 20_000), 1 << 30), Some(Blocks { rows_out: 10_000, rows_red: 20_000 }));
+        assert_eq!(
+            Blocks::fit(g, &sizes, (10_000, 20_000), 1 << 30),
+            Some(Blocks { rows_out: 10_000, rows_red: 20_000 })
+        );
         let b = Blocks::fit(g, &sizes, (10_000_000, 20_000_000), 100 << 20).unwrap();
         assert!(b.rows_out.is_multiple_of(WARP) && b.rows_red.is_multiple_of(256) && b.rows_out < 10_000_000, "{b:?}");
         assert_eq!(Blocks::fit(g, &sizes, (10_000_000, 20_000_000), 1000), None);
