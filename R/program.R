@@ -22,8 +22,9 @@
 #' no value in `input` when a step writes it before any step reads it; its shape is that of the
 #' result.
 #'
-#' @param steps A named list of operators made by [keops_kernel()] or [keops_map()], in the order
-#'   they run; each name is the buffer its result goes to.
+#' @param steps A named list of operators made by [keops_kernel()] or [keops_map()] (or
+#'   [keops_step()] for a block-sparse one), in the order they run; each name is the buffer its result
+#'   goes to.
 #' @param iterations The most times the steps run (all of them without `until`).
 #' @param until `NULL`, or the name of the buffer of the stopping rule.
 #' @param tol The tolerance of the stopping rule (0: no stop before `iterations`).
@@ -65,6 +66,9 @@ keops_program <- function(steps, iterations = 1, until = NULL, tol = 0, every = 
     rkeops_abort("'steps' must be a named list of operators made by keops_kernel() or keops_map(), each ",
                  "name the buffer its result goes to", kind = "input", arg = "steps")
   }
+  # (a step with options, keops_step(), holds its operator and its ranges)
+  ranges <- lapply(steps, function(step) if (inherits(step, "keops_step")) step$ranges)
+  steps <- lapply(steps, function(step) if (inherits(step, "keops_step")) step$op else step)
   specs <- lapply(seq_along(steps), function(s) {
     spec <- attr(steps[[s]], "rkeops")
     if (!is.function(steps[[s]]) || is.null(spec$info$reduction) || is.null(spec$formula)) {
@@ -83,7 +87,7 @@ keops_program <- function(steps, iterations = 1, until = NULL, tol = 0, every = 
                    kind = "input", arg = arg)
     }
   }
-  settings <- list(names = names(steps), specs = specs, iterations = iterations, until = until, tol = tol,
+  settings <- list(names = names(steps), specs = specs, ranges = ranges, iterations = iterations, until = until, tol = tol,
                    every = every, trace = trace, output = if (is.null(output)) unique(names(steps)) else output)
   # The engine's description of the program for the names of the last input (made again when they
   # change): a call then only converts its values.
@@ -129,7 +133,7 @@ program_layout <- function(settings, given) {
     spec <- settings$specs[[s]]
     list(name = settings$names[s], formula = spec$formula, args = spec$args,
          inputs = named(spec$info$names, "steps"), output = named(settings$names[s], "steps"),
-         sum_scheme = spec$sum_scheme, ranges = NULL)
+         sum_scheme = spec$sum_scheme, ranges = settings$ranges[[s]])
   })
   list(given = given, buffers = buffers, steps = steps,
        program = list(iterations = as.double(settings$iterations),
@@ -306,4 +310,22 @@ keops_program_grad <- function(program, input, of, wrt, weight = NULL, schedule 
   names(out) <- wrt
   attr(out, "iterations") <- res$iterations
   out
+}
+
+#' A step of a program with its ranges
+#'
+#' In [keops_program()], a step is an operator; `keops_step()` gives it the `ranges` of a
+#' block-sparse reduction (made by [from_matrix()] or [from_pairs()]), which every iteration uses.
+#'
+#' @param op An operator made by [keops_kernel()] or [keops_map()].
+#' @param ranges `NULL` or the ranges of the reduction, as for the operator itself.
+#' @return An object of class `"keops_step"`, for the list of steps of [keops_program()].
+#' @seealso [keops_program()]
+#' @export
+keops_step <- function(op, ranges = NULL) {
+  if (!is.function(op) || is.null(attr(op, "rkeops")$info$reduction)) {
+    rkeops_abort("keops_step(): 'op' must be an operator made by keops_kernel() or keops_map()",
+                 kind = "input", arg = "op")
+  }
+  structure(list(op = op, ranges = ranges_for_engine(ranges)), class = "keops_step")
 }

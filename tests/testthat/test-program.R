@@ -233,3 +233,28 @@ test_that("keops_program_grad() matches finite differences through the iteration
   e <- tryCatch(keops_program_grad(identity, input, of = "loss", wrt = "x"), error = identity)
   expect_match(conditionMessage(e), "made by keops_program()", fixed = TRUE)
 })
+
+test_that("a step with ranges (keops_step()) reduces over the kept blocks only, at every iteration", {
+  local_precision("float64")
+  set.seed(9)
+  N <- 57; M <- 43
+  x <- matrix(runif(2 * N), N); y <- matrix(runif(2 * M), M)
+  bi <- cbind(c(1, 20, 41), c(19, 40, 57)); bj <- cbind(c(1, 11, 30), c(10, 29, 43))
+  r <- from_matrix(bi, bj, matrix(c(TRUE, FALSE, TRUE, TRUE, TRUE, FALSE, FALSE, TRUE, TRUE), 3))
+  f_op <- keops_kernel("LogSumExp_Reduction(-g - SqDist(x, y) * 4, 0)", c("x = Vi(2)", "y = Vj(2)", "g = Vj(1)"))
+  g_op <- keops_kernel("LogSumExp_Reduction(-f - SqDist(x, y) * 4, 1)", c("x = Vi(2)", "y = Vj(2)", "f = Vi(1)"))
+  prog <- keops_program(list(g = keops_step(g_op, r), f = keops_step(f_op, r)), iterations = 5)
+  res <- prog(list(x = x, y = y, f = matrix(0, N), g = matrix(0, M)))
+  f <- matrix(0, N); g <- matrix(0, M)
+  for (t in 1:5) {
+    g <- g_op(list(x, y, f), ranges = r)
+    f <- f_op(list(x, y, g), ranges = r)
+  }
+  expect_equal(res$f, f, tolerance = 1e-12)
+  expect_equal(res$g, g, tolerance = 1e-12)
+  # and the ranges matter: without them the potentials differ
+  dense <- keops_program(list(g = g_op, f = f_op), iterations = 5)(list(x = x, y = y, f = matrix(0, N), g = matrix(0, M)))
+  expect_gt(max(abs(dense$f - res$f)), 1e-3)
+  e <- tryCatch(keops_step(identity), error = identity)
+  expect_s3_class(e, "rkeops_error_input")
+})
