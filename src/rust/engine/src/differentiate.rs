@@ -4,7 +4,7 @@
 
 use crate::api::{Input, RunOptions};
 use crate::error::Result;
-use crate::formula::gradient::{GradientOutput, GradientPlan, StepSource};
+use crate::formula::gradient::{declarations, GradientOutput, GradientPlan, StepSource};
 use crate::operator::Operator;
 
 /// A gradient plan with its operators parsed once.
@@ -18,8 +18,7 @@ impl GradientRun {
     /// The gradient of the reduction `op` in its variable at position `v`; its inputs are `op`'s,
     /// then the gradient input (of the shape of `op`'s result).
     pub fn new(op: &Operator, v: usize) -> Result<GradientRun> {
-        let args: Vec<String> =
-            op.formula.variables.iter().map(|x| format!("{} = {}({})", x.name, x.category.keyword(), x.dim)).collect();
+        let args = declarations(&op.formula.variables);
         let plan = GradientPlan::of_variable(&op.formula.text, &args, v)?;
         let steps = plan
             .steps

@@ -99,11 +99,7 @@ const INTERRUPT_EVERY: Duration = Duration::from_millis(10);
 /// those of `options`).
 pub fn run(program: &Program, options: &RunOptions) -> Result<Ran> {
     let shapes = check(program)?;
-    let step_options: Vec<RunOptions> = program
-        .steps
-        .iter()
-        .map(|s| RunOptions { sum_scheme: s.sum_scheme, ranges: s.ranges.clone(), ..options.clone() })
-        .collect();
+    let step_options = program.step_options(options);
     let gpu = crate::operator::chosen_gpu(options)?;
     let run = Run { program, shapes: &shapes, step_options: &step_options, options };
     // float16 storage computes in float32: its results cannot be stored back in float16 on the
@@ -113,6 +109,30 @@ pub fn run(program: &Program, options: &RunOptions) -> Result<Ran> {
     match gpu {
         Some(device) if options.precision != Precision::F16 && program.iterations > 1 => run.on_device(device),
         _ => run.on_host(),
+    }
+}
+
+impl Program<'_> {
+    /// The buffers that follow a schedule, with their value at iteration `t`.
+    pub(crate) fn scheduled(&self, t: usize) -> impl Iterator<Item = (usize, &[f64])> + '_ {
+        self.buffers.iter().enumerate().filter_map(move |(b, x)| Some((b, x.schedule.as_ref()?.at(t))))
+    }
+
+    /// The options of each step: `options` with the step's sum scheme and ranges.
+    pub(crate) fn step_options(&self, options: &RunOptions) -> Vec<RunOptions> {
+        let with = |s: &Step| RunOptions { sum_scheme: s.sum_scheme, ranges: s.ranges.clone(), ..options.clone() };
+        self.steps.iter().map(with).collect()
+    }
+}
+
+impl Stop {
+    /// Whether the rule ends the loop after `done` iterations; `values` (the rule's buffer) is
+    /// asked only after the iterations the rule tests.
+    pub(crate) fn ends(&self, done: usize, values: impl FnOnce() -> Result<Vec<f64>>) -> Result<bool> {
+        match done.is_multiple_of(self.every) {
+            true => Ok(values()?.iter().all(|v| v.abs() < self.tol)),
+            false => Ok(false),
+        }
     }
 }
 
@@ -224,7 +244,7 @@ fn check_buffer(b: &Buffer) -> Result<()> {
 
 impl Schedule<'_> {
     /// The value of iteration `t`.
-    pub(crate) fn at(&self, t: usize) -> &[f64] {
+    fn at(&self, t: usize) -> &[f64] {
         let len = self.values.len() / self.rows;
         let row = t.min(self.rows - 1);
         &self.values[row * len..(row + 1) * len]
@@ -242,10 +262,7 @@ struct Run<'a> {
 impl Run<'_> {
     /// Whether to stop after iteration `t` (from 0), given the stopping buffer's values.
     fn stops(&self, t: usize, values: impl FnOnce() -> Result<Vec<f64>>) -> Result<bool> {
-        match self.program.stop {
-            Some(stop) if (t + 1).is_multiple_of(stop.every) => Ok(values()?.iter().all(|v| v.abs() < stop.tol)),
-            _ => Ok(false),
-        }
+        self.program.stop.map_or(Ok(false), |stop| stop.ends(t + 1, values))
     }
 
     /// Each step a plain run on host data (the CPU, or a GPU in float16).
@@ -262,10 +279,8 @@ impl Run<'_> {
         let mut trace: Vec<Vec<f64>> = vec![Vec::new(); p.trace.len()];
         let mut done = 0;
         while done < p.iterations {
-            for (b, buffer) in p.buffers.iter().enumerate() {
-                if let Some(schedule) = &buffer.schedule {
-                    values[b] = Cow::Borrowed(schedule.at(done));
-                }
+            for (b, value) in p.scheduled(done) {
+                values[b] = Cow::Borrowed(value);
             }
             for (step, options) in p.steps.iter().zip(self.step_options) {
                 let inputs: Vec<Input> =
@@ -361,10 +376,8 @@ impl DeviceLoop<'_> {
         let mut trace: Vec<Vec<f64>> = vec![Vec::new(); p.trace.len()];
         let mut done = 0;
         while done < p.iterations {
-            for (b, buffer) in p.buffers.iter().enumerate() {
-                if let Some(schedule) = &buffer.schedule {
-                    current[b].write(schedule.at(done))?;
-                }
+            for (b, value) in p.scheduled(done) {
+                current[b].write(value)?;
             }
             for (s, records) in recorded.iter_mut().enumerate() {
                 self.step(s, done, (&mut *current, &mut *next), records, timings)?;

@@ -57,16 +57,18 @@ pub fn gradient(
         .iter()
         .map(|s| (0..s.inputs.len()).map(|v| GradientRun::new(s.operator, v)).collect::<Result<Vec<_>>>())
         .collect::<Result<Vec<_>>>()?;
-    let step_options: Vec<RunOptions> = p
-        .steps
-        .iter()
-        .map(|s| RunOptions { sum_scheme: s.sum_scheme, ranges: s.ranges.clone(), ..options.clone() })
-        .collect();
+    let step_options = p.step_options(options);
     let (mut values, mut tape, done) = forward(p, &shapes, &step_options)?;
     let mut adjoint: Vec<Vec<f64>> = (0..p.buffers.len()).map(|b| vec![0.0; len(b)]).collect();
     adjoint[of] = seed;
+    // An input's share of the gradient is needed where it can reach `wrt`: for a buffer of `wrt`,
+    // or one that a step writes (its gradient goes on to that step's inputs).
+    let needed: Vec<bool> =
+        (0..p.buffers.len()).map(|b| wrt.contains(&b) || p.steps.iter().any(|s| s.output == b)).collect();
     for t in (0..done).rev() {
-        set_schedules(p, &mut values, t);
+        for (b, value) in p.scheduled(t) {
+            values[b] = value.to_vec();
+        }
         for (s, step) in p.steps.iter().enumerate().rev() {
             values[step.output] = tape.pop().expect("one value kept per step");
             let e = std::mem::replace(&mut adjoint[step.output], vec![0.0; len(step.output)]);
@@ -76,7 +78,7 @@ pub fn gradient(
             let mut inputs: Vec<Input> =
                 step.inputs.iter().map(|&b| Input::host(&values[b], shapes[b].0, shapes[b].1)).collect();
             inputs.push(Input::host(&e, shapes[step.output].0, shapes[step.output].1));
-            for (v, &b) in step.inputs.iter().enumerate() {
+            for (v, &b) in step.inputs.iter().enumerate().filter(|(_, &b)| needed[b]) {
                 let (g, _) = runs[s][v].evaluate(&inputs, &step_options[s])?;
                 for (a, x) in adjoint[b].iter_mut().zip(g) {
                     *a += x;
@@ -101,7 +103,9 @@ fn forward(p: &Program, shapes: &[(usize, usize)], step_options: &[RunOptions]) 
     let mut tape = Vec::with_capacity(p.iterations * p.steps.len());
     let mut done = 0;
     while done < p.iterations {
-        set_schedules(p, &mut values, done);
+        for (b, value) in p.scheduled(done) {
+            values[b] = value.to_vec();
+        }
         for (step, options) in p.steps.iter().zip(step_options) {
             let inputs: Vec<Input> =
                 step.inputs.iter().map(|&b| Input::host(&values[b], shapes[b].0, shapes[b].1)).collect();
@@ -111,18 +115,10 @@ fn forward(p: &Program, shapes: &[(usize, usize)], step_options: &[RunOptions]) 
         }
         done += 1;
         if let Some(stop) = p.stop {
-            if done.is_multiple_of(stop.every) && values[stop.buffer].iter().all(|v| v.abs() < stop.tol) {
+            if stop.ends(done, || Ok(values[stop.buffer].clone()))? {
                 break;
             }
         }
     }
     Ok((values, tape, done))
-}
-
-fn set_schedules(p: &Program, values: &mut [Vec<f64>], t: usize) {
-    for (b, buffer) in p.buffers.iter().enumerate() {
-        if let Some(schedule) = &buffer.schedule {
-            values[b] = schedule.at(t).to_vec();
-        }
-    }
 }

@@ -179,7 +179,7 @@ fn sum_scheme(name: &str) -> Fallible<SumScheme> {
 /// reduction, the first alone runs loops and holds device matrices).
 fn run_options(settings: &Robj, sum_scheme_name: &str) -> Fallible<RunOptions> {
     let settings = settings.as_list().or_input("options", "the engine's options must be a list")?;
-    let field = |name: &str| settings.iter().find(|(n, _)| *n == name).map(|(_, x)| x).filter(|x| !x.is_null());
+    let field = |name: &str| element(&settings, name).filter(|x| !x.is_null());
     let text = |name: &str| -> Fallible<String> {
         field(name)
             .and_then(|x| x.as_str().map(String::from))
@@ -219,6 +219,11 @@ fn run_options(settings: &Robj, sum_scheme_name: &str) -> Fallible<RunOptions> {
         // Read at each call, so that Sys.setenv() in the session takes effect (README, Options).
         tuning: engine::Tuning::from_env(),
     })
+}
+
+/// The element `name` of an R list, if it has one.
+pub(crate) fn element(list: &List, name: &str) -> Option<Robj> {
+    list.iter().find(|(n, _)| *n == name).map(|(_, x)| x)
 }
 
 fn precision(name: &str) -> Fallible<Precision> {

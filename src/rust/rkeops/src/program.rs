@@ -7,15 +7,12 @@ use engine::program_gradient::gradient;
 use engine::{Input, Operator};
 use extendr_api::prelude::*;
 
-use crate::{block_sparse, guarded, numeric_input, operator, run_options, strings, sum_scheme, timings};
+use crate::{block_sparse, element, guarded, numeric_input, operator, run_options, strings, sum_scheme, timings};
 use crate::{Fallible, OrInput, RError};
 
 /// An element of an R list by name (an error naming `what` when it is missing).
 fn field(list: &List, name: &str, what: &str) -> Fallible<Robj> {
-    list.iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, x)| x)
-        .ok_or_else(|| RError::input("program", format!("{what} has no '{name}'")))
+    element(list, name).ok_or_else(|| RError::input("program", format!("{what} has no '{name}'")))
 }
 
 /// 0-based buffer numbers from R's integers.

@@ -33,7 +33,7 @@ pub struct Device {
     functions: Mutex<HashMap<String, Functions>>,
     /// The kernels of the formulas run here, by formula and kernel options, so that a repeated call
     /// neither generates nor hashes its source again.
-    compiled: Mutex<HashMap<(FormulaKey, KernelOptions), Arc<Compiled>>>,
+    compiled: Mutex<CompiledByFormula>,
     /// The engine's own small kernels (`utility`), by name.
     utilities: Mutex<HashMap<&'static str, CudaFunction>>,
     /// The buffers reused from call to call; held for the whole of a call, which also keeps two
@@ -69,23 +69,12 @@ extern "C" __global__ void rkeops_indices_as_f64(int n, const int* indices, doub
 }
 "#;
 
+/// A device's kernels by formula (`Formula::identity`) and kernel options.
+type CompiledByFormula = HashMap<(Arc<str>, KernelOptions), Arc<Compiled>>;
+
 /// Most formulas whose kernels a device keeps at hand (a loop that writes its numbers into the
 /// formula makes a new one each time); beyond, the map starts again.
 const MAX_COMPILED: usize = 4096;
-
-/// What identifies a formula's kernels: its text and its variables' declarations.
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct FormulaKey(String);
-
-impl FormulaKey {
-    fn of(formula: &Formula) -> FormulaKey {
-        let mut key = formula.text.clone();
-        for v in &formula.variables {
-            key.push_str(&format!("\r{}={:?}({})@{}", v.name, v.category, v.dim, v.position));
-        }
-        FormulaKey(key)
-    }
-}
 
 /// Runs `f`, turning a panic of the CUDA bindings (a missing library or symbol) into an error.
 pub(crate) fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
@@ -217,7 +206,7 @@ impl Device {
         options: KernelOptions,
         cache_dir: Option<&std::path::Path>,
     ) -> Result<Arc<Compiled>> {
-        let key = (FormulaKey::of(formula), options);
+        let key = (formula.identity.clone(), options);
         if let Some(c) = self.compiled.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok(c);
         }

@@ -144,7 +144,7 @@ fn reference(v: &Variable) -> String {
 
 /// The declarations of `vars` (in input order), positions implicit unless a `Var(pos, dim, cat)`
 /// of the formula takes a position without a declaration.
-fn declarations(vars: &[Variable]) -> Vec<String> {
+pub fn declarations(vars: &[Variable]) -> Vec<String> {
     let explicit = vars.iter().any(is_inline);
     let declare = |v: &Variable| match explicit {
         true => format!("{} = {}({}, {})", v.name, v.category.keyword(), v.position, v.dim),

@@ -35,6 +35,9 @@ pub struct Reduction {
 #[derive(Debug, Clone)]
 pub struct Formula {
     pub text: String,
+    /// The text and the variables' declarations, made once: what identifies the formula's
+    /// compiled kernels (`cuda::Device::kernels`), without formatting a key at every call.
+    pub identity: std::sync::Arc<str>,
     /// Sorted by position: `variables[p].position == p`.
     pub variables: Vec<Variable>,
     pub graph: Graph,
@@ -76,7 +79,11 @@ impl Formula {
                 variables.iter().map(|v| format!("{} at {}", v.name, v.position)).collect::<Vec<_>>().join(", ")
             )));
         }
-        Ok(Formula { text: text.to_string(), variables, graph: lowerer.graph, reduction })
+        let mut identity = text.to_string();
+        for v in &variables {
+            identity.push_str(&format!("\r{}={:?}({})@{}", v.name, v.category, v.dim, v.position));
+        }
+        Ok(Formula { text: text.to_string(), identity: identity.into(), variables, graph: lowerer.graph, reduction })
     }
 
     /// KeOps' `Grad(reduction, v, e)` where the gradient is one reduction: that reduction (a Sum
