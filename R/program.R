@@ -66,8 +66,9 @@ keops_program <- function(steps, iterations = 1, until = NULL, tol = 0, every = 
     rkeops_abort("'steps' must be a named list of operators made by keops_kernel() or keops_map(), each ",
                  "name the buffer its result goes to", kind = "input", arg = "steps")
   }
-  # (a step with options, keops_step(), holds its operator and its ranges)
+  # (a step with options, keops_step(), holds its operator, its ranges and the buffers it reads)
   ranges <- lapply(steps, function(step) if (inherits(step, "keops_step")) step$ranges)
+  reads <- lapply(steps, function(step) if (inherits(step, "keops_step")) step$reads)
   steps <- lapply(steps, function(step) if (inherits(step, "keops_step")) step$op else step)
   specs <- lapply(seq_along(steps), function(s) {
     spec <- attr(steps[[s]], "rkeops")
@@ -75,6 +76,12 @@ keops_program <- function(steps, iterations = 1, until = NULL, tol = 0, every = 
       rkeops_abort("steps$", names(steps)[s], " must be an operator made by keops_kernel() or keops_map()",
                    kind = "input", arg = "steps")
     }
+    unknown <- setdiff(names(reads[[s]]), spec$info$names)
+    if (length(unknown)) {
+      rkeops_abort("steps$", names(steps)[s], ": 'reads' names '", unknown[1L], "', not a variable of its formula (",
+                   paste(spec$info$names, collapse = ", "), ")", kind = "input", arg = "steps")
+    }
+    spec$reads <- step_reads(spec$info$names, reads[[s]])
     spec
   })
   check_whole(iterations, "iterations", "keops_program", min = 0, max = .Machine$integer.max, show_value = TRUE)
@@ -102,6 +109,14 @@ keops_program <- function(steps, iterations = 1, until = NULL, tol = 0, every = 
   program
 }
 
+# The buffer each variable of a step reads: that of its name, unless `reads` names another.
+step_reads <- function(variables, reads) {
+  out <- variables
+  at <- match(names(reads), variables)
+  out[at] <- unname(reads)
+  out
+}
+
 program_check_input <- function(input) {
   if (!is.list(input) || is.object(input) || (length(input) > 0L && (is.null(names(input)) ||
       !all(nzchar(names(input))) || anyDuplicated(names(input))))) {
@@ -112,12 +127,12 @@ program_check_input <- function(input) {
 # The buffers of the program `settings` (keops_program()) given initial values named `given`, and
 # its description for the engine, less the values: buffer numbers are 0-based.
 program_layout <- function(settings, given) {
-  variables <- unlist(lapply(settings$specs, function(spec) spec$info$names))
+  variables <- unlist(lapply(settings$specs, function(spec) spec$reads))
   buffers <- unique(c(given, settings$names, variables))
   for (s in seq_along(settings$specs)) {
-    missing <- setdiff(settings$specs[[s]]$info$names, c(given, settings$names))
+    missing <- setdiff(settings$specs[[s]]$reads, c(given, settings$names))
     if (length(missing)) {
-      rkeops_abort("input: no value for '", missing[1L], "', a variable of step ", s, " ('", settings$names[s],
+      rkeops_abort("input: no value for '", missing[1L], "', read by step ", s, " ('", settings$names[s],
                    "'), and no step computes it", kind = "input", arg = "input")
     }
   }
@@ -132,7 +147,7 @@ program_layout <- function(settings, given) {
   steps <- lapply(seq_along(settings$specs), function(s) {
     spec <- settings$specs[[s]]
     list(name = settings$names[s], formula = spec$formula, args = spec$args,
-         inputs = named(spec$info$names, "steps"), output = named(settings$names[s], "steps"),
+         inputs = named(spec$reads, "steps"), output = named(settings$names[s], "steps"),
          sum_scheme = spec$sum_scheme, ranges = settings$ranges[[s]])
   })
   list(given = given, buffers = buffers, steps = steps,
@@ -258,9 +273,14 @@ keops_map <- function(formula, args, sum_scheme = "auto") {
 #' with respect to the initial values of chosen buffers, through every step of every iteration of
 #' a program made by [keops_program()]: reverse-mode differentiation built from the engine's
 #' gradients of each step's reduction. The forward pass keeps, before each step, the value its
-#' result replaces (memory: one copy of each step's result per iteration); steps that return
-#' indices (`ArgMin`) pass no gradient. It runs on host data (the CPU, or each step as a plain call
-#' on a GPU).
+#' result replaces (memory: one copy of each step's result per iteration, nothing recomputed);
+#' steps that return indices (`ArgMin`) pass no gradient. The gradients of a step's sums (and maps)
+#' are computed together, one reduction per axis.
+#'
+#' On a GPU, both passes keep every value on the device and issue each step's launches again as
+#' they were first recorded (as a program does); the host waits once. A program with a step whose
+#' gradient needs forward runs first (a log-sum-exp, a min) runs each reduction as a plain call on
+#' host data instead, as the CPU does, and so does float16.
 #'
 #' @param program A program made by [keops_program()].
 #' @param input,schedule As for the program.
@@ -268,8 +288,9 @@ keops_map <- function(formula, args, sum_scheme = "auto") {
 #' @param wrt Names of buffers given in `input`: the gradient is with respect to their initial values.
 #' @param weight `NULL` (ones: the gradient of the sum of the buffer's values) or the weights of its
 #'   values, of its shape.
-#' @return A named list of the gradients, of the shapes of the `wrt` inputs, with the attribute
-#'   `iterations`.
+#' @return A named list of the gradients, of the shapes of the `wrt` inputs, with the attributes
+#'   `iterations` and `outputs` (the program's outputs, as the program returns them: a loss and
+#'   its gradient from one pass, for an optimiser).
 #' @seealso [keops_program()], [keops_grad()]
 #' @export
 #' @examples
@@ -302,6 +323,7 @@ keops_program_grad <- function(program, input, of, wrt, weight = NULL, schedule 
   if (!is.null(weight)) weight <- as.double(weight)
   res <- rust_result(.Call(wrap__keops_program_gradient, program_description(layout, input, schedule),
                            as.integer(at[1L] - 1L), weight, as.integer(at[-1L] - 1L), engine_options()))
+  record_run(res$backend, res$timings)
   out <- lapply(seq_along(wrt), function(k) {
     g <- res$gradients[[k]]
     x <- input[[wrt[k]]]
@@ -309,6 +331,7 @@ keops_program_grad <- function(program, input, of, wrt, weight = NULL, schedule 
   })
   names(out) <- wrt
   attr(out, "iterations") <- res$iterations
+  attr(out, "outputs") <- stats::setNames(res$outputs, settings$output)
   out
 }
 
@@ -319,13 +342,29 @@ keops_program_grad <- function(program, input, of, wrt, weight = NULL, schedule 
 #'
 #' @param op An operator made by [keops_kernel()] or [keops_map()].
 #' @param ranges `NULL` or the ranges of the reduction, as for the operator itself.
+#' @param reads `NULL`, or a named character vector: the buffer that each variable named reads
+#'   instead of the buffer of its name. A formula names `x_i` and `x_j` differently (`qi = Vi(3)`,
+#'   `qj = Vj(3)`); `reads = c(qi = "q", qj = "q")` makes both read the buffer `q`.
 #' @return An object of class `"keops_step"`, for the list of steps of [keops_program()].
 #' @seealso [keops_program()]
 #' @export
-keops_step <- function(op, ranges = NULL) {
+#' @examples
+#' # One step of a Gaussian kernel sum of a set of points with itself: both variables read `x`.
+#' smooth <- keops_step(keops_kernel("Sum_Reduction(Exp(-SqDist(xi, xj)) * fj, 0)",
+#'                                   c("xi = Vi(2)", "xj = Vj(2)", "fj = Vj(1)")),
+#'                      reads = c(xi = "x", xj = "x", fj = "f"))
+#' prog <- keops_program(list(f = smooth), iterations = 2)
+#' x <- matrix(runif(20), 10, 2)
+#' prog(list(x = x, f = rep(1, 10)))$f
+keops_step <- function(op, ranges = NULL, reads = NULL) {
   if (!is.function(op) || is.null(attr(op, "rkeops")$info$reduction)) {
     rkeops_abort("keops_step(): 'op' must be an operator made by keops_kernel() or keops_map()",
                  kind = "input", arg = "op")
   }
-  structure(list(op = op, ranges = ranges_for_engine(ranges)), class = "keops_step")
+  if (!is.null(reads) && (!is.character(reads) || anyNA(reads) || is.null(names(reads)) ||
+                          !all(nzchar(names(reads))) || anyDuplicated(names(reads)) || !all(nzchar(reads)))) {
+    rkeops_abort("keops_step(): 'reads' must be NULL or a named character vector (variable = buffer)",
+                 kind = "input", arg = "reads")
+  }
+  structure(list(op = op, ranges = ranges_for_engine(ranges), reads = reads), class = "keops_step")
 }

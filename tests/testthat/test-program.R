@@ -124,7 +124,7 @@ test_that("program errors name the step and the buffer", {
   prog <- kmeans_program(2, 2)
   e <- tryCatch(prog(list(x = x, c = x[1:3, ])), error = identity)
   expect_s3_class(e, "rkeops_error_input")
-  expect_match(conditionMessage(e), "no value for 'j', a variable of step 2 ('sums')", fixed = TRUE)
+  expect_match(conditionMessage(e), "no value for 'j', read by step 2 ('sums')", fixed = TRUE)
   e <- tryCatch(prog(list(x = x, c = x[1:3, ], j = 1:4)), error = identity)
   expect_s3_class(e, "rkeops_error_input")
   expect_match(conditionMessage(e), "step 4 ('c')", fixed = TRUE)

@@ -330,3 +330,81 @@ fn program_gradients_match_finite_differences() {
         }
     }
 }
+
+/// Geodesic shooting of landmarks (forward Euler, the Hamiltonian flow of a Gaussian kernel), as
+/// the landmarks vignette writes it: two sums and two maps per iteration. Its gradient with
+/// respect to the initial momentum and positions (the sums' gradients fused by axis) against
+/// central finite differences in float64 on the CPU, and on a GPU (where the backward pass runs on
+/// the device) against the CPU in float64 and float32.
+#[test]
+fn shooting_gradients_match_finite_differences_and_the_gpu() {
+    use engine::program_gradient::gradient;
+    let n = 23usize;
+    let (q0, p0, w) = (random(2 * n, 41), random(2 * n, 42), random(2 * n, 43));
+    let args = ["qi = Vi(2)", "qj = Vj(2)", "pi = Vi(2)", "pj = Vj(2)", "s = Pm(1)"];
+    let dq_op = op("Sum_Reduction(Exp(-s * SqDist(qi, qj)) * pj, 0)", &args[..5]);
+    let dp_op = op("Sum_Reduction(2 * s * Exp(-s * SqDist(qi, qj)) * (pi | pj) * (qi - qj), 0)", &args);
+    let q_map = op("Sum_Reduction(q + dt * dq, 0)", &["q = Vi(2)", "dt = Pm(1)", "dq = Vi(2)"]);
+    let (s, dt) = ([1.7], [0.2]);
+    // buffers: 0 q, 1 p, 2 s, 3 dt, 4 dq, 5 dp
+    let steps = vec![
+        step("dq", &dq_op, &[0, 0, 1, 1, 2], 4),
+        step("dp", &dp_op, &[0, 0, 1, 1, 2], 5),
+        step("q", &q_map, &[0, 3, 4], 0),
+        step("p", &q_map, &[1, 3, 5], 1),
+    ];
+    let buffers = |q: &[f64], p: &[f64]| -> Vec<Buffer<'static>> {
+        let keep = |v: &[f64]| -> &'static [f64] { Box::leak(v.to_vec().into_boxed_slice()) };
+        vec![
+            buffer("q", Some(Input::host(keep(q), n, 2))),
+            buffer("p", Some(Input::host(keep(p), n, 2))),
+            buffer("s", Some(Input::host(keep(&s), 1, 1))),
+            buffer("dt", Some(Input::host(keep(&dt), 1, 1))),
+            buffer("dq", None),
+            buffer("dp", None),
+        ]
+    };
+    let make = |q: &[f64], p: &[f64]| Program {
+        buffers: buffers(q, p),
+        steps: steps.clone(),
+        iterations: 5,
+        stop: None,
+        trace: vec![],
+        outputs: vec![0],
+    };
+    let loss = |q: &[f64], p: &[f64]| {
+        let ran = program::run(&make(q, p), &options(Backend::Cpu)).unwrap();
+        ran.outputs[0].iter().zip(&w).map(|(a, b)| a * b).sum::<f64>()
+    };
+    let got = gradient(&make(&q0, &p0), 0, Some(&w), &[1, 0], &options(Backend::Cpu)).unwrap();
+    assert_eq!(got.iterations, 5);
+    for (k, base) in [&p0, &q0].into_iter().enumerate() {
+        for c in 0..2 * n {
+            let h = 1e-6;
+            let at = |delta: f64| {
+                let mut v = base.clone();
+                v[c] += delta;
+                if k == 0 { loss(&q0, &v) } else { loss(&v, &p0) }
+            };
+            let fd = (at(h) - at(-h)) / (2.0 * h);
+            let err = (got.values[k][c] - fd).abs();
+            assert!(err < 1e-6 * (1.0 + fd.abs()), "wrt {k} component {c}: {} vs {fd}", got.values[k][c]);
+        }
+    }
+    match device::device(0) {
+        Err(why) => println!("NO GPU: shooting gradients are checked on the CPU only ({why})"),
+        Ok(_) => {
+            let scale = |g: &[f64]| 1.0 + g.iter().map(|v| v.abs()).fold(0.0, f64::max);
+            let gpu = gradient(&make(&q0, &p0), 0, Some(&w), &[1, 0], &options(Backend::Gpu(0))).unwrap();
+            assert!(gpu.backend.starts_with("GPU"), "{}", gpu.backend);
+            for (a, b) in gpu.values.iter().zip(&got.values) {
+                assert!(max_diff(a, b) < 1e-10 * scale(b), "GPU gradient in float64: {}", max_diff(a, b));
+            }
+            let f32 = RunOptions { precision: Precision::F32, ..options(Backend::Gpu(0)) };
+            let gpu = gradient(&make(&q0, &p0), 0, Some(&w), &[1, 0], &f32).unwrap();
+            for (a, b) in gpu.values.iter().zip(&got.values) {
+                assert!(max_diff(a, b) < 1e-4 * scale(b), "GPU gradient in float32: {}", max_diff(a, b));
+            }
+        }
+    }
+}

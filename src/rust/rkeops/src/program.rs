@@ -116,6 +116,20 @@ fn with_program<R>(program: &Robj, work: impl FnOnce(&Program) -> Fallible<R>) -
     work(&program)
 }
 
+/// An R list of column-major matrices of these shapes.
+fn matrices(values: Vec<Vec<f64>>, shapes: &[(usize, usize)]) -> Fallible<Robj> {
+    let matrices = values
+        .into_iter()
+        .zip(shapes)
+        .map(|(v, &(nrow, ncol))| {
+            let mut r = Robj::from(v);
+            r.set_attrib("dim", [nrow as i32, ncol as i32])?;
+            Ok(r)
+        })
+        .collect::<Fallible<Vec<Robj>>>()?;
+    Ok(Robj::from(List::from_values(matrices)))
+}
+
 /// Runs the program (see `with_program`). Returns `list(outputs, iterations, trace, backend,
 /// timings)`.
 #[extendr]
@@ -124,21 +138,12 @@ fn keops_program_run(program: Robj, options: Robj) -> Robj {
         let options = run_options(&options, "auto")?;
         // (an interrupt too: R makes it an interrupt condition)
         let ran = with_program(&program, |p| Ok(program::run(p, &options)?))?;
-        let outputs = ran
-            .outputs
-            .into_iter()
-            .zip(&ran.shapes)
-            .map(|(v, &(nrow, ncol))| {
-                let mut r = Robj::from(v);
-                r.set_attrib("dim", [nrow as i32, ncol as i32])?;
-                Ok(r)
-            })
-            .collect::<Fallible<Vec<Robj>>>()?;
+        let outputs = matrices(ran.outputs, &ran.shapes)?;
         let trace: Vec<Robj> = ran.trace.into_iter().map(Robj::from).collect();
         Ok(List::from_names_and_values(
             ["outputs", "iterations", "trace", "backend", "timings"],
             [
-                Robj::from(List::from_values(outputs)),
+                outputs,
                 Robj::from(ran.iterations as i32),
                 Robj::from(List::from_values(trace)),
                 Robj::from(ran.backend),
@@ -151,7 +156,8 @@ fn keops_program_run(program: Robj, options: Robj) -> Robj {
 
 /// The gradient of `sum(seed * of)` after the program's iterations (`of` a 0-based buffer number,
 /// `seed` NULL for ones) with respect to the initial values of the buffers `wrt` (0-based). Returns
-/// `list(gradients, iterations)`, the gradients as plain vectors in the buffers' order.
+/// `list(gradients, outputs, iterations, backend, timings)`, the gradients as plain vectors in the
+/// buffers' order, the outputs as `keops_program_run()`'s.
 #[extendr]
 fn keops_program_gradient(program: Robj, of: i32, seed: Robj, wrt: Robj, options: Robj) -> Robj {
     guarded(|| {
@@ -164,8 +170,14 @@ fn keops_program_gradient(program: Robj, of: i32, seed: Robj, wrt: Robj, options
         let got = with_program(&program, |p| Ok(gradient(p, of.max(0) as usize, seed, &wrt, &options)?))?;
         let values: Vec<Robj> = got.values.into_iter().map(Robj::from).collect();
         Ok(List::from_names_and_values(
-            ["gradients", "iterations"],
-            [Robj::from(List::from_values(values)), Robj::from(got.iterations as i32)],
+            ["gradients", "outputs", "iterations", "backend", "timings"],
+            [
+                Robj::from(List::from_values(values)),
+                matrices(got.outputs, &got.shapes)?,
+                Robj::from(got.iterations as i32),
+                Robj::from(got.backend),
+                timings(&got.timings)?,
+            ],
         )?
         .into())
     })

@@ -57,16 +57,32 @@ pub struct Compiled {
 }
 
 /// The engine's own kernels: the indices of a selection (1-based ints) written as numbers into a
-/// matrix kept on the device (`n` of them), for a loop that uses them as values (`crate::program`).
+/// matrix kept on the device (`n` of them), for a loop that uses them as values (`crate::program`);
+/// `n` values copied, and sums of matrices into others (`super::elementwise`: a program's gradient).
 const UTILITIES: &str = r#"
+#define RKEOPS_EACH int k = blockIdx.x * blockDim.x + threadIdx.x; if (k < n)
 extern "C" __global__ void rkeops_indices_as_f32(int n, const int* indices, float* out) {
-  int k = blockIdx.x * blockDim.x + threadIdx.x;
-  if (k < n) out[k] = (float)indices[k];
+  RKEOPS_EACH out[k] = (float)indices[k];
 }
 extern "C" __global__ void rkeops_indices_as_f64(int n, const int* indices, double* out) {
-  int k = blockIdx.x * blockDim.x + threadIdx.x;
-  if (k < n) out[k] = (double)indices[k];
+  RKEOPS_EACH out[k] = (double)indices[k];
 }
+extern "C" __global__ void rkeops_copy_f32(int n, const float* x, float* y) { RKEOPS_EACH y[k] = x[k]; }
+extern "C" __global__ void rkeops_copy_f64(int n, const double* x, double* y) { RKEOPS_EACH y[k] = x[k]; }
+// Block row d of the grid: destination d of the table, 4 + RKEOPS_SOURCES numbers each: its
+// address, its length, whether it is set (else added to), how many sources, their addresses.
+#define RKEOPS_SOURCES 8
+#define RKEOPS_SUMS(T) \
+  const long long* t = table + (4 + RKEOPS_SOURCES) * blockIdx.y; \
+  int n = (int)t[1]; \
+  RKEOPS_EACH { \
+    T* y = (T*)t[0]; \
+    T acc = t[2] ? (T)0 : y[k]; \
+    for (int m = 0; m < (int)t[3]; m++) acc += ((const T*)t[4 + m])[k]; \
+    y[k] = acc; \
+  }
+extern "C" __global__ void rkeops_sums_f32(int destinations, const long long* table) { RKEOPS_SUMS(float) }
+extern "C" __global__ void rkeops_sums_f64(int destinations, const long long* table) { RKEOPS_SUMS(double) }
 "#;
 
 /// A device's kernels by formula (`Formula::identity`) and kernel options.

@@ -303,7 +303,8 @@ fn device_sizes<S, T>(formula: &Formula, kernel: &codegen::Kernel, resident: &[O
 
 /// The kernel's geometry on this device.
 fn geometry(device: &Device, kernel: &codegen::Kernel) -> Geometry {
-    Geometry { tile: kernel.tile, rows: kernel.rows, multiprocessors: device.multiprocessors }
+    let granule = if kernel.prepare.is_some() { kernel.tile } else { steps::WARP };
+    Geometry { tile: kernel.tile, rows: kernel.rows, multiprocessors: device.multiprocessors, granule }
 }
 
 /// The blocks of `n_out x n_red` that fit in the call's budget of device memory: 80% of what is
@@ -478,7 +479,10 @@ impl StepPlan {
         // A block-sparse reduction is one pass of the 1D scheme (the ranges say what each block reduces).
         let chunk = match data.ranged {
             Some(_) => rows_red.max(1),
-            None => rows_red.div_ceil(chunks_of(rows_red)).div_ceil(kernel.tile) * kernel.tile,
+            None => {
+                let granule = geometry(device, kernel).granule;
+                rows_red.div_ceil(chunks_of(rows_red)).div_ceil(granule) * granule
+            }
         };
         let chunks = rows_red.div_ceil(chunk);
         let one_pass = step.first && step.last;

@@ -10,6 +10,7 @@ pub mod codegen;
 pub mod device;
 pub mod dot_tiles;
 pub mod dtype;
+pub mod elementwise;
 pub mod finish;
 pub mod launch;
 pub mod primitives;

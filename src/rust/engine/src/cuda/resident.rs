@@ -131,6 +131,11 @@ impl DeviceMatrix {
         self.ptr
     }
 
+    /// The address of its value `k` in column-major order (column c starts at `k = c * nrow`).
+    pub fn pointer_at(&self, k: usize) -> sys::CUdeviceptr {
+        self.ptr + (k * bytes_per_value(self.precision)) as u64
+    }
+
     /// "GPU 0 in float32", for messages.
     pub fn where_(&self) -> String {
         let precision = match self.precision {

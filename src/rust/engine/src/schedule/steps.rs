@@ -8,15 +8,12 @@ use std::ops::Range;
 
 /// Resident blocks per multiprocessor we aim for before splitting the reduced range.
 const BLOCKS_PER_SM: usize = 8;
-/// A chunk of the 2D scheme covers at least this many tiles (its states are merged on the device,
-/// cheaply: small problems gain more from using more multiprocessors).
-const MIN_TILES_PER_CHUNK: usize = 1;
 /// The pairs of the first step of a long reduction (output rows times reduced rows); the next
 /// steps are sized from its kernel time to take about STEP_SECONDS.
 const FIRST_STEP_PAIRS: usize = 1 << 33;
 const STEP_SECONDS: f64 = 0.25;
 /// Output rows of a block come in whole warps (a block of the kernel may be partly empty).
-const WARP: usize = 32;
+pub const WARP: usize = 32;
 
 /// A kernel on a device: `tile` threads per block, each computing `rows` output rows, on
 /// `multiprocessors`.
@@ -25,13 +22,18 @@ pub struct Geometry {
     pub tile: usize,
     pub rows: usize,
     pub multiprocessors: usize,
+    /// A chunk of the 2D scheme covers a multiple of this many reduced rows: a tile for the kernels
+    /// whose tiles must be whole (tensor-core dots), else a warp's width. Its states are merged on
+    /// the device, cheaply: small problems (a few thousand rows) gain more from using every
+    /// multiprocessor than from whole tiles (a block then loads a partial tile).
+    pub granule: usize,
 }
 
 /// How many chunks of the reduced range to run side by side.
 pub fn chunks_for(n_out: usize, n_red: usize, g: Geometry) -> usize {
     let blocks = n_out.div_ceil(g.tile * g.rows);
     let wanted = (BLOCKS_PER_SM * g.multiprocessors).div_ceil(blocks.max(1));
-    let most = n_red.div_ceil(g.tile * MIN_TILES_PER_CHUNK);
+    let most = n_red.div_ceil(g.granule);
     wanted.min(most).max(1)
 }
 
@@ -187,7 +189,7 @@ mod tests {
 
     #[test]
     fn blocks_fit_the_budget_or_say_none() {
-        let g = Geometry { tile: 256, rows: 1, multiprocessors: 132 };
+        let g = Geometry { tile: 256, rows: 1, multiprocessors: 132, granule: 256 };
         let sizes = Sizes { input_out: 12, input_red: 16, fixed: 100, state: 8, results: 4 };
         assert_eq!(
             Blocks::fit(g, &sizes, (10_000, 20_000), 1 << 30),

@@ -15,18 +15,18 @@
 //! with no R in the loop.
 
 use std::borrow::Cow;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::api::{Input, RunOptions};
 use crate::backend::Timings;
-use crate::cuda;
-use crate::cuda::recorded::Recorded;
-use crate::cuda::resident::DeviceMatrix;
 use crate::error::{Error, Result};
 use crate::operator::Operator;
 use crate::precision::Precision;
 use crate::ranges::Ranges;
 use crate::reduction::SumScheme;
+
+mod device;
+pub(crate) use device::{DeviceLoop, DeviceState};
 
 /// A named matrix of the program: its value before the first step that reads it (none when a step
 /// writes it first), and the values it takes at each iteration when it follows a `Schedule`.
@@ -93,7 +93,7 @@ pub struct Ran {
 }
 
 /// How often a loop on the GPU asks `RunOptions::interrupt` whether to stop.
-const INTERRUPT_EVERY: Duration = Duration::from_millis(10);
+pub(crate) const INTERRUPT_EVERY: Duration = Duration::from_millis(10);
 
 /// Runs `program` on the backend `options` choose (the ranges and sum scheme of each step replace
 /// those of `options`).
@@ -251,17 +251,17 @@ impl Schedule<'_> {
     }
 }
 
-/// A checked program and the options of its steps.
-struct Run<'a> {
-    program: &'a Program<'a>,
-    shapes: &'a [(usize, usize)],
-    step_options: &'a [RunOptions],
-    options: &'a RunOptions,
+/// A checked program (`shapes` from `check`) and the options of its steps.
+pub(crate) struct Run<'a> {
+    pub program: &'a Program<'a>,
+    pub shapes: &'a [(usize, usize)],
+    pub step_options: &'a [RunOptions],
+    pub options: &'a RunOptions,
 }
 
 impl Run<'_> {
     /// Whether to stop after iteration `t` (from 0), given the stopping buffer's values.
-    fn stops(&self, t: usize, values: impl FnOnce() -> Result<Vec<f64>>) -> Result<bool> {
+    pub(crate) fn stops(&self, t: usize, values: impl FnOnce() -> Result<Vec<f64>>) -> Result<bool> {
         self.program.stop.map_or(Ok(false), |stop| stop.ends(t + 1, values))
     }
 
@@ -302,47 +302,9 @@ impl Run<'_> {
         Ok(self.ran(outputs, done, trace, backend, timings))
     }
 
-    fn ran(&self, outputs: Vec<Vec<f64>>, done: usize, trace: Vec<Vec<f64>>, backend: String, timings: Summed) -> Ran {
+    pub(crate) fn ran(&self, outputs: Vec<Vec<f64>>, done: usize, trace: Vec<Vec<f64>>, backend: String, timings: Summed) -> Ran {
         let shapes = self.program.outputs.iter().map(|&b| self.shapes[b]).collect();
         Ran { outputs, shapes, iterations: done, trace, backend, timings: timings.0 }
-    }
-
-    /// Every buffer on the device for the whole program (see the module's notes).
-    fn on_device(&self, device: std::sync::Arc<cuda::device::Device>) -> Result<Ran> {
-        let p = self.program;
-        let clock = Instant::now();
-        let precision = self.options.precision;
-        let keep = |b: usize, data: Option<&[f64]>| {
-            let (nrow, ncol) = self.shapes[b];
-            match data {
-                Some(d) => DeviceMatrix::new(device.clone(), d, nrow, ncol, precision),
-                None => DeviceMatrix::zeros(device.clone(), nrow.max(1), ncol.max(1), precision),
-            }
-        };
-        let written: Vec<bool> = (0..p.buffers.len()).map(|b| p.steps.iter().any(|s| s.output == b)).collect();
-        let mut current: Vec<DeviceMatrix> = p
-            .buffers
-            .iter()
-            .enumerate()
-            .map(|(b, buffer)| keep(b, buffer.initial.and_then(|x| x.host_data())))
-            .collect::<Result<_>>()?;
-        let mut next: Vec<Option<DeviceMatrix>> =
-            (0..p.buffers.len()).map(|b| written[b].then(|| keep(b, None)).transpose()).collect::<Result<_>>()?;
-        let mut timings = Summed::default();
-        timings.add(&[("upload once", clock.elapsed().as_secs_f64())]);
-        let clock = Instant::now();
-        let mut recorded: Vec<[Option<Recorded>; 2]> = p.steps.iter().map(|_| [None, None]).collect();
-        let device_loop = DeviceLoop { run: self, device: &device };
-        let looped = device_loop.run((&mut current, &mut next), &mut recorded, &mut timings);
-        // Nothing queued may still use the buffers when they are read or freed.
-        let waited = device.synchronize();
-        let (done, trace) = looped?;
-        waited?;
-        timings.add(&[("loop on the GPU", clock.elapsed().as_secs_f64())]);
-        let clock = Instant::now();
-        let outputs = p.outputs.iter().map(|&b| current[b].to_host()).collect::<Result<_>>()?;
-        timings.add(&[("download once", clock.elapsed().as_secs_f64())]);
-        Ok(self.ran(outputs, done, trace, format!("GPU {} ({})", device.ordinal, device.name), timings))
     }
 }
 
@@ -355,92 +317,12 @@ pub(crate) fn result_values(values: Option<Vec<f64>>, indices: Option<Vec<i32>>)
     }
 }
 
-/// The loop of `Run::on_device`.
-struct DeviceLoop<'a> {
-    run: &'a Run<'a>,
-    device: &'a cuda::device::Device,
-}
-
-type Buffers<'m> = (&'m mut Vec<DeviceMatrix>, &'m mut Vec<Option<DeviceMatrix>>);
-
-impl DeviceLoop<'_> {
-    /// Runs the iterations; returns how many ran and the trace.
-    fn run(
-        &self,
-        (current, next): Buffers,
-        recorded: &mut [[Option<Recorded>; 2]],
-        timings: &mut Summed,
-    ) -> Result<(usize, Vec<Vec<f64>>)> {
-        let Run { program: p, options, .. } = *self.run;
-        let mut asked = Instant::now();
-        let mut trace: Vec<Vec<f64>> = vec![Vec::new(); p.trace.len()];
-        let mut done = 0;
-        while done < p.iterations {
-            for (b, value) in p.scheduled(done) {
-                current[b].write(value)?;
-            }
-            for (s, records) in recorded.iter_mut().enumerate() {
-                self.step(s, done, (&mut *current, &mut *next), records, timings)?;
-                if let Some(interrupted) = options.interrupt.filter(|_| asked.elapsed() >= INTERRUPT_EVERY) {
-                    if interrupted() {
-                        return Err(Error::Interrupted);
-                    }
-                    asked = Instant::now();
-                }
-            }
-            if !p.trace.is_empty() {
-                self.device.synchronize()?;
-                for (t, &b) in trace.iter_mut().zip(&p.trace) {
-                    t.extend(current[b].to_host()?);
-                }
-            }
-            done += 1;
-            let stop_values = || {
-                self.device.synchronize()?;
-                p.stop.map_or(Ok(Vec::new()), |s| current[s.buffer].to_host())
-            };
-            if self.run.stops(done - 1, stop_values)? {
-                break;
-            }
-        }
-        Ok((done, trace))
-    }
-
-    /// Step `s` of iteration `t`: its result into the `next` buffer of its output, which then
-    /// becomes the current one.
-    fn step(
-        &self,
-        s: usize,
-        t: usize,
-        (current, next): Buffers,
-        recorded: &mut [Option<Recorded>; 2],
-        timings: &mut Summed,
-    ) -> Result<()> {
-        let step = &self.run.program.steps[s];
-        let options = &self.run.step_options[s];
-        let inputs: Vec<Input> = step.inputs.iter().map(|&b| Input::device(&current[b])).collect();
-        let target = next[step.output].as_ref().expect("allocated for every output");
-        let record = &mut recorded[t % 2];
-        match record.as_ref() {
-            Some(launches) => launches.replay(self.device)?,
-            None => {
-                let replay = options.tuning.replay;
-                let out = step.operator.run_into(&inputs, options, target, replay.then_some(record))?;
-                timings.add(&out.timings);
-            }
-        }
-        let replaced = next[step.output].take().expect("allocated for every output");
-        next[step.output] = Some(std::mem::replace(&mut current[step.output], replaced));
-        Ok(())
-    }
-}
-
 /// Seconds per phase, summed over the steps, in the order the phases first appear.
 #[derive(Default)]
-struct Summed(Timings);
+pub(crate) struct Summed(pub Timings);
 
 impl Summed {
-    fn add(&mut self, phases: &[(&'static str, f64)]) {
+    pub(crate) fn add(&mut self, phases: &[(&'static str, f64)]) {
         for &(name, seconds) in phases {
             match self.0.iter_mut().find(|(n, _)| *n == name) {
                 Some((_, total)) => *total += seconds,

@@ -1,0 +1,83 @@
+//! The gradient of a program on host data: each reduction, forward and backward, a plain run.
+
+use super::{Backward, Gradients};
+use crate::api::{Input, RunOptions};
+use crate::error::Result;
+use crate::program::{self, Program};
+
+pub(super) fn gradient(b: &Backward) -> Result<Gradients> {
+    let p = b.program;
+    let restores: Vec<bool> = (0..p.steps.len()).map(|s| b.restores(s)).collect();
+    let (mut values, mut tape, done, backend) = forward(p, &b.shapes, &b.step_options, &restores)?;
+    let outputs = p.outputs.iter().map(|&x| values[x].clone()).collect();
+    let mut adjoint: Vec<Vec<f64>> = (0..p.buffers.len()).map(|x| vec![0.0; b.len(x)]).collect();
+    adjoint[b.of] = b.seed.clone();
+    let mut live = b.live();
+    for t in (0..done).rev() {
+        for (x, value) in p.scheduled(t) {
+            values[x] = value.to_vec();
+        }
+        for (s, step) in p.steps.iter().enumerate().rev() {
+            if restores[s] {
+                values[step.output] = tape.pop().expect("one value kept per step that restores it");
+            }
+            if !b.visits(s, &mut live) {
+                continue;
+            }
+            let e = std::mem::replace(&mut adjoint[step.output], vec![0.0; b.len(step.output)]);
+            let mut inputs: Vec<Input> =
+                step.inputs.iter().map(|&x| Input::host(&values[x], b.shapes[x].0, b.shapes[x].1)).collect();
+            inputs.push(Input::host(&e, b.shapes[step.output].0, b.shapes[step.output].1));
+            for group in &b.steps[s].groups {
+                let (g, rows) = group.evaluate(&inputs, &b.step_options[s])?;
+                for part in &group.parts {
+                    let share = &g[part.column * rows..(part.column + part.dim) * rows];
+                    for (a, x) in adjoint[step.inputs[part.input]].iter_mut().zip(share) {
+                        *a += x;
+                    }
+                }
+            }
+        }
+    }
+    let values = b.wrt.iter().map(|&x| std::mem::take(&mut adjoint[x])).collect();
+    Ok(Gradients { values, outputs, shapes: b.output_shapes(), iterations: done, backend, timings: Vec::new() })
+}
+
+type Forward = (Vec<Vec<f64>>, Vec<Vec<f64>>, usize, String);
+
+/// The forward pass: the final values, the tape (the value each step that `restores` replaced, in
+/// order), the iterations run and the backend that ran them.
+fn forward(p: &Program, shapes: &[(usize, usize)], step_options: &[RunOptions], restores: &[bool]) -> Result<Forward> {
+    let mut values: Vec<Vec<f64>> = p
+        .buffers
+        .iter()
+        .zip(shapes)
+        .map(|(b, &(nrow, ncol))| b.initial.and_then(|x| x.host_data()).map_or(vec![0.0; nrow * ncol], <[f64]>::to_vec))
+        .collect();
+    let mut tape = Vec::with_capacity(p.iterations * p.steps.len());
+    let mut backend = "CPU".to_string();
+    let mut done = 0;
+    while done < p.iterations {
+        for (b, value) in p.scheduled(done) {
+            values[b] = value.to_vec();
+        }
+        for ((step, options), &restored) in p.steps.iter().zip(step_options).zip(restores) {
+            let inputs: Vec<Input> =
+                step.inputs.iter().map(|&b| Input::host(&values[b], shapes[b].0, shapes[b].1)).collect();
+            let out = step.operator.run(&inputs, options)?;
+            backend = out.backend;
+            let result = program::result_values(out.values, out.indices);
+            let replaced = std::mem::replace(&mut values[step.output], result);
+            if restored {
+                tape.push(replaced);
+            }
+        }
+        done += 1;
+        if let Some(stop) = p.stop {
+            if stop.ends(done, || Ok(values[stop.buffer].clone()))? {
+                break;
+            }
+        }
+    }
+    Ok((values, tape, done, backend))
+}
