@@ -36,3 +36,30 @@ load_avg <- function() {
   l <- tryCatch(readLines("/proc/loadavg", n = 1L), error = function(e) "unknown")
   paste(strsplit(l, " ")[[1L]][1:3], collapse = " ")
 }
+
+# The definitions of the vignette vignettes/NAME.Rmd that a benchmark times, so that it times the
+# vignette's own code rather than a copy: knitr::purl() writes the vignette's R code with a header
+# line per chunk, knitr::read_chunk() reads it back by chunk label, and only the chunks named in
+# `chunks` (labelled chunks of definitions: functions and operators, no heavy computation) are
+# evaluated, in order, in a new environment, which is returned. `root`: the repository (by default
+# the one holding the running bench script).
+vignette_functions <- function(name, chunks, root = NULL) {
+  if (is.null(root)) {
+    script <- sub("^--file=", "", grep("^--file=", commandArgs(FALSE), value = TRUE))
+    root <- if (length(script)) dirname(dirname(normalizePath(script))) else "."
+  }
+  rmd <- file.path(root, "vignettes", paste0(name, ".Rmd"))
+  code <- tempfile(fileext = ".R")
+  on.exit(unlink(code))
+  knitr::purl(rmd, output = code, documentation = 1, quiet = TRUE)
+  knitr::knit_code$restore()           # only this vignette's chunks
+  knitr::read_chunk(code)
+  env <- new.env(parent = globalenv())
+  for (label in chunks) {
+    lines <- knitr::knit_code$get(label)
+    if (is.null(lines)) stop("vignettes/", name, ".Rmd has no chunk labelled '", label, "'")
+    eval(parse(text = lines, keep.source = FALSE), env)
+  }
+  knitr::knit_code$restore()
+  env
+}

@@ -1,7 +1,10 @@
 # Whole iterative algorithms timed from R: EM for a diagonal Gaussian mixture, Sinkhorn with
-# epsilon-annealing, landmark matching by geodesic shooting (L-BFGS), K-means (Lloyd), kriging by
-# conjugate gradients, and the CPU goal rows of issue 14, with the R peers in the same run
-# (mclust::em, stats::kmeans, dense solve()) where they are installed and fit. Run it with
+# epsilon-annealing, two-scale Sinkhorn, landmark matching by geodesic shooting (L-BFGS), K-means
+# (Lloyd), kriging by conjugate gradients, and the CPU goal rows of issue 14, with the R peers in
+# the same run (mclust::em, stats::kmeans, dense solve()) where they are installed and fit. EM,
+# Sinkhorn, two-scale Sinkhorn and K-means run the vignettes' own functions (read from
+# vignettes/*.Rmd by vignette_functions(), bench/common.R), each as its R loop and as its program
+# (keops_program()): two rows per size. Run it with
 #   make bench-iterative [BACKEND=CPU|GPU] [SIZES=small|full] [CASES=regex] [BUDGET=s] [REPS=n]
 # or R_LIBS=lib BACKEND=CPU Rscript bench/iterative.R from the repository root.
 #   BACKEND    CPU (default) or GPU (stops if no GPU can be used)
@@ -149,45 +152,29 @@ predict_next <- function(prev, work_prev, work) {
   prev$total * work / work_prev
 }
 
+# ---- The vignettes' code -----------------------------------------------------------------------
+
+# The cases below time the functions of the vignettes themselves, read from their labelled chunks of
+# definitions (vignette_functions() in bench/common.R), each as its R loop and as its program
+# (keops_program()). They take their matrices from R: on a GPU each call of an R loop copies its
+# inputs, as the vignettes' code does (the program copies them once per run).
+vig <- list(gmm = vignette_functions("gmm", c("lazy", "program")),
+            sinkhorn = vignette_functions("sinkhorn", c("solver", "dense", "program")),
+            multiscale = vignette_functions("sinkhorn-multiscale", "solvers"),
+            kmeans = vignette_functions("kmeans", c("kmeans-function", "program")))
+
 # ---- EM for a Gaussian mixture with diagonal covariances (vignettes/gmm.Rmd) -------------------
 
 gmm_data <- function(N, K, D) {
   set.seed(N + K + D)
   centres <- matrix(runif(K * D, 0, 10), K, D)
   x <- centres[sample(K, N, replace = TRUE), , drop = FALSE] + matrix(rnorm(N * D, sd = 0.3), N, D)
-  list(x = x, x_aug = cbind(1, x, x^2),   # the data of the M-step's sums, made once
-       start = list(w = rep(1 / K, K), mu = x[sample(N, K), , drop = FALSE],
-                    s = matrix(apply(x, 2, sd), K, D, byrow = TRUE)))
-}
-gmm_log_terms <- function(x, p) {
-  D <- ncol(x)
-  const <- log(p$w) - rowSums(log(p$s)) - D / 2 * log(2 * pi)
-  Vj(matrix(const)) - 0.5 * weightedsqdist(Vi(x), Vj(p$mu), Vj(1 / p$s^2))
-}
-em_step <- function(x, x_aug, p) {
-  D <- ncol(x)
-  l <- gmm_log_terms(x, p)
-  lse <- logsumexp(l, index = "j")
-  sums <- sum(exp(l - Vi(lse)) * Vi(x_aug), index = "i")
-  P <- sums[, 1]
-  mu <- sums[, 1 + seq_len(D), drop = FALSE] / P
-  v <- sums[, 1 + D + seq_len(D), drop = FALSE] / P - mu^2
-  list(params = list(w = P / nrow(x), mu = mu, s = sqrt(v)), loglik = sum(lse))
-}
-em_run <- function(d, iters = 10) {
-  p <- d$start
-  loglik <- numeric(iters)
-  x <- keep(d$x)
-  x_aug <- keep(d$x_aug)
-  for (it in seq_len(iters)) {
-    res <- em_step(x, x_aug, p)
-    loglik[it] <- res$loglik
-    p <- res$params
-  }
-  list(params = p, loglik = loglik)
+  list(x = x, start = list(w = rep(1 / K, K), mu = x[sample(N, K), , drop = FALSE],
+                           s = matrix(apply(x, 2, sd), K, D, byrow = TRUE)))
 }
 # mclust::em from the same start: VVI is the diagonal model with free volumes and shapes, the
-# model of em_step(). 10 M-steps with the E-steps around them; tol = 0: never stops early.
+# model of the vignette's em_step(). 10 M-steps with the E-steps around them; tol = 0: never stops
+# early.
 mclust_run <- function(d, iters = 10) {
   p <- d$start
   v <- p$s^2
@@ -203,12 +190,16 @@ gmm_case <- function(N, K, D, prev = NULL, label = "GMM EM diagonal, 10 it.") {
   size <- sprintf("N=%s K=%s D=%d", num(N), num(K), D)
   if (!selected(paste(label, size))) return(prev)
   d <- gmm_data(N, K, D)
-  m <- measure(function() em_run(d), predict_next(prev$m, prev$work, N * K))
-  check <- NULL
+  em <- vig$gmm
+  m <- measure(function() em$em_fit(d$x, d$start, 10), predict_next(prev$m, prev$work, N * K))
+  program <- em$em_program(10, D)   # made once, as a user keeps it
+  input <- em$em_program_input(d$x, d$start)
+  mp <- measure(function() program(input), predict_next(prev$mp, prev$work, N * K))
+  check <- check_p <- NULL
   peer <- NULL
   if (is.null(m$skipped)) {
     L <- m$value$loglik
-    L_final <- em_step(d$x, d$x_aug, m$value$params)$loglik   # the log-likelihood after 10 steps
+    L_final <- em$em_step(d$x, m$value$params)$loglik   # the log-likelihood after 10 steps
     steps <- diff(c(L, L_final))
     tol <- 1e-5 * abs(L_final)   # float32 log-densities summed over N points
     check <- list(ok = is.finite(L_final) && all(steps > -tol),
@@ -225,9 +216,16 @@ gmm_case <- function(N, K, D, prev = NULL, label = "GMM EM diagonal, 10 it.") {
                             check$text, abs(attr(peer$value, "info")[["iterations"]]),
                             ll, abs(ll - L_final) / abs(ll))
     }
+    if (is.null(mp$skipped)) {
+      # the program traces the log-likelihood of each iteration's start, as the loop's loglik
+      gap <- max(abs(attr(mp$value, "trace")$ll - L)) / abs(L_final)
+      check_p <- list(ok = is.finite(gap) && gap < 1e-5,
+                      text = sprintf("log-likelihoods of the 10 iterations vs the R loop: relative difference %.1e < 1e-5", gap))
+    }
   }
-  record(label, size, m, peer, "mclust::em VVI", check)
-  invisible(list(m = m, peer = peer, work = N * K))
+  record(paste(label, "(R loop)"), size, m, peer, "mclust::em VVI", check)
+  record(paste(label, "(program)"), size, mp, peer, "mclust::em VVI", check_p)
+  invisible(list(m = m, mp = mp, peer = peer, work = N * K))
 }
 
 # ---- Sinkhorn with epsilon-annealing (vignettes/sinkhorn.Rmd) ----------------------------------
@@ -241,24 +239,15 @@ sinkhorn_data <- function(N, D = 3) {
   b <- runif(N, 0.5, 1.5)
   list(x = x, y = y, a = a / sum(a), b = b / sum(b))
 }
-# 10 symmetric log-domain iterations, eps from the squared diameter down to blur^2 geometrically;
-# the cost and the epsilon are parameters of the formula (Pm), so one formula serves every eps.
-sinkhorn_run <- function(d, iters = 10, blur = 0.05) {
-  x_i <- Vi(keep(d$x)); y_j <- Vj(keep(d$y))
-  C_ij <- sqdist(x_i, y_j) / 2
-  loga_i <- Vi(keep(log(d$a))); logb_j <- Vj(keep(log(d$b)))
-  r <- apply(rbind(d$x, d$y), 2, range)
-  D2 <- sum((r[2, ] - r[1, ])^2)
-  eps_list <- D2 * (blur^2 / D2)^(seq(0, 1, length.out = iters))
-  f <- numeric(nrow(d$x)); g <- numeric(nrow(d$y))
-  for (eps in eps_list) {
-    s <- Pm(1 / eps)
-    ft <- -eps * logsumexp(logb_j + (Vj(g) - C_ij) * s, index = "j")[, 1]
-    gt <- -eps * logsumexp(loga_i + (Vi(f) - C_ij) * s, index = "i")[, 1]
-    f <- (f + ft) / 2
-    g <- (g + gt) / 2
-  }
-  list(f = f, g = g, eps = eps)
+# The vignette's solver for exactly 10 iterations: 9 annealed ones (from the potentials at
+# eps = +Inf) and 1 at eps = blur^2; tol = 0 never stops early (the loop then warns that it did not
+# converge: ten iterations end far from convergence, as in the paper's benchmark).
+sinkhorn_loop <- function(d, blur = 0.05) {
+  suppressWarnings(vig$sinkhorn$sinkhorn_keops(d$x, d$a, d$y, d$b, blur, n_anneal = 9, tol = 0, max_iter = 10))
+}
+sinkhorn_in_program <- function(d, program, blur = 0.05) {
+  res <- vig$sinkhorn$run_program(d$x, d$a, d$y, d$b, blur, n_anneal = 9, program = program)
+  list(f = res$f[, 1], g = res$g[, 1], eps = blur^2)
 }
 # The L1 errors of the two marginals of the plan pi_ij = a_i b_j exp((f_i + g_j - C_ij) / eps).
 sinkhorn_marginals <- function(d, sol) {
@@ -266,29 +255,23 @@ sinkhorn_marginals <- function(d, sol) {
              (Vi(sol$f) + Vj(sol$g) - sqdist(Vi(d$x), Vj(d$y)) / 2) * Pm(1 / sol$eps))
   c(rows = sum(abs(sum(P, index = "j")[, 1] - d$a)), cols = sum(abs(sum(P, index = "i")[, 1] - d$b)))
 }
-# The same iterations in dense R (double precision) at a small size: the check of the formulas.
+# The vignette's loop against the vignette's dense R (double precision, the same temperatures) at a
+# small size: the check of the formulas.
 sinkhorn_dense_check <- function() {
   d <- sinkhorn_data(300)
-  sol <- sinkhorn_run(d)
-  C <- as.matrix(dist(rbind(d$x, d$y)))[1:300, 301:600]^2 / 2
-  lse <- function(A) { m <- apply(A, 1, max); m + log(rowSums(exp(A - m))) }
-  r <- apply(rbind(d$x, d$y), 2, range)
-  D2 <- sum((r[2, ] - r[1, ])^2)
-  f <- g <- numeric(300)
-  for (eps in D2 * (0.05^2 / D2)^(seq(0, 1, length.out = 10))) {
-    ft <- -eps * lse(rep(log(d$b) + g / eps, each = 300) - C / eps)
-    gt <- -eps * lse(rep(log(d$a) + f / eps, each = 300) - t(C) / eps)
-    f <- (f + ft) / 2; g <- (g + gt) / 2
-  }
-  max(abs(sol$f - f), abs(sol$g - g))
+  sol <- sinkhorn_loop(d)
+  ref <- vig$sinkhorn$sinkhorn_dense(d$x, d$a, d$y, d$b, sol$history$eps)
+  max(abs(sol$f - ref$f), abs(sol$g - ref$g))
 }
 sinkhorn_case <- function(N, prev = NULL, dense_err = NULL) {
   label <- "Sinkhorn eps-annealing, 10 it., D=3"
   size <- sprintf("N=M=%s", num(N))
   if (!selected(paste(label, size))) return(prev)
   d <- sinkhorn_data(N)
-  m <- measure(function() sinkhorn_run(d), predict_next(prev$m, prev$work, N^2))
-  check <- NULL
+  m <- measure(function() sinkhorn_loop(d), predict_next(prev$m, prev$work, N^2))
+  program <- vig$sinkhorn$sinkhorn_program(ncol(d$x), tol = 0, max_iter = 10)
+  mp <- measure(function() sinkhorn_in_program(d, program), predict_next(prev$mp, prev$work, N^2))
+  check <- check_p <- NULL
   if (is.null(m$skipped)) {
     marg <- sinkhorn_marginals(d, m$value)
     # Ten annealed iterations end at eps = blur^2 far from convergence (as in the paper's
@@ -296,9 +279,15 @@ sinkhorn_case <- function(N, prev = NULL, dense_err = NULL) {
     check <- list(ok = all(is.finite(marg)) && all(is.finite(m$value$f)) && dense_err < 1e-4,
                   text = sprintf("potentials vs dense R (float64, same 10 iterations) at N=300: %.1e; marginal L1 errors of the plan after 10 it. (eps = blur^2 = %.4g): rows %.2f cols %.2f",
                                  dense_err, m$value$eps, marg[["rows"]], marg[["cols"]]))
+    if (is.null(mp$skipped)) {
+      gap <- max(abs(mp$value$f - m$value$f), abs(mp$value$g - m$value$g))
+      check_p <- list(ok = is.finite(gap) && gap < 1e-4,
+                      text = sprintf("potentials vs the R loop: max difference %.1e < 1e-4", gap))
+    }
   }
-  record(label, size, m, check = check)
-  invisible(list(m = m, work = N^2))
+  record(paste(label, "(R loop)"), size, m, check = check)
+  record(paste(label, "(program)"), size, mp, check = check_p)
+  invisible(list(m = m, mp = mp, work = N^2))
 }
 
 # ---- Multiscale Sinkhorn with block-sparse fine iterations (vignettes/sinkhorn-multiscale.Rmd) --
@@ -318,87 +307,6 @@ tori_data <- function(N) {
   a <- runif(N, 0.5, 1.5); b <- runif(N, 0.5, 1.5)
   list(x = x / s, a = a / sum(a), y = y / s, b = b / sum(b))
 }
-ms_eps <- function(d, blur, iters) {
-  D2 <- sum(vapply(seq_len(ncol(d$x)), function(k) diff(range(d$x[, k], d$y[, k]))^2, 0))
-  D2 * (blur^2 / D2)^seq(0, 1, length.out = iters)
-}
-ms_step <- function(x_i, y_j, loga_i, logb_j, f, g, eps, ranges = NULL) {
-  C_ij <- sqdist(x_i, y_j) / 2
-  s <- Pm(1 / eps)
-  ft <- -eps * logsumexp(logb_j + (Vj(g) - C_ij) * s, index = "j", ranges = ranges)[, 1]
-  gt <- -eps * logsumexp(loga_i + (Vi(f) - C_ij) * s, index = "i", ranges = ranges)[, 1]
-  list(f = (f + ft) / 2, g = (g + gt) / 2)
-}
-ms_dense <- function(d, blur = 0.01, iters = 10) {
-  x_i <- Vi(keep(d$x)); y_j <- Vj(keep(d$y))
-  loga_i <- Vi(keep(log(d$a))); logb_j <- Vj(keep(log(d$b)))
-  f <- numeric(nrow(d$x)); g <- numeric(nrow(d$y))
-  for (eps in ms_eps(d, blur, iters)) {
-    p <- ms_step(x_i, y_j, loga_i, logb_j, f, g, eps)
-    f <- p$f; g <- p$g
-  }
-  list(f = f, g = g, eps = eps)
-}
-# The solver of the vignette (cells of side `cell`, truncation at tau * eps; see there for the
-# bound), the sorted points kept on the GPU.
-ms_block_max <- function(v, blocks) vapply(seq_len(nrow(blocks)), function(k) max(v[blocks[k, 1]:blocks[k, 2]]), 0)
-ms_along_slope <- function(points, labels, centroids, targets) {
-  rowSums((points - centroids[labels, , drop = FALSE]) * (centroids - targets)[labels, , drop = FALSE])
-}
-ms_kept_pairs <- function(F, G, cx, cy, to, from, slack) {
-  margin <- Vi(F) + Vj(G) - sqdist(Vi(cx$centroids), Vj(cy$centroids)) / 2 +
-    Vi(cx$radii) * sqrt(sqdist(Vj(cy$centroids), Vi(to))) +
-    Vj(cy$radii) * sqrt(sqdist(Vi(cx$centroids), Vj(from))) + Pm(slack)
-  n_y <- nrow(cy$ranges)
-  most <- max(sum(step(margin), index = "j"))
-  top <- Kmin_argKmin(-margin, K = min(2^ceiling(log2(max(most, 1))), n_y), index = "j")
-  keep <- top$values <= 0
-  keep[, 1] <- TRUE
-  best_i <- argmin(-margin, index = "i")[, 1]
-  from_pairs(cx$ranges, cy$ranges, rbind(cbind(row(keep)[keep], top$indices[keep]), cbind(best_i, seq_len(n_y))))
-}
-ms_kept_fraction <- function(ranges) {
-  len <- function(r) as.double(r[, 2] - r[, 1] + 1)
-  per_block <- rowsum(len(ranges$redranges_j), rep(seq_along(ranges$slices_i), diff(c(0, ranges$slices_i))))
-  sum(len(ranges$ranges_i)[as.integer(rownames(per_block))] * per_block) /
-    (sum(len(ranges$ranges_i)) * sum(len(ranges$ranges_j)))
-}
-ms_multiscale <- function(d, cell, blur = 0.01, iters = 10, tau = 5) {
-  eps_list <- ms_eps(d, blur, iters)
-  sx <- sort_clusters(d$x, grid_cluster(d$x, cell)); a_s <- d$a[sx$perm]
-  sy <- sort_clusters(d$y, grid_cluster(d$y, cell)); b_s <- d$b[sy$perm]
-  cx <- cluster_ranges_centroids(sx$x, sx$labels, a_s)
-  cy <- cluster_ranges_centroids(sy$x, sy$labels, b_s)
-  coarse <- sqrt(eps_list) > cell * sqrt(ncol(d$x))
-  xc_i <- Vi(cx$centroids); yc_j <- Vj(cy$centroids)
-  logac_i <- Vi(log(cx$weights)); logbc_j <- Vj(log(cy$weights))
-  fc <- numeric(nrow(cx$centroids)); gc <- numeric(nrow(cy$centroids))
-  for (eps in eps_list[coarse]) {
-    p <- ms_step(xc_i, yc_j, logac_i, logbc_j, fc, gc, eps)
-    fc <- p$f; gc <- p$g
-  }
-  eps <- eps_list[sum(coarse)]
-  s <- Pm(1 / eps)
-  x_i <- Vi(keep(sx$x)); y_j <- Vj(keep(sy$x))
-  f <- -eps * logsumexp(logbc_j + (Vj(gc) - sqdist(x_i, yc_j) / 2) * s, index = "j")[, 1]
-  g <- -eps * logsumexp(logac_i + (Vi(fc) - sqdist(xc_i, y_j) / 2) * s, index = "i")[, 1]
-  Cc_ij <- sqdist(xc_i, yc_j) / 2
-  to <- sumsoftmaxweight(logbc_j + (Vj(gc) - Cc_ij) * s, weight = yc_j, index = "j")
-  from <- sumsoftmaxweight(logac_i + (Vi(fc) - Cc_ij) * s, weight = xc_i, index = "i")
-  slope_x <- ms_along_slope(sx$x, sx$labels, cx$centroids, to)
-  slope_y <- ms_along_slope(sy$x, sy$labels, cy$centroids, from)
-  loga_i <- Vi(keep(log(a_s))); logb_j <- Vj(keep(log(b_s)))
-  kept <- numeric(0)
-  for (eps in eps_list[!coarse]) {
-    ranges <- ms_kept_pairs(ms_block_max(f - slope_x, cx$ranges), ms_block_max(g - slope_y, cy$ranges),
-                            cx, cy, to, from, tau * eps)
-    kept <- c(kept, ms_kept_fraction(ranges))
-    p <- ms_step(x_i, y_j, loga_i, logb_j, f, g, eps, ranges)
-    f <- p$f; g <- p$g
-  }
-  list(f = f[order(sx$perm)], g = g[order(sy$perm)], eps = eps, kept = kept,
-       cells = nrow(cx$ranges) + nrow(cy$ranges), coarse = sum(coarse))
-}
 # Cells of side cell_scale * (N / 1e4)^(-1/4): a surface holds ~ area / side^2 cells, so their
 # number grows like sqrt(N) (the paper's coarse measures have sqrt(N) points). MS_CELLS lists the
 # scales to time (default 0.1: ~ 4 sqrt(N) cells in each cloud of tori_data()).
@@ -409,25 +317,34 @@ multiscale_case <- function(N, prev = NULL) {
   size <- sprintf("N=M=%s", num(N))
   if (!selected(paste(label, size))) return(prev)
   d <- tori_data(N)
-  dense <- measure(function() ms_dense(d), predict_next(prev$dense, prev$work, N^2))
+  ms <- vig$multiscale
+  # the peer: the vignette's dense annealing (its R loop), the same 10 temperatures
+  dense <- measure(function() ms$sinkhorn_dense(d$x, d$a, d$y, d$b, blur = 0.01),
+                   predict_next(prev$dense, prev$work, N^2))
   w2 <- function(s) sqrt(2 * (sum(d$a * s$f) + sum(d$b * s$g)))
   for (scale in ms_scales) {
     cell <- scale * (N / 1e4)^(-1 / 4)
-    m <- measure(function() ms_multiscale(d, cell))
-    check <- NULL
-    if (is.null(m$skipped)) {
-      about <- sprintf("cell %.3g, %d cells, %d coarse it., kept %% per fine it.: %s", cell,
-                       m$value$cells, m$value$coarse, paste(sprintf("%.1f", 100 * m$value$kept), collapse = " "))
-      if (is.null(dense$skipped)) {
-        rel <- abs(w2(m$value) / w2(dense$value) - 1)
-        check <- list(ok = rel < 0.01, text = sprintf("sqrt(2 OT_eps) %.5f vs dense annealing %.5f (relative %.1e < 1e-2); %s",
-                                                       w2(m$value), w2(dense$value), rel, about))
-      } else {
-        check <- list(ok = all(is.finite(m$value$f), is.finite(m$value$g)),
-                      text = sprintf("potentials finite; sqrt(2 OT_eps) %.5f (dense not run); %s", w2(m$value), about))
+    # the R loop chooses the pairs of cells at every fine iteration; the program (coarse annealing
+    # and fine iterations, one program each) once, at the first fine iteration
+    for (form in c("R loop", "program")) {
+      m <- measure(function() ms$sinkhorn_multiscale(d$x, d$a, d$y, d$b, blur = 0.01, cell = cell,
+                                                     program = form == "program"))
+      check <- NULL
+      if (is.null(m$skipped)) {
+        about <- sprintf("cell %.3g, %d cells, %d coarse it., kept %% per fine it.: %s", cell,
+                         sum(m$value$cells), m$value$coarse_iters,
+                         paste(sprintf("%.1f", 100 * m$value$kept), collapse = " "))
+        if (is.null(dense$skipped)) {
+          rel <- abs(w2(m$value) / w2(dense$value) - 1)
+          check <- list(ok = rel < 0.01, text = sprintf("sqrt(2 OT_eps) %.5f vs dense annealing %.5f (relative %.1e < 1e-2); %s",
+                                                         w2(m$value), w2(dense$value), rel, about))
+        } else {
+          check <- list(ok = all(is.finite(m$value$f), is.finite(m$value$g)),
+                        text = sprintf("potentials finite; sqrt(2 OT_eps) %.5f (dense not run); %s", w2(m$value), about))
+        }
       }
+      record(sprintf("%s (%s)", label, form), size, m, dense, "dense annealing (vignette's R loop, same 10 eps)", check)
     }
-    record(label, size, m, dense, "dense annealing (rkeops, same 10 eps)", check)
   }
   invisible(list(dense = dense, work = N^2))
 }
@@ -535,47 +452,43 @@ kmeans_data <- function(N, D, K) {
   x <- centres[sample(K, N, replace = TRUE), , drop = FALSE] + matrix(rnorm(N * D, sd = 0.4), N, D)
   list(x = x, init = x[sample(N, K), , drop = FALSE])
 }
-kmeans_keops <- function(x, init, niter = 10) {
-  K <- nrow(init)
-  cent <- init
-  x_i <- Vi(keep(x))
-  cl <- integer(nrow(x))
-  for (it in seq_len(niter)) {
-    new_cl <- as.vector(argmin(sqdist(x_i, Vj(cent)), index = "j"))
-    if (identical(new_cl, cl)) break   # converged, as stats::kmeans stops
-    cl <- new_cl
-    s <- rowsum(x, cl)
-    k <- as.integer(rownames(s))
-    cent[k, ] <- s / tabulate(cl, K)[k]
-  }
-  list(cluster = cl, centers = cent, iter = it)
-}
 kmeans_case <- function(N, D, K, prev = NULL) {
   label <- "K-means Lloyd, 10 it."
   size <- sprintf("N=%s D=%d K=%s", num(N), D, num(K))
   if (!selected(paste(label, size))) return(prev)
   d <- kmeans_data(N, D, K)
-  m <- measure(function() kmeans_keops(d$x, d$init), predict_next(prev$m, prev$work, N * K * (D + 4)))
+  km <- vig$kmeans
+  work <- N * K * (D + 4)
+  # both stop early when no label changes, as stats::kmeans does
+  m <- measure(function() km$kmeans_keops(d$x, d$init, niter = 10), predict_next(prev$m, prev$work, work))
+  program <- km$make_kmeans_program(D, 10)   # made once, as a user keeps it
+  mp <- measure(function() km$kmeans_keops_program(d$x, d$init, 10, program),
+                predict_next(prev$mp, prev$work, work))
   peer <- NULL
-  check <- NULL
-  if (is.null(m$skipped)) {
+  checks <- list()
+  if (is.null(m$skipped) || is.null(mp$skipped)) {
     peer <- measure_peer(function() suppressWarnings(kmeans(d$x, centers = d$init, iter.max = 10,
                                                                algorithm = "Lloyd")),
                          predicted = predict_next(prev$peer, prev$work_peer, N * K * D))
-    check <- list(ok = TRUE, text = sprintf("%d iterations", m$value$iter))
+  }
+  for (form in c("R loop", "program")) {
+    r <- if (form == "R loop") m else mp
+    if (!is.null(r$skipped)) next
+    checks[[form]] <- list(ok = TRUE, text = sprintf("%d iterations", r$value$iter))
     if (!is.null(peer$value)) {
       ref <- peer$value
       ssd <- function(cl, cent) sum((d$x - cent[cl, , drop = FALSE])^2)
-      rel_ssd <- abs(ssd(m$value$cluster, m$value$centers) - ref$tot.withinss) / ref$tot.withinss
-      diff_lab <- mean(m$value$cluster != ref$cluster)
+      rel_ssd <- abs(ssd(r$value$cluster, r$value$centers) - ref$tot.withinss) / ref$tot.withinss
+      diff_lab <- mean(r$value$cluster != ref$cluster)
       # float32 distances can flip a nearly tied point and the iterations then drift a little
-      check <- list(ok = rel_ssd < 1e-3 && diff_lab < 0.01,
-                    text = sprintf("vs stats::kmeans from the same start: %.3f %% labels differ, SSD relative difference %.1e; %d iterations (stats: %d)",
-                                   100 * diff_lab, rel_ssd, m$value$iter, ref$iter))
+      checks[[form]] <- list(ok = rel_ssd < 1e-3 && diff_lab < 0.01,
+                             text = sprintf("vs stats::kmeans from the same start: %.3f %% labels differ, SSD relative difference %.1e; %d iterations (stats: %d)",
+                                            100 * diff_lab, rel_ssd, r$value$iter, ref$iter))
     }
   }
-  record(label, size, m, peer, "stats::kmeans Lloyd", check)
-  invisible(list(m = m, peer = peer, work = N * K * (D + 4), work_peer = N * K * D))
+  record(paste(label, "(R loop)"), size, m, peer, "stats::kmeans Lloyd", checks[["R loop"]])
+  record(paste(label, "(program)"), size, mp, peer, "stats::kmeans Lloyd", checks[["program"]])
+  invisible(list(m = m, mp = mp, peer = peer, work = work, work_peer = N * K * D))
 }
 
 # ---- Kriging by conjugate gradients (vignettes/kriging.Rmd) ------------------------------------
@@ -663,7 +576,7 @@ emit(sprintf("Peers: mclust %s, stats::kmeans, dense solve() (%s)",
 emit("")
 
 # GMM: the paper's Table 1 rows, the CPU goal row (K = 10)
-gmm_case(1e5, 10, 5, label = "GMM EM diagonal, 10 it. (CPU goal row)")
+invisible(gmm_case(1e5, 10, 5, label = "GMM EM diagonal, 10 it. (CPU goal row)"))
 prev <- gmm_case(5e4, 100, 5)
 prev <- gmm_case(5e5, 1e3, 5, prev)
 if (full) gmm_case(5e6, 1e4, 5, prev)
