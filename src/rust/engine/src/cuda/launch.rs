@@ -116,8 +116,18 @@ pub fn evaluate<S: Stored, T: Real>(
     }
     let force_1d = call.options.tuning.force_1d;
     let formula = call.formula;
-    let data =
-        Data { device, compiled, formula, inputs, resident: &resident, ranged: ranged.as_ref(), target, force_1d };
+    let geometry = Geometry { granule: blocks.granule, ..geometry(device, kernel) };
+    let data = Data {
+        device,
+        compiled,
+        formula,
+        inputs,
+        resident: &resident,
+        ranged: ranged.as_ref(),
+        target,
+        force_1d,
+        geometry,
+    };
     let mut times = Times::default();
     let steps = Steps { data: &data, extent: &extent, blocks: &blocks, stop };
     steps.run::<S, T>(workspace, &mut columns, &mut times, record)?;
@@ -350,6 +360,8 @@ struct Data<'a> {
     target: Option<&'a DeviceMatrix>,
     /// The 1D scheme always (`Tuning::force_1d`).
     force_1d: bool,
+    /// How the kernel fills the device, with the chunks' granule of the call's blocks.
+    geometry: Geometry,
 }
 
 /// One launch: these output rows against these reduced rows (`first` and `last` of the reduced
@@ -469,20 +481,17 @@ struct StepPlan {
 
 impl StepPlan {
     fn new<S, T>(data: &Data, step: &Step) -> StepPlan {
-        let (kernel, device) = (&data.compiled.kernel, data.device);
+        let kernel = &data.compiled.kernel;
         let (rows_out, rows_red) = (step.out.len(), step.red.len());
         // Tuning::force_1d (RKEOPS_GPU_SCHEME=1D: benchmarks that compare the two schemes).
         let chunks_of = |n_red: usize| match data.force_1d {
             true => 1,
-            false => chunks_for(rows_out, n_red, geometry(device, kernel)),
+            false => chunks_for(rows_out, n_red, data.geometry),
         };
         // A block-sparse reduction is one pass of the 1D scheme (the ranges say what each block reduces).
         let chunk = match data.ranged {
             Some(_) => rows_red.max(1),
-            None => {
-                let granule = geometry(device, kernel).granule;
-                rows_red.div_ceil(chunks_of(rows_red)).div_ceil(granule) * granule
-            }
+            None => rows_red.div_ceil(chunks_of(rows_red)).div_ceil(data.geometry.granule) * data.geometry.granule,
         };
         let chunks = rows_red.div_ceil(chunk);
         let one_pass = step.first && step.last;

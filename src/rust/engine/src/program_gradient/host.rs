@@ -3,12 +3,13 @@
 use super::{Backward, Gradients};
 use crate::api::{Input, RunOptions};
 use crate::error::Result;
-use crate::program::{self, Program};
+use crate::program::{self, Program, Summed};
 
 pub(super) fn gradient(b: &Backward) -> Result<Gradients> {
     let p = b.program;
     let restores: Vec<bool> = (0..p.steps.len()).map(|s| b.restores(s)).collect();
-    let (mut values, mut tape, done, backend) = forward(p, &b.shapes, &b.step_options, &restores)?;
+    let mut timings = Summed::default();
+    let (mut values, mut tape, done, backend) = forward(p, &b.shapes, &b.step_options, &restores, &mut timings)?;
     let outputs = p.outputs.iter().map(|&x| values[x].clone()).collect();
     let mut adjoint: Vec<Vec<f64>> = (0..p.buffers.len()).map(|x| vec![0.0; b.len(x)]).collect();
     adjoint[b.of] = b.seed.clone();
@@ -29,7 +30,8 @@ pub(super) fn gradient(b: &Backward) -> Result<Gradients> {
                 step.inputs.iter().map(|&x| Input::host(&values[x], b.shapes[x].0, b.shapes[x].1)).collect();
             inputs.push(Input::host(&e, b.shapes[step.output].0, b.shapes[step.output].1));
             for group in &b.steps[s].groups {
-                let (g, rows) = group.evaluate(&inputs, &b.step_options[s])?;
+                let (g, rows, phases) = group.evaluate(&inputs, &b.step_options[s])?;
+                timings.add(&phases);
                 for part in &group.parts {
                     let share = &g[part.column * rows..(part.column + part.dim) * rows];
                     for (a, x) in adjoint[step.inputs[part.input]].iter_mut().zip(share) {
@@ -40,14 +42,20 @@ pub(super) fn gradient(b: &Backward) -> Result<Gradients> {
         }
     }
     let values = b.wrt.iter().map(|&x| std::mem::take(&mut adjoint[x])).collect();
-    Ok(Gradients { values, outputs, shapes: b.output_shapes(), iterations: done, backend, timings: Vec::new() })
+    Ok(Gradients { values, outputs, shapes: b.output_shapes(), iterations: done, backend, timings: timings.0 })
 }
 
 type Forward = (Vec<Vec<f64>>, Vec<Vec<f64>>, usize, String);
 
 /// The forward pass: the final values, the tape (the value each step that `restores` replaced, in
 /// order), the iterations run and the backend that ran them.
-fn forward(p: &Program, shapes: &[(usize, usize)], step_options: &[RunOptions], restores: &[bool]) -> Result<Forward> {
+fn forward(
+    p: &Program,
+    shapes: &[(usize, usize)],
+    step_options: &[RunOptions],
+    restores: &[bool],
+    timings: &mut Summed,
+) -> Result<Forward> {
     let mut values: Vec<Vec<f64>> = p
         .buffers
         .iter()
@@ -65,6 +73,7 @@ fn forward(p: &Program, shapes: &[(usize, usize)], step_options: &[RunOptions], 
             let inputs: Vec<Input> =
                 step.inputs.iter().map(|&b| Input::host(&values[b], shapes[b].0, shapes[b].1)).collect();
             let out = step.operator.run(&inputs, options)?;
+            timings.add(&out.timings);
             backend = out.backend;
             let result = program::result_values(out.values, out.indices);
             let replaced = std::mem::replace(&mut values[step.output], result);

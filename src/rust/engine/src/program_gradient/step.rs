@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::api::{Input, RunOptions};
+use crate::backend::Timings;
 use crate::differentiate::GradientRun;
 use crate::error::Result;
 use crate::formula::gradient::{declarations, GradientOutput, GradientPlan};
@@ -132,14 +133,15 @@ impl StepGradient {
 
 impl Group {
     /// The group's result for `inputs` (host data: the step's inputs, then the adjoint of its
-    /// output), column-major, with its number of rows.
-    pub fn evaluate(&self, inputs: &[Input], options: &RunOptions) -> Result<(Vec<f64>, usize)> {
+    /// output), column-major, with its number of rows; the seconds of each phase of its run (of
+    /// the fused reduction's: a plan's runs are not timed).
+    pub fn evaluate(&self, inputs: &[Input], options: &RunOptions) -> Result<(Vec<f64>, usize, Timings)> {
         match &self.how {
             How::Fused(op) => {
                 let out = op.run(inputs, options)?;
-                Ok((out.values.unwrap_or_default(), out.nrow))
+                Ok((out.values.unwrap_or_default(), out.nrow, out.timings))
             }
-            How::Plan(run) => run.evaluate(inputs, options).map(|(values, (nrow, _))| (values, nrow)),
+            How::Plan(run) => run.evaluate(inputs, options).map(|(values, (nrow, _))| (values, nrow, Timings::new())),
         }
     }
 }

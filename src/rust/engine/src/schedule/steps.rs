@@ -47,18 +47,21 @@ pub struct Sizes {
     pub results: usize,
 }
 
-/// How many output and reduced rows go to the GPU at once: everything when it fits in memory.
+/// How many output and reduced rows go to the GPU at once: everything when it fits in memory; and
+/// the granule of the chunks of the 2D scheme (`Geometry::granule` when everything fits, else a
+/// tile: the states of many short chunks would take the memory of the rows).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Blocks {
     pub rows_out: usize,
     pub rows_red: usize,
+    pub granule: usize,
 }
 
 impl Blocks {
     /// The largest blocks of `n_out x n_red` whose buffers fit in `budget` bytes; `None` when not
     /// even one block of rows does.
     pub fn fit(g: Geometry, sizes: &Sizes, (n_out, n_red): (usize, usize), budget: usize) -> Option<Blocks> {
-        let need = |rows_out: usize, rows_red: usize| {
+        let need = |g: Geometry, rows_out: usize, rows_red: usize| {
             let chunks = chunks_for(rows_out, rows_red, g);
             // (the running states of a reduction in steps, or of blocks of the reduced range, too)
             let in_steps = rows_red < n_red || rows_out.saturating_mul(n_red) > FIRST_STEP_PAIRS;
@@ -67,9 +70,11 @@ impl Blocks {
                 + rows_red * sizes.input_red
                 + sizes.fixed
         };
-        if need(n_out, n_red) <= budget {
-            return Some(Blocks { rows_out: n_out.max(1), rows_red: n_red.max(1) });
+        if need(g, n_out, n_red) <= budget {
+            return Some(Blocks { rows_out: n_out.max(1), rows_red: n_red.max(1), granule: g.granule });
         }
+        let g = Geometry { granule: g.tile, ..g };
+        let need = |rows_out: usize, rows_red: usize| need(g, rows_out, rows_red);
         // Rows with large states (K-selections of wide formulas) may leave room for a few hundred.
         // A quarter of the budget for the reduced rows, the rest for the output rows and their states.
         let rows_red = ((budget / 4 / sizes.input_red.max(1)).min(n_red) / g.tile * g.tile).max(g.tile);
@@ -78,7 +83,7 @@ impl Blocks {
         while rows_out > 0 && need(rows_out, rows_red) > budget {
             rows_out = rows_out / 2 / WARP * WARP;
         }
-        (rows_out > 0 && need(rows_out, rows_red) <= budget).then_some(Blocks { rows_out, rows_red })
+        (rows_out > 0 && need(rows_out, rows_red) <= budget).then_some(Blocks { rows_out, rows_red, granule: g.tile })
     }
 }
 
@@ -159,7 +164,7 @@ mod tests {
 
     #[test]
     fn steps_cover_each_block_of_rows_against_the_whole_reduced_range() {
-        let blocks = Blocks { rows_out: 1000, rows_red: 300 };
+        let blocks = Blocks { rows_out: 1000, rows_red: 300, granule: 256 };
         let steps: Vec<StepRows> = Steps::new(5..2500, 7..1007, blocks, 128, true).collect();
         // 3 blocks of output rows (1000, 1000, 495) x 4 blocks of reduced rows (300, 300, 300, 100).
         assert_eq!(steps.len(), 12);
@@ -169,13 +174,13 @@ mod tests {
             assert_eq!(s.red, 7 + 300 * r..(7 + 300 * (r + 1)).min(1007));
             assert_eq!((s.first, s.last), (r == 0, r == 3));
         }
-        assert_eq!(Steps::new(0..10, 3..3, Blocks { rows_out: 10, rows_red: 1 }, 128, true).count(), 0);
+        assert_eq!(Steps::new(0..10, 3..3, Blocks { rows_out: 10, rows_red: 1, granule: 256 }, 128, true).count(), 0);
     }
 
     #[test]
     fn long_reductions_are_cut_into_steps_sized_by_their_kernel_time() {
         let n = 1 << 20;
-        let blocks = Blocks { rows_out: n, rows_red: 1 << 24 };
+        let blocks = Blocks { rows_out: n, rows_red: 1 << 24, granule: 256 };
         let mut steps = Steps::new(0..n, 0..1 << 24, blocks.clone(), 256, true);
         let first = steps.next().unwrap();
         assert_eq!(first.red, 0..FIRST_STEP_PAIRS / n);
@@ -193,10 +198,16 @@ mod tests {
         let sizes = Sizes { input_out: 12, input_red: 16, fixed: 100, state: 8, results: 4 };
         assert_eq!(
             Blocks::fit(g, &sizes, (10_000, 20_000), 1 << 30),
-            Some(Blocks { rows_out: 10_000, rows_red: 20_000 })
+            Some(Blocks { rows_out: 10_000, rows_red: 20_000, granule: 256 })
         );
         let b = Blocks::fit(g, &sizes, (10_000_000, 20_000_000), 100 << 20).unwrap();
         assert!(b.rows_out.is_multiple_of(WARP) && b.rows_red.is_multiple_of(256) && b.rows_out < 10_000_000, "{b:?}");
         assert_eq!(Blocks::fit(g, &sizes, (10_000_000, 20_000_000), 1000), None);
+        // Chunks of a warp when everything fits at once; of whole tiles when memory is tight (the
+        // states of many short chunks would not fit: 300 kB for 5000 x 3001 rows).
+        let warp = Geometry { granule: WARP, ..g };
+        assert_eq!(Blocks::fit(warp, &sizes, (5000, 3001), 1 << 30).unwrap().granule, WARP);
+        let tight = Blocks::fit(warp, &sizes, (5000, 3001), 300_000).unwrap();
+        assert_eq!(tight.granule, 256, "{tight:?}");
     }
 }
