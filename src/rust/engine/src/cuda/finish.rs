@@ -86,25 +86,67 @@ pub fn functions(src: &mut String, acc: &Accumulator, t: &str) {
     );
 }
 
-/// `rkeops_merge`: one thread per row merges the states of `chunks` parts of the reduced range, in
-/// order, into the row's running state (`first`: there is none yet), then stores that state back or
-/// (`finalize`) writes the row's results.
+/// Threads per block of `rkeops_merge`.
+pub const MERGE_THREADS: usize = 256;
+/// A sum's merge: each block takes 32 values of the states, each warp of the block every 8th chunk.
+const SUM_VALUES_PER_BLOCK: usize = 32;
+
+/// `rkeops_merge`: merges the states of `chunks` parts of the reduced range, in order, into the
+/// rows' running states (`first`: there are none yet), then stores those states back or (`finalize`)
+/// writes the rows' results. A sum's states add up value by value: a block takes 32 values of the
+/// `n_out x len` states, its 8 warps every 8th chunk of them (their sums added in a fixed order,
+/// the result deterministic), so that a small problem's merge (a few thousand rows, 58 chunks)
+/// uses the whole device and has its loads in flight together; the other reductions take one
+/// thread per row.
 pub fn merge_kernel(src: &mut String, acc: &Accumulator) {
     let len = acc.state_len();
-    let _ = writeln!(
-        src,
-        "extern \"C\" __global__ void {name}(const int n_out, const int chunks, const int first, const int finalize,\n\
-         \x20   const double* __restrict__ parts, double* __restrict__ running, T* __restrict__ out_values, int* __restrict__ out_indices) {{\n\
-         \x20 const int row = blockIdx.x * blockDim.x + threadIdx.x;\n\
-         \x20 if (row >= n_out) return;\n\
-         \x20 double s[{len}];\n\
-         \x20 int c0 = 0;\n\
-         \x20 if (first) {{ for (int k = 0; k < {len}; k++) s[k] = parts[(long long)row * {len} + k]; c0 = 1; }}\n\
-         \x20 else {{ for (int k = 0; k < {len}; k++) s[k] = running[(long long)row * {len} + k]; }}\n\
-         \x20 for (int c = c0; c < chunks; c++) rk_merge(s, parts + ((long long)c * n_out + row) * {len});\n\
-         \x20 if (finalize) rk_finalize(s, out_values, out_indices, row, n_out);\n\
-         \x20 else for (int k = 0; k < {len}; k++) running[(long long)row * {len} + k] = s[k];\n\
-         }}",
-        name = MERGE_NAME
+    let signature = format!(
+        "extern \"C\" __global__ void {MERGE_NAME}(const int n_out, const int chunks, const int first, const int finalize,\n\
+         \x20   const double* __restrict__ parts, double* __restrict__ running, T* __restrict__ out_values, int* __restrict__ out_indices) {{"
     );
+    let body = if acc.kind == Sum {
+        let lanes = MERGE_THREADS / SUM_VALUES_PER_BLOCK;
+        format!(
+            "  const int lane = threadIdx.x / {per}, x = threadIdx.x % {per};\n\
+             \x20 const long long all = (long long)n_out * {len}, e = (long long)blockIdx.x * {per} + x;\n\
+             \x20 __shared__ double sums[{lanes}][{per}];\n\
+             \x20 double s = 0.0;\n\
+             \x20 if (e < all) {{\n\
+             \x20   #pragma unroll 4\n\
+             \x20   for (int c = (first ? 1 : 0) + lane; c < chunks; c += {lanes}) s += parts[c * all + e];\n\
+             \x20 }}\n\
+             \x20 sums[lane][x] = s;\n\
+             \x20 __syncthreads();\n\
+             \x20 if (lane != 0 || e >= all) return;\n\
+             \x20 s = first ? parts[e] : running[e];\n\
+             \x20 for (int l = 0; l < {lanes}; l++) s += sums[l][x];\n\
+             \x20 const long long row = e / {len}, k = e % {len};\n\
+             \x20 if (!finalize) running[e] = s;\n\
+             \x20 else if (k < {dim}) out_values[k * n_out + row] = (T)s;",
+            per = SUM_VALUES_PER_BLOCK,
+            dim = acc.dim
+        )
+    } else {
+        format!(
+            "  const int row = blockIdx.x * blockDim.x + threadIdx.x;\n\
+             \x20 if (row >= n_out) return;\n\
+             \x20 double s[{len}];\n\
+             \x20 int c0 = 0;\n\
+             \x20 if (first) {{ for (int k = 0; k < {len}; k++) s[k] = parts[(long long)row * {len} + k]; c0 = 1; }}\n\
+             \x20 else {{ for (int k = 0; k < {len}; k++) s[k] = running[(long long)row * {len} + k]; }}\n\
+             \x20 for (int c = c0; c < chunks; c++) rk_merge(s, parts + ((long long)c * n_out + row) * {len});\n\
+             \x20 if (finalize) rk_finalize(s, out_values, out_indices, row, n_out);\n\
+             \x20 else for (int k = 0; k < {len}; k++) running[(long long)row * {len} + k] = s[k];"
+        )
+    };
+    let _ = writeln!(src, "{signature}\n{body}\n}}");
+}
+
+/// The blocks of `MERGE_THREADS` that `rkeops_merge` takes for `n_out` rows of states of
+/// `state_len` values.
+pub fn merge_blocks(kind: ReductionKind, n_out: usize, state_len: usize) -> usize {
+    match kind {
+        Sum => (n_out * state_len).div_ceil(SUM_VALUES_PER_BLOCK),
+        _ => n_out.div_ceil(MERGE_THREADS),
+    }
 }

@@ -12,6 +12,7 @@ use std::time::Instant;
 use cudarc::driver::{result, sys, CudaFunction, LaunchConfig};
 
 use super::codegen;
+use super::finish::MERGE_THREADS;
 use super::device::{guarded, Compiled, Device};
 use super::primitives::{launch, view, view_mut};
 use super::recorded::Recorded;
@@ -33,7 +34,6 @@ use crate::real::Stored;
 /// Threads per block of the kernel that prepares tensor-core dots.
 const PREPARE_THREADS: usize = 128;
 /// Threads per block of the merge kernel.
-const MERGE_THREADS: usize = 256;
 
 /// The work of a block-sparse reduction as the ranged kernels read it (`codegen::Variant`):
 /// four ints per block of the grid (its output rows, its first and last range) and the ranges.
@@ -744,7 +744,7 @@ impl Issue<'_> {
             // Four ints, then the chunk states, running states and results as above.
             let ints = [rows_out as i32, plan.chunks as i32, step.first as i32, step.last as i32];
             let pointers = [self.at(regions.states), self.at(regions.running.start), values, self.at(regions.indices)];
-            let grid = rows_out.div_ceil(MERGE_THREADS) as u32;
+            let grid = super::finish::merge_blocks(data.formula.reduction.kind, rows_out, kernel.state_len) as u32;
             let config =
                 LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (MERGE_THREADS as u32, 1, 1), shared_mem_bytes: 0 };
             launch_and_record(&functions.merge, config, &ints, &pointers, "launching the merge kernel")?;
