@@ -33,7 +33,6 @@ use crate::real::Stored;
 
 /// Threads per block of the kernel that prepares tensor-core dots.
 const PREPARE_THREADS: usize = 128;
-/// Threads per block of the merge kernel.
 
 /// The work of a block-sparse reduction as the ranged kernels read it (`codegen::Variant`):
 /// four ints per block of the grid (its output rows, its first and last range) and the ranges.

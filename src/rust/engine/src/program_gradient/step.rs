@@ -49,6 +49,10 @@ pub(crate) struct Part {
     pub dim: usize,
 }
 
+/// Gradients that are sums, by the axis they reduce and their declarations (each group one
+/// reduction): the inputs' positions with their gradient's formula.
+type Sums = (usize, Vec<String>, Vec<(usize, String)>);
+
 /// Most step gradients kept parsed: a program's gradient is often asked again and again with
 /// other values (an optimiser's loop), and parsing the formulas of second derivatives costs more
 /// than running them on small problems.
@@ -79,8 +83,7 @@ impl StepGradient {
     fn new(op: &Operator, wanted: &[bool]) -> Result<StepGradient> {
         let vars = &op.formula.variables;
         let args = declarations(vars);
-        // (sums by their axis and declarations: each group one reduction)
-        let mut sums: Vec<(usize, Vec<String>, Vec<(usize, String)>)> = Vec::new();
+        let mut sums: Vec<Sums> = Vec::new();
         let mut groups = Vec::new();
         for v in (0..vars.len()).filter(|&v| wanted[v]) {
             let plan = GradientPlan::of_variable(&op.formula.text, &args, v)?;
