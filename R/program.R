@@ -96,11 +96,24 @@ keops_program <- function(steps, iterations = 1, until = NULL, tol = 0, every = 
   }
   settings <- list(names = names(steps), specs = specs, ranges = ranges, iterations = iterations, until = until, tol = tol,
                    every = every, trace = trace, output = if (is.null(output)) unique(names(steps)) else output)
+  # A program of one plain step run once is that step's call (what it costs, nothing more).
+  plain <- length(steps) == 1L && iterations == 1 && is.null(until) && is.null(trace) &&
+    identical(settings$output, settings$names) && is.null(ranges[[1L]]) &&
+    specs[[1L]]$info$reduction %in% c("Sum", "LogSumExp", "LogSumExpWeight", "SumSoftMaxWeight", "Min", "Max")
   # The engine's description of the program for the names of the last input (made again when they
   # change): a call then only converts its values.
   layout <- NULL
   program <- function(input = list(), schedule = NULL) {
     program_check_input(input)
+    if (plain && is.null(schedule)) {
+      values <- input[specs[[1L]]$reads]
+      plain_values <- TRUE
+      for (x in values) if (!is_plain_value(x)) plain_values <- FALSE
+      if (plain_values) {
+        return(structure(list(steps[[1L]](unname(values))), names = settings$names,
+                         iterations = 1L, trace = list()))
+      }
+    }
     given <- unique(c(names(input), names(schedule)))
     if (is.null(layout) || !identical(layout$given, given)) layout <<- program_layout(settings, given)
     program_run(settings, layout, input, schedule)
@@ -116,6 +129,9 @@ step_reads <- function(variables, reads) {
   out[at] <- unname(reads)
   out
 }
+
+# Whether `x` is a value a plain call takes as a program does: a numeric matrix or vector.
+is_plain_value <- function(x) (is.numeric(x) || is.logical(x)) && !is.object(x) && length(dim(x)) <= 2L
 
 program_check_input <- function(input) {
   if (!is.list(input) || is.object(input) || (length(input) > 0L && (is.null(names(input)) ||

@@ -258,3 +258,18 @@ test_that("a step with ranges (keops_step()) reduces over the kept blocks only, 
   e <- tryCatch(keops_step(identity), error = identity)
   expect_s3_class(e, "rkeops_error_input")
 })
+
+test_that("a program of one step run once is the plain call, and equals the engine's program", {
+  op <- keops_kernel("Sum_Reduction(Exp(-SqDist(x, y)) * b, 0)", c("x = Vi(3)", "y = Vj(3)", "b = Vj(1)"))
+  set.seed(11)
+  x <- matrix(runif(3 * 37), 37, 3); y <- matrix(runif(3 * 29), 29, 3); b <- runif(29)
+  dense <- exp(-outer(rowSums(x^2), rowSums(y^2), "+") + 2 * x %*% t(y)) %*% b
+  one <- keops_program(list(out = op))
+  res <- one(list(x = x, y = y, b = b))
+  expect_equal(res$out, dense, tolerance = 1e-5)
+  expect_identical(attr(res, "iterations"), 1L)
+  # the same step through the engine's program (a trace makes it one): the same values
+  traced <- keops_program(list(out = op), trace = "out")(list(x = x, y = y, b = b))
+  expect_equal(traced$out, res$out, tolerance = 1e-6)
+  expect_identical(attr(traced, "iterations"), 1L)
+})
