@@ -273,3 +273,52 @@ test_that("a program of one step run once is the plain call, and equals the engi
   expect_equal(traced$out, res$out, tolerance = 1e-6)
   expect_identical(attr(traced, "iterations"), 1L)
 })
+
+test_that("keops_step(reads =) and the gradient of a geodesic shooting against finite differences", {
+  rkeops_use_float64()
+  on.exit(rkeops_use_float32())
+  args <- c("qi = Vi(2)", "qj = Vj(2)", "pi = Vi(2)", "pj = Vj(2)", "s = Pm(1)")
+  dq <- keops_kernel("Sum_Reduction(Exp(-s * SqDist(qi, qj)) * pj, 0)", args[-3])
+  dp <- keops_kernel("Sum_Reduction(2 * s * Exp(-s * SqDist(qi, qj)) * (pi | pj) * (qi - qj), 0)", args)
+  move <- keops_map("x + h * k", c("x = Vi(2)", "h = Pm(1)", "k = Vi(2)"))
+  shoot <- keops_program(list(
+    dq = keops_step(dq, reads = c(qi = "q", qj = "q", pj = "p")),
+    dp = keops_step(dp, reads = c(qi = "q", qj = "q", pi = "p", pj = "p")),
+    q = keops_step(move, reads = c(x = "q", h = "dt", k = "dq")),
+    p = keops_step(move, reads = c(x = "p", h = "dt", k = "dp")),
+    loss = keops_kernel("Sum_Reduction(SqDist(q, target), 1)", c("q = Vi(2)", "target = Vi(2)"))
+  ), iterations = 3, output = c("q", "loss"))
+  set.seed(12)
+  n <- 9
+  input <- list(q = matrix(runif(2 * n), n), p = matrix(rnorm(2 * n, sd = 0.3), n), s = 2, dt = 0.2,
+                target = matrix(runif(2 * n), n))
+  # the same shooting in plain R, dense
+  shoot_r <- function(q, p) {
+    for (t in 1:3) {
+      K <- exp(-2 * as.matrix(dist(q))^2)
+      B <- K * tcrossprod(p)
+      vq <- K %*% p
+      vp <- 4 * (rowSums(B) * q - B %*% q)
+      q <- q + 0.2 * vq
+      p <- p + 0.2 * vp
+    }
+    unname(q)
+  }
+  res <- shoot(input)
+  expect_equal(res$q, shoot_r(input$q, input$p), tolerance = 1e-12)
+  expect_equal(res$loss[[1]], sum((shoot_r(input$q, input$p) - input$target)^2), tolerance = 1e-12)
+  g <- keops_program_grad(shoot, input, of = "loss", wrt = c("p", "q"))
+  expect_equal(attr(g, "outputs")$loss, res$loss)
+  loss <- function(q, p) sum((shoot_r(q, p) - input$target)^2)
+  fd <- function(f, x, h = 1e-6) {
+    vapply(seq_along(x), function(k) {
+      xp <- x; xp[k] <- xp[k] + h; xm <- x; xm[k] <- xm[k] - h
+      (f(xp) - f(xm)) / (2 * h)
+    }, 0)
+  }
+  expect_equal(as.vector(g$p), fd(function(v) loss(input$q, matrix(v, n)), input$p), tolerance = 1e-6)
+  expect_equal(as.vector(g$q), fd(function(v) loss(matrix(v, n), input$p), input$q), tolerance = 1e-6)
+  expect_error(keops_step(dq, reads = c("q")), "named character vector", class = "rkeops_error_input")
+  expect_error(keops_program(list(dq = keops_step(dq, reads = c(zz = "q")))), "not a variable of its formula",
+               class = "rkeops_error_input")
+})
