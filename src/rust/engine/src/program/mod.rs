@@ -6,8 +6,8 @@
 //! buffers after each iteration. Results that are indices (ArgMin, ArgKMin) are stored as values
 //! (1-based, as R numbers them), usable by later steps.
 //!
-//! On a GPU every buffer stays on the device for the whole program: each step writes its result into
-//! a second buffer (a kernel may read the value it replaces) which then becomes the current one,
+//! On a GPU (`device`) every buffer stays on the device for the whole program: each step writes its
+//! result into a second buffer (a kernel may read the value it replaces) which then becomes the current one,
 //! and its launches, recorded in the first two iterations, are issued again from the third on, with
 //! no checks, packing or waits (a selection's indices are written as numbers on the device). The
 //! host waits only to test the stopping rule, to trace, and at the end. Elsewhere (the CPU; float16,
