@@ -480,6 +480,9 @@ kmeans_case <- function(N, D, K, prev = NULL) {
   program <- km$make_kmeans_program(D, 10)   # made once, as a user keeps it
   mp <- measure(function() km$kmeans_keops_program(d$x, d$init, 10, program),
                 predict_next(prev$mp, prev$work, work))
+  # the package's function (issue 38): the same Lloyd iterations, and stats::kmeans' object
+  mf <- measure(function() suppressWarnings(keops_kmeans(d$x, d$init, iter.max = 10)),
+                predict_next(prev$mf, prev$work, work))
   peer <- NULL
   checks <- list()
   if (is.null(m$skipped) || is.null(mp$skipped)) {
@@ -487,8 +490,9 @@ kmeans_case <- function(N, D, K, prev = NULL) {
                                                                algorithm = "Lloyd")),
                          predicted = predict_next(prev$peer, prev$work_peer, N * K * D))
   }
-  for (form in c("R loop", "program")) {
-    r <- if (form == "R loop") m else mp
+  forms <- list("R loop" = m, program = mp, "keops_kmeans()" = mf)
+  for (form in names(forms)) {
+    r <- forms[[form]]
     if (!is.null(r$skipped)) next
     checks[[form]] <- list(ok = TRUE, text = sprintf("%d iterations", r$value$iter))
     if (!is.null(peer$value)) {
@@ -504,7 +508,8 @@ kmeans_case <- function(N, D, K, prev = NULL) {
   }
   record(paste(label, "(R loop)"), size, m, peer, "stats::kmeans Lloyd", checks[["R loop"]])
   record(paste(label, "(program)"), size, mp, peer, "stats::kmeans Lloyd", checks[["program"]])
-  invisible(list(m = m, mp = mp, peer = peer, work = work, work_peer = N * K * D))
+  record(paste(label, "(keops_kmeans())"), size, mf, peer, "stats::kmeans Lloyd", checks[["keops_kmeans()"]])
+  invisible(list(m = m, mp = mp, mf = mf, peer = peer, work = work, work_peer = N * K * D))
 }
 
 # ---- Kriging by conjugate gradients (vignettes/kriging.Rmd) ------------------------------------
