@@ -8,8 +8,8 @@
 #' the device and only the result comes back.
 #'
 #' Costs: each iteration is two reductions over N x K pairs of dimension D (memory O(N + K) beyond
-#' `x`); k-means++ seeding (`centers` a number) is K passes over the N points, in R; `totss` and
-#' `withinss` are two more reductions. Same clusters as `stats::kmeans()` (Lloyd) from the same
+#' `x`); k-means++ seeding (`centers` a number) is K passes over the N points, in R; `withinss` is one
+#' more reduction (`totss` follows from it and the centres, the means of their points). Same clusters as `stats::kmeans()` (Lloyd) from the same
 #' start, up to ties between equally near centres (in float32, distances that differ by less than
 #' its precision may break a tie differently; `rkeops_use_float64()` to match exactly).
 #'
@@ -38,7 +38,8 @@
 keops_kmeans <- function(x, centers, iter.max = 10, nstart = 1, algorithm = "Lloyd") {
   fun <- "keops_kmeans"
   if (is.data.frame(x)) x <- as.matrix(x)
-  if (!is.matrix(x) || !is.numeric(x) || nrow(x) < 1L || ncol(x) < 1L || !all(is.finite(x))) {
+  # (the sum first: one pass, and finite for all but data with non-finite or huge values)
+  if (!is.matrix(x) || !is.numeric(x) || nrow(x) < 1L || ncol(x) < 1L || (!is.finite(sum(x)) && !all(is.finite(x)))) {
     rkeops_abort(arg_label("x", fun), " must be a numeric matrix of finite values, one point per row",
                  kind = "input", arg = "x")
   }
@@ -83,13 +84,16 @@ kmeans_lloyd <- function(x, start, iter.max) {
   cluster <- as.integer(res$labels)
   centers <- res$c
   dimnames(centers) <- list(seq_len(k), colnames(x))
-  ops <- kmeans_operators(d)
-  withinss <- as.vector(ops$withinss(list(res$labels, x, seq_len(k), centers)))
-  totss <- ops$totss(list(x, colMeans(x)))[[1L]]
+  size <- res$sc[, d + 1L]
+  withinss <- as.vector(kmeans_operators(d)$withinss(list(res$labels, x, seq_len(k), centers)))
+  # Each centre is the mean of its points (the last step computed it from the last labels; an empty
+  # cluster counts for nothing): the total sum of squares is the within one plus the between one.
+  mean <- colSums(size * centers) / nrow(x)
+  totss <- sum(withinss) + sum(size * rowSums((centers - rep(mean, each = k))^2))
   names(cluster) <- rownames(x)
   structure(list(cluster = cluster, centers = centers, totss = totss, withinss = withinss,
                  tot.withinss = sum(withinss), betweenss = totss - sum(withinss),
-                 size = as.integer(round(res$sc[, d + 1L])), iter = if (converged) iter else iter + 1L,
+                 size = as.integer(round(size)), iter = if (converged) iter else iter + 1L,
                  ifault = if (!converged) 2L),
             class = c("keops_kmeans", "kmeans"))
 }
@@ -114,7 +118,6 @@ kmeans_operators <- function(d) {
                     c(vj("sc", d + 1), vj("c"))),
       withinss = keops_kernel("Sum_Reduction(Equal(l, j) * SqDist(x, c), 1)",
                               c(vi("l", 1), vi("x"), vj("j", 1), vj("c"))),
-      totss = keops_kernel("Sum_Reduction(SqDist(x, m), 1)", c(vi("x"), sprintf("m = Pm(%d)", d))),
       nearest = keops_kernel("ArgMin_Reduction(SqDist(x, c), 0)", c(vi("x"), vj("c"))))
   }
   kmeans_cache$operators[[key]]
