@@ -1,0 +1,218 @@
+#' Gaussian mixtures by EM in one engine call
+#'
+#' `keops_gmm()` fits a mixture of `G` Gaussians with diagonal covariances (mclust's model `"VVI"`:
+#' each component its own volume and shape, axes along the coordinates) to the rows of `x` by the
+#' EM algorithm, with the whole loop in the engine (one program, [keops_program()]): each
+#' iteration is an E-step (a log-sum-exp over the N x G pairs) and an M-step (one sum over the same
+#' pairs gives each component's weight, mean and variances). On a GPU the data and the parameters
+#' stay on the device. The full-covariance model `"VVV"` is not available yet.
+#'
+#' The iterations stop after `iter.max`, or when the relative change of the log-likelihood from one
+#' iteration to the next, `|L_t - L_{t-1}| / (1 + |L_t|)`, is below `tol` (tested one iteration
+#' after mclust tests it: a fit may run one more iteration than `mclust::em()`). With `tol = 0`,
+#' `iter.max = n` runs n EM iterations from `init`, as `mclust::em(..., control = emControl(itmax =
+#' n))` counts them, to the same parameters and log-likelihood.
+#'
+#' Costs: two reductions over N x G pairs of dimension D per iteration, two more for the returned
+#' log-likelihood and classification; memory O(N + G D) beyond `x` (the N x G responsibilities are
+#' never stored).
+#'
+#' @param x A numeric matrix (or data frame) of N points, one per row.
+#' @param G The number of components.
+#' @param model `"VVI"` (diagonal covariances).
+#' @param iter.max The most EM iterations.
+#' @param tol The tolerance on the relative change of the log-likelihood (0: run `iter.max`).
+#' @param init `NULL` (start from [keops_kmeans()]'s clusters, seeded by k-means++ with R's random
+#'   numbers: each component's weight, mean and variances those of a cluster), or parameters laid
+#'   out as mclust's: a list of `pro` (G weights), `mean` (D x G) and `variance`, with `sigma` (D x D
+#'   x G covariance matrices, of which the diagonals are used) or mclust's VVI `scale` and `shape`.
+#' @return An object of class `"keops_gmm"`: `parameters` (`pro`, `mean` D x G, `variance` with
+#'   `modelName`, `d`, `G`, `sigma` D x D x G, `scale`, `shape`, as mclust lays them out), `loglik`
+#'   (of the returned parameters), `loglik_trace` (of the parameters before each iteration, then of
+#'   the returned ones), `bic` (`2 loglik - npar log N`, mclust's sign), `classification` (the most
+#'   likely component of each point), `iterations`, `n`, `d`, `G`, `modelName`.
+#' @seealso `vignette("gmm")`, which builds the program.
+#' @export
+#' @examples
+#' set.seed(1)
+#' x <- rbind(matrix(rnorm(600, 0, 1), 300), matrix(rnorm(600, 4, 0.5), 300))
+#' fit <- keops_gmm(x, 2)
+#' fit$parameters$pro
+#' table(fit$classification)
+#' predict(fit, rbind(c(0, 0), c(4, 4)))$classification
+keops_gmm <- function(x, G, model = "VVI", iter.max = 100, tol = 1e-6, init = NULL) {
+  fun <- "keops_gmm"
+  if (is.data.frame(x)) x <- as.matrix(x)
+  if (!is.matrix(x) || !is.numeric(x) || nrow(x) < 2L || ncol(x) < 1L ||
+      (!is.finite(sum(x)) && !all(is.finite(x)))) {
+    rkeops_abort(arg_label("x", fun), " must be a numeric matrix of finite values with at least 2 rows, one point ",
+                 "per row", kind = "input", arg = "x")
+  }
+  storage.mode(x) <- "double"
+  G <- check_whole(G, "G", fun, min = 1, max = nrow(x))
+  if (!identical(model, "VVI")) {
+    rkeops_abort(arg_label("model", fun), " must be \"VVI\" (diagonal covariances): \"VVV\" is not available yet",
+                 kind = "input", arg = "model")
+  }
+  iter.max <- check_whole(iter.max, "iter.max", fun, min = 1)
+  check_number(tol, "tol", fun, sign = "non-negative")
+  start <- if (is.null(init)) gmm_from_kmeans(x, G) else gmm_init(init, ncol(x), G)
+  d <- ncol(x)
+  c0 <- d / 2 * log(2 * pi)
+  input <- list(x = x, n = nrow(x), c0 = c0, mu = start$mu, is2 = 1 / start$var,
+                cst = matrix(log(start$pro) - 0.5 * rowSums(log(start$var)) - c0), ll = 0)
+  res <- gmm_program(d, iter.max, tol)(input)
+  final <- gmm_estep(x, res$mu, res$is2, res$cst)
+  pro <- exp(as.vector(res$cst) + 0.5 * rowSums(log(1 / res$is2)) + c0)
+  var <- 1 / res$is2
+  npar <- (G - 1) + 2 * G * d
+  structure(list(parameters = gmm_parameters(pro, res$mu, var), loglik = final$loglik,
+                 loglik_trace = c(attr(res, "trace")$ll[, 1], final$loglik),
+                 bic = 2 * final$loglik - npar * log(nrow(x)), classification = final$classification,
+                 iterations = attr(res, "iterations"), n = nrow(x), d = d, G = G, modelName = "VVI"),
+            class = "keops_gmm")
+}
+
+# The component parameters as mclust lays them out (VVI): pro, mean D x G, variance.
+gmm_parameters <- function(pro, mu, var) {
+  G <- nrow(mu)
+  d <- ncol(mu)
+  scale <- exp(rowMeans(log(var)))
+  sigma <- array(0, c(d, d, G))
+  for (g in seq_len(G)) sigma[, , g] <- diag(var[g, ], d)
+  list(pro = pro, mean = t(mu),
+       variance = list(modelName = "VVI", d = d, G = G, sigma = sigma, scale = scale, shape = t(var / scale)))
+}
+
+# The diagonals of the G covariance matrices of `sigma` (D x D x G), as a G x D matrix.
+sigma_diagonals <- function(sigma, d, G) {
+  sigma <- array(sigma, c(d, d, G))
+  matrix(vapply(seq_len(G), function(g) diag(matrix(sigma[, , g], d, d)), numeric(d)), G, d, byrow = TRUE)
+}
+
+# Starting parameters (pro, mu G x D, var G x D) from mclust-like `init`.
+gmm_init <- function(init, d, G) {
+  bad <- function(what) {
+    rkeops_abort("keops_gmm(): 'init' ", what, kind = "input", arg = "init")
+  }
+  if (!is.list(init) || is.null(init$pro) || is.null(init$mean) || is.null(init$variance)) {
+    bad("must be a list of pro, mean (D x G) and variance (sigma, or scale and shape), as mclust's parameters")
+  }
+  pro <- as.numeric(init$pro)
+  mean <- as.matrix(init$mean)
+  v <- init$variance
+  var <- if (!is.null(v$sigma) && length(v$sigma) == d * d * G) {
+    sigma_diagonals(v$sigma, d, G)
+  } else if (!is.null(v$scale) && !is.null(v$shape)) {
+    t(as.matrix(v$shape)) * as.numeric(v$scale)
+  } else {
+    bad("$variance must hold sigma (D x D x G) or scale and shape")
+  }
+  var <- matrix(var, G, d)
+  if (length(pro) != G || any(!is.finite(pro)) || any(pro <= 0) || !identical(dim(mean), c(d, G)) ||
+      any(!is.finite(mean)) || any(!is.finite(var)) || any(var <= 0)) {
+    bad(sprintf("must hold %d positive weights, a %d x %d matrix of means and positive variances", G, d, G))
+  }
+  list(pro = pro / sum(pro), mu = t(mean), var = var)
+}
+
+# Starting parameters from keops_kmeans()'s clusters: each component a cluster's share, mean and
+# variances (at least a thousandth of the data's, so that a cluster of one point has a density).
+gmm_from_kmeans <- function(x, G) {
+  km <- suppressWarnings(keops_kmeans(x, G))
+  floor <- pmax(apply(x, 2, stats::var) / 1000, .Machine$double.eps)
+  sums <- rowsum(x^2, factor(km$cluster, seq_len(G)))
+  size <- pmax(km$size, 1)
+  var <- sweep(pmax(sums / size - km$centers^2, 0), 2, floor, pmax)
+  list(pro = pmax(km$size, 1) / sum(pmax(km$size, 1)), mu = unname(km$centers), var = unname(var))
+}
+
+# The log-likelihood of the parameters and the most likely component of each point.
+gmm_estep <- function(x, mu, is2, cst) {
+  ops <- gmm_operators(ncol(x))
+  inputs <- list(cst, is2, x, mu)
+  list(loglik = sum(ops$lse(inputs)), classification = as.integer(ops$best(inputs)))
+}
+
+# The operators of EM in dimension `d` (made once per dimension).
+gmm_operators <- function(d) {
+  key <- as.character(d)
+  if (is.null(gmm_cache$operators[[key]])) {
+    terms <- "cst - 0.5 * WeightedSqDist(is2, x, mu)"            # log of component j's term at x_i
+    vars <- c("cst = Vj(1)", sprintf(c("is2 = Vj(%d)", "x = Vi(%d)", "mu = Vj(%d)"), d))
+    stats <- sprintf("stats = Vj(%d)", 1 + 2 * d)
+    gmm_cache$operators[[key]] <- list(
+      llold = keops_map("ll", "ll = Vi(1)"),
+      lse = keops_kernel(sprintf("LogSumExp_Reduction(%s, 0)", terms), vars),
+      ll = keops_kernel("Sum_Reduction(lse, 1)", "lse = Vi(1)"),
+      delta = keops_map("Abs(ll - llold) / (IntCst(1) + Abs(ll))", c("ll = Vi(1)", "llold = Vi(1)")),
+      # each component's total responsibility, sums of x and of x^2 in one reduction over i
+      stats = keops_kernel(sprintf("Sum_Reduction(Exp(%s - lse) * Concat(IntCst(1), Concat(x, Square(x))), 1)",
+                                   terms), c(vars, "lse = Vi(1)")),
+      mu = keops_map(sprintf("Extract(stats, 1, %d) / Elem(stats, 0)", d), stats),
+      is2 = keops_map(sprintf("Inv(Extract(stats, %d, %d) / Elem(stats, 0) - Square(mu))", d + 1, d),
+                      c(stats, sprintf("mu = Vj(%d)", d))),
+      cst = keops_map("Log(Elem(stats, 0) / n) + 0.5 * Sum(Log(is2)) - c0",
+                      c(stats, sprintf("is2 = Vj(%d)", d), "n = Pm(1)", "c0 = Pm(1)")),
+      best = keops_kernel(sprintf("ArgMax_Reduction(%s, 0)", terms), vars))
+  }
+  gmm_cache$operators[[key]]
+}
+
+# The program of EM in dimension `d`: E-step (log-sum-exp, log-likelihood, its relative change:
+# the stopping rule), M-step (the sums, then the means, inverse variances and constants).
+gmm_program <- function(d, iter.max, tol) {
+  key <- paste(d, iter.max, tol)
+  if (is.null(gmm_cache$programs[[key]])) {
+    ops <- gmm_operators(d)
+    gmm_cache$programs[[key]] <- keops_program(ops[c("llold", "lse", "ll", "delta", "stats", "mu", "is2", "cst")],
+                                               iterations = iter.max, until = "delta", tol = tol, trace = "ll",
+                                               output = c("mu", "is2", "cst"))
+  }
+  gmm_cache$programs[[key]]
+}
+
+gmm_cache <- new.env(parent = emptyenv())
+
+#' @export
+print.keops_gmm <- function(x, ...) {
+  cat(sprintf("Gaussian mixture (keops_gmm, model %s): %d components in D = %d, N = %d\n", x$modelName, x$G,
+              x$d, x$n))
+  cat(sprintf("  EM: %d iterations; log-likelihood %.6g, BIC %.6g\n", x$iterations, x$loglik, x$bic))
+  cat("  weights:", format(x$parameters$pro, digits = 3), "\n")
+  invisible(x)
+}
+
+#' Classification and density of new points by a Gaussian mixture
+#'
+#' @param object A mixture fitted by [keops_gmm()].
+#' @param newdata A numeric matrix (or data frame) of points, with the columns of the data.
+#' @param z Whether to return the N x G matrix of the components' responsibilities.
+#' @param ... Not used.
+#' @return A list: `classification` (the most likely component of each row), `logdensity` (the
+#'   mixture's log-density at each row) and, with `z = TRUE`, `z`.
+#' @export
+predict.keops_gmm <- function(object, newdata, z = FALSE, ...) {
+  if (is.data.frame(newdata)) newdata <- as.matrix(newdata)
+  d <- object$d
+  if (!is.matrix(newdata) || !is.numeric(newdata) || ncol(newdata) != d || !all(is.finite(newdata))) {
+    rkeops_abort("predict(): 'newdata' must be a numeric matrix of finite values with ", d, " columns",
+                 kind = "input", arg = "newdata")
+  }
+  storage.mode(newdata) <- "double"
+  p <- object$parameters
+  mu <- t(p$mean)
+  var <- sigma_diagonals(p$variance$sigma, d, object$G)
+  cst <- matrix(log(p$pro) - 0.5 * rowSums(log(var)) - d / 2 * log(2 * pi))
+  ops <- gmm_operators(d)
+  inputs <- list(cst, 1 / var, newdata, mu)
+  logdensity <- as.vector(ops$lse(inputs))
+  out <- list(classification = as.integer(ops$best(inputs)), logdensity = logdensity)
+  if (isTRUE(z)) {
+    terms <- vapply(seq_len(object$G), function(g) {
+      cst[g] - 0.5 * colSums((t(newdata) - mu[g, ])^2 / var[g, ])
+    }, numeric(nrow(newdata)))
+    out$z <- exp(matrix(terms, nrow(newdata)) - logdensity)
+  }
+  out
+}
