@@ -1,11 +1,12 @@
 #' Gaussian mixtures by EM in one engine call
 #'
-#' `keops_gmm()` fits a mixture of `G` Gaussians with diagonal covariances (mclust's model `"VVI"`:
-#' each component its own volume and shape, axes along the coordinates) to the rows of `x` by the
-#' EM algorithm, with the whole loop in the engine (one program, [keops_program()]): each
-#' iteration is an E-step (a log-sum-exp over the N x G pairs) and an M-step (one sum over the same
-#' pairs gives each component's weight, mean and variances). On a GPU the data and the parameters
-#' stay on the device. The full-covariance model `"VVV"` is not available yet.
+#' `keops_gmm()` fits a mixture of `G` Gaussians to the rows of `x` by the EM algorithm, with
+#' diagonal covariances (mclust's model `"VVI"`: each component its own volume and shape, axes along
+#' the coordinates) or full ones (`"VVV"`). Each iteration is an E-step (a log-sum-exp over the N x G
+#' pairs) and an M-step (one sum over the same pairs gives each component's weight, mean and
+#' (co)variances). For `"VVI"` the whole loop is in the engine (one program, [keops_program()]; on a
+#' GPU the data and the parameters stay on the device); for `"VVV"` each iteration is two reductions
+#' and the inversion of the G covariance matrices in R (D x D each).
 #'
 #' The iterations stop after `iter.max`, or when the relative change of the log-likelihood from one
 #' iteration to the next, `|L_t - L_{t-1}| / (1 + |L_t|)`, is below `tol` (tested one iteration
@@ -13,21 +14,22 @@
 #' `iter.max = n` runs n EM iterations from `init`, as `mclust::em(..., control = emControl(itmax =
 #' n))` counts them, to the same parameters and log-likelihood.
 #'
-#' Costs: two reductions over N x G pairs of dimension D per iteration, two more for the returned
-#' log-likelihood and classification; memory O(N + G D) beyond `x` (the N x G responsibilities are
-#' never stored).
+#' Costs: two reductions over N x G pairs of dimension D per iteration (for `"VVV"`, formulas of D^2
+#' terms), two more for the returned log-likelihood and classification; memory O(N + G D^2) beyond `x`
+#' (the N x G responsibilities are never stored).
 #'
 #' @param x A numeric matrix (or data frame) of N points, one per row.
 #' @param G The number of components.
-#' @param model `"VVI"` (diagonal covariances).
+#' @param model `"VVI"` (diagonal covariances) or `"VVV"` (full covariances).
 #' @param iter.max The most EM iterations.
 #' @param tol The tolerance on the relative change of the log-likelihood (0: run `iter.max`).
 #' @param init `NULL` (start from [keops_kmeans()]'s clusters, seeded by k-means++ with R's random
-#'   numbers: each component's weight, mean and variances those of a cluster), or parameters laid
+#'   numbers: each component's weight, mean and (co)variances those of a cluster), or parameters laid
 #'   out as mclust's: a list of `pro` (G weights), `mean` (D x G) and `variance`, with `sigma` (D x D
 #'   x G covariance matrices, of which the diagonals are used) or mclust's VVI `scale` and `shape`.
 #' @return An object of class `"keops_gmm"`: `parameters` (`pro`, `mean` D x G, `variance` with
-#'   `modelName`, `d`, `G`, `sigma` D x D x G, `scale`, `shape`, as mclust lays them out), `loglik`
+#'   `modelName`, `d`, `G`, `sigma` D x D x G, and for `"VVI"` `scale` and `shape`, as mclust lays
+#'   them out), `loglik`
 #'   (of the returned parameters), `loglik_trace` (of the parameters before each iteration, then of
 #'   the returned ones), `bic` (`2 loglik - npar log N`, mclust's sign), `classification` (the most
 #'   likely component of each point), `iterations`, `n`, `d`, `G`, `modelName`.
@@ -50,13 +52,15 @@ keops_gmm <- function(x, G, model = "VVI", iter.max = 100, tol = 1e-6, init = NU
   }
   storage.mode(x) <- "double"
   G <- check_whole(G, "G", fun, min = 1, max = nrow(x))
-  if (!identical(model, "VVI")) {
-    rkeops_abort(arg_label("model", fun), " must be \"VVI\" (diagonal covariances): \"VVV\" is not available yet",
+  if (!is.character(model) || length(model) != 1L || !model %in% c("VVI", "VVV")) {
+    rkeops_abort(arg_label("model", fun), " must be \"VVI\" (diagonal covariances) or \"VVV\" (full ones)",
                  kind = "input", arg = "model")
   }
   iter.max <- check_whole(iter.max, "iter.max", fun, min = 1)
   check_number(tol, "tol", fun, sign = "non-negative")
-  start <- if (is.null(init)) gmm_from_kmeans(x, G) else gmm_init(init, ncol(x), G)
+  full <- model == "VVV"
+  start <- if (is.null(init)) gmm_from_kmeans(x, G, full) else gmm_init(init, ncol(x), G, full)
+  if (full) return(gmm_vvv(x, start, iter.max, tol))
   d <- ncol(x)
   c0 <- d / 2 * log(2 * pi)
   input <- list(x = x, n = nrow(x), c0 = c0, mu = start$mu, is2 = 1 / start$var,
@@ -90,8 +94,9 @@ sigma_diagonals <- function(sigma, d, G) {
   matrix(vapply(seq_len(G), function(g) diag(matrix(sigma[, , g], d, d)), numeric(d)), G, d, byrow = TRUE)
 }
 
-# Starting parameters (pro, mu G x D, var G x D) from mclust-like `init`.
-gmm_init <- function(init, d, G) {
+# Starting parameters (pro, mu G x D, var G x D, and with `full` sigma D x D x G) from mclust-like
+# `init`.
+gmm_init <- function(init, d, G, full = FALSE) {
   bad <- function(what) {
     rkeops_abort("keops_gmm(): 'init' ", what, kind = "input", arg = "init")
   }
@@ -113,18 +118,32 @@ gmm_init <- function(init, d, G) {
       any(!is.finite(mean)) || any(!is.finite(var)) || any(var <= 0)) {
     bad(sprintf("must hold %d positive weights, a %d x %d matrix of means and positive variances", G, d, G))
   }
-  list(pro = pro / sum(pro), mu = t(mean), var = var)
+  start <- list(pro = pro / sum(pro), mu = t(mean), var = var)
+  if (full) {
+    if (is.null(v$sigma) || length(v$sigma) != d * d * G) bad("$variance must hold sigma (D x D x G) for \"VVV\"")
+    start$sigma <- array(as.numeric(v$sigma), c(d, d, G))
+  }
+  start
 }
 
 # Starting parameters from keops_kmeans()'s clusters: each component a cluster's share, mean and
 # variances (at least a thousandth of the data's, so that a cluster of one point has a density).
-gmm_from_kmeans <- function(x, G) {
+gmm_from_kmeans <- function(x, G, full = FALSE) {
   km <- suppressWarnings(keops_kmeans(x, G))
   floor <- pmax(apply(x, 2, stats::var) / 1000, .Machine$double.eps)
   sums <- rowsum(x^2, factor(km$cluster, seq_len(G)))
   size <- pmax(km$size, 1)
   var <- sweep(pmax(sums / size - km$centers^2, 0), 2, floor, pmax)
-  list(pro = pmax(km$size, 1) / sum(pmax(km$size, 1)), mu = unname(km$centers), var = unname(var))
+  start <- list(pro = size / sum(size), mu = unname(km$centers), var = unname(var))
+  if (full) {
+    d <- ncol(x)
+    start$sigma <- array(0, c(d, d, G))
+    for (g in seq_len(G)) {
+      r <- sweep(x[km$cluster == g, , drop = FALSE], 2, km$centers[g, ])
+      start$sigma[, , g] <- crossprod(r) / size[g] + diag(floor, d)
+    }
+  }
+  start
 }
 
 # The log-likelihood of the parameters and the most likely component of each point.
@@ -202,17 +221,94 @@ predict.keops_gmm <- function(object, newdata, z = FALSE, ...) {
   storage.mode(newdata) <- "double"
   p <- object$parameters
   mu <- t(p$mean)
-  var <- sigma_diagonals(p$variance$sigma, d, object$G)
-  cst <- matrix(log(p$pro) - 0.5 * rowSums(log(var)) - d / 2 * log(2 * pi))
-  ops <- gmm_operators(d)
-  inputs <- list(cst, 1 / var, newdata, mu)
+  if (object$modelName == "VVV") {
+    ops <- gmm_vvv_operators(d)
+    inputs <- gmm_vvv_inputs(newdata, list(pro = p$pro, mu = mu, sigma = p$variance$sigma))
+  } else {
+    var <- sigma_diagonals(p$variance$sigma, d, object$G)
+    ops <- gmm_operators(d)
+    inputs <- list(matrix(log(p$pro) - 0.5 * rowSums(log(var)) - d / 2 * log(2 * pi)), 1 / var, newdata, mu)
+  }
   logdensity <- as.vector(ops$lse(inputs))
   out <- list(classification = as.integer(ops$best(inputs)), logdensity = logdensity)
   if (isTRUE(z)) {
+    # each component's log-term, dense (the N x G matrix asked for): from the constant and precision
+    cst <- inputs[[1L]]
     terms <- vapply(seq_len(object$G), function(g) {
-      cst[g] - 0.5 * colSums((t(newdata) - mu[g, ])^2 / var[g, ])
+      r <- t(newdata) - mu[g, ]
+      prec <- if (object$modelName == "VVV") matrix(inputs[[2L]][g, ], d, d) else diag(inputs[[2L]][g, ], d)
+      cst[g] - 0.5 * colSums(r * (prec %*% r))
     }, numeric(nrow(newdata)))
     out$z <- exp(matrix(terms, nrow(newdata)) - logdensity)
   }
   out
+}
+
+# EM with full covariances (model VVV) from `start` (pro, mu G x D, sigma D x D x G): per iteration,
+# the E-step's log-sum-exp and the M-step's sums (weights, sums of x and of x x^T) as two reductions,
+# the covariances inverted in R. The same counts and stopping rule as the VVI program.
+gmm_vvv <- function(x, start, iter.max, tol) {
+  d <- ncol(x)
+  G <- length(start$pro)
+  ops <- gmm_vvv_operators(d)
+  theta <- list(pro = start$pro, mu = start$mu, sigma = start$sigma)
+  trace <- numeric(0)
+  for (t in seq_len(iter.max)) {
+    inputs <- gmm_vvv_inputs(x, theta)
+    lse <- ops$lse(inputs)
+    trace[t] <- sum(lse)
+    stats <- ops$stats(c(inputs, list(lse)))
+    size <- stats[, 1L]
+    mu <- stats[, 1L + seq_len(d), drop = FALSE] / size
+    sigma <- array(0, c(d, d, G))
+    for (g in seq_len(G)) {
+      sigma[, , g] <- matrix(stats[g, 1L + d + seq_len(d * d)], d, d) / size[g] - tcrossprod(mu[g, ])
+    }
+    theta <- list(pro = size / nrow(x), mu = mu, sigma = sigma)
+    if (t > 1L && abs(trace[t] - trace[t - 1L]) / (1 + abs(trace[t])) < tol) break
+  }
+  inputs <- gmm_vvv_inputs(x, theta)
+  loglik <- sum(ops$lse(inputs))
+  npar <- (G - 1) + G * d + G * d * (d + 1) / 2
+  structure(list(parameters = list(pro = theta$pro, mean = t(theta$mu),
+                                   variance = list(modelName = "VVV", d = d, G = G, sigma = theta$sigma)),
+                 loglik = loglik, loglik_trace = c(trace, loglik), bic = 2 * loglik - npar * log(nrow(x)),
+                 classification = as.integer(ops$best(inputs)), iterations = length(trace), n = nrow(x), d = d,
+                 G = G, modelName = "VVV"),
+            class = "keops_gmm")
+}
+
+# The inputs of the VVV operators for parameters `theta`: each component's constant (log weight,
+# log-determinant), its precision matrix (a row of D^2 values), the points, the means.
+gmm_vvv_inputs <- function(x, theta) {
+  d <- ncol(x)
+  G <- length(theta$pro)
+  precision <- matrix(0, G, d * d)
+  cst <- numeric(G)
+  for (g in seq_len(G)) {
+    u <- tryCatch(chol(theta$sigma[, , g]), error = function(e) NULL)
+    if (is.null(u)) {
+      rkeops_abort("keops_gmm(): the covariance of component ", g, " is singular (fewer distinct points than ",
+                   "dimensions in it): try fewer components or another 'init'", kind = "input", arg = "G")
+    }
+    precision[g, ] <- chol2inv(u)
+    cst[g] <- log(theta$pro[g]) - sum(log(diag(u))) - d / 2 * log(2 * pi)
+  }
+  list(matrix(cst), precision, x, theta$mu)
+}
+
+# The VVV operators in dimension `d` (made once per dimension).
+gmm_vvv_operators <- function(d) {
+  key <- paste0("VVV", d)
+  if (is.null(gmm_cache$operators[[key]])) {
+    terms <- "cst - 0.5 * SymSqNorm(prec, x - mu)"            # log of component j's term at x_i
+    vars <- c("cst = Vj(1)", sprintf("prec = Vj(%d)", d * d), sprintf(c("x = Vi(%d)", "mu = Vj(%d)"), d))
+    gmm_cache$operators[[key]] <- list(
+      lse = keops_kernel(sprintf("LogSumExp_Reduction(%s, 0)", terms), vars),
+      # each component's total responsibility, sums of x and of x x^T in one reduction over i
+      stats = keops_kernel(sprintf("Sum_Reduction(Exp(%s - lse) * Concat(IntCst(1), Concat(x, TensorProd(x, x))), 1)",
+                                   terms), c(vars, "lse = Vi(1)")),
+      best = keops_kernel(sprintf("ArgMax_Reduction(%s, 0)", terms), vars))
+  }
+  gmm_cache$operators[[key]]
 }

@@ -78,7 +78,7 @@ test_that("keops_gmm() refuses bad input, naming the argument", {
   d <- gmm_test_data()
   expect_error(keops_gmm(d$x[1, , drop = FALSE], 1), "'x' must be", class = "rkeops_error_input")
   expect_error(keops_gmm(d$x, 0), "'G' must be a whole number >= 1", class = "rkeops_error_input")
-  expect_error(keops_gmm(d$x, 2, model = "VVV"), "not available yet", class = "rkeops_error_input")
+  expect_error(keops_gmm(d$x, 2, model = "EEE"), "'model' must be", class = "rkeops_error_input")
   expect_error(keops_gmm(d$x, 2, tol = -1), "'tol'", class = "rkeops_error_input")
   expect_error(keops_gmm(d$x, 4, init = list(pro = 1)), "'init'", class = "rkeops_error_input")
   bad <- d$init
@@ -86,4 +86,48 @@ test_that("keops_gmm() refuses bad input, naming the argument", {
   expect_error(keops_gmm(d$x, 4, init = bad), "positive weights", class = "rkeops_error_input")
   fit <- keops_gmm(d$x, 4, iter.max = 2, init = d$init)
   expect_error(predict(fit, matrix(0, 2, 5)), "'newdata' must be", class = "rkeops_error_input")
+})
+
+test_that("keops_gmm(model = \"VVV\") runs the EM iterations of dense R with full covariances", {
+  rkeops_use_float64()
+  on.exit(rkeops_use_float32())
+  set.seed(9)
+  N <- 431; G <- 3; D <- 3
+  centres <- matrix(runif(G * D, 0, 6), G, D)
+  mix <- matrix(c(1, 0.5, 0, 0, 1, 0.3, 0, 0, 1), 3)
+  x <- (centres[sample(G, N, TRUE), ] + matrix(rnorm(N * D, sd = 0.5), N, D)) %*% mix
+  sigma <- array(diag(apply(x, 2, var)), c(D, D, G))
+  init <- list(pro = c(0.2, 0.3, 0.5), mean = t(x[c(1, 2, 3), ]), variance = list(sigma = sigma))
+  dense_terms_full <- function(x, pro, mu, sigma) {
+    vapply(seq_along(pro), function(g) {
+      r <- t(x) - mu[g, ]
+      log(pro[g]) - 0.5 * determinant(2 * pi * sigma[, , g])$modulus - 0.5 * colSums(r * solve(sigma[, , g], r))
+    }, numeric(nrow(x)))
+  }
+  pro <- init$pro; mu <- t(init$mean)
+  for (t in 1:5) {
+    l <- dense_terms_full(x, pro, mu, sigma)
+    z <- exp(l - dense_lse(l))
+    P <- colSums(z)
+    mu <- crossprod(z, x) / P
+    for (g in 1:G) sigma[, , g] <- crossprod(x * sqrt(z[, g])) / P[g] - tcrossprod(mu[g, ])
+    pro <- P / N
+  }
+  l <- dense_terms_full(x, pro, mu, sigma)
+  fit <- keops_gmm(x, G, model = "VVV", iter.max = 5, tol = 0, init = init)
+  expect_equal(fit$loglik, sum(dense_lse(l)), tolerance = 1e-10)
+  expect_equal(fit$parameters$pro, pro, tolerance = 1e-10)
+  expect_equal(fit$parameters$mean, t(mu), tolerance = 1e-10)
+  expect_equal(fit$parameters$variance$sigma, sigma, tolerance = 1e-10)
+  expect_identical(fit$classification, max.col(l, "first"))
+  expect_equal(fit$bic, 2 * fit$loglik - (2 + 3 * 3 + 3 * 6) * log(N), tolerance = 1e-12)
+  p <- predict(fit, x[1:17, ], z = TRUE)
+  expect_equal(p$logdensity, dense_lse(l[1:17, ]), tolerance = 1e-10)
+  expect_equal(p$z, exp(l[1:17, ] - dense_lse(l[1:17, ])), tolerance = 1e-10)
+  # from keops_kmeans(): the likelihood does not decrease
+  set.seed(1)
+  auto <- keops_gmm(x, G, model = "VVV", tol = 1e-9)
+  expect_true(all(diff(auto$loglik_trace) > -1e-8))
+  expect_error(keops_gmm(x[1:4, ], 2, model = "VVV", init = list(pro = c(1, 1), mean = t(x[1:2, ]),
+                 variance = list(sigma = array(1, c(3, 3, 2))))), "singular", class = "rkeops_error_input")
 })
