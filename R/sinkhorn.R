@@ -31,6 +31,11 @@
 #'   `max_iter`.
 #' @param max_iter The most iterations at `blur^p` after the schedule (a warning when reached).
 #' @param potentials Whether to return the potentials as attributes.
+#' @param gradient Whether to return the gradient of the loss with respect to the points `x` (an
+#'   N x D matrix, attribute `gradient`; balanced transport only): by the envelope theorem, at the
+#'   optimum it is `sum_j pi_ij grad_x C(x_i, y_j)` with `pi` the transport plan of the potentials,
+#'   minus the same for the plan of `x` with itself when debiased: one or two more reductions, exact
+#'   up to the convergence of the potentials.
 #' @return The loss, a number, with attributes `iterations` and, with `potentials = TRUE`, `f`
 #'   (of `x`) and `g` (of `y`) (GeomLoss's `f_ba`, `g_ab`; with `debias`, also `f_aa`, `g_bb`).
 #' @export
@@ -42,7 +47,8 @@
 #' keops_sinkhorn(x, y, blur = 0.1, tol = NULL)        # GeomLoss's schedule alone: 2 % lower here
 #' keops_sinkhorn(x, x, blur = 0.1)                    # 0: the divergence of a cloud to itself
 keops_sinkhorn <- function(x, y, a = NULL, b = NULL, blur = 0.05, p = 2, scaling = 0.5, reach = NULL,
-                           debias = TRUE, multiscale = "auto", tol = 1e-3, max_iter = 1000, potentials = FALSE) {
+                           debias = TRUE, multiscale = "auto", tol = 1e-3, max_iter = 1000, potentials = FALSE,
+                           gradient = FALSE) {
   fun <- "keops_sinkhorn"
   x <- krige_points(x, "x", fun)
   y <- krige_points(y, "y", fun, d = ncol(x))
@@ -59,6 +65,11 @@ keops_sinkhorn <- function(x, y, a = NULL, b = NULL, blur = 0.05, p = 2, scaling
   if (!is.null(tol)) check_number(tol, "tol", fun, sign = "positive")
   max_iter <- check_whole(max_iter, "max_iter", fun, min = 0)
   check_flag(potentials, "potentials", fun)
+  check_flag(gradient, "gradient", fun)
+  if (gradient && !is.null(reach)) {
+    rkeops_abort(arg_label("gradient", fun), ": the gradient is for balanced transport (reach = NULL) only",
+                 kind = "input", arg = "gradient")
+  }
   ops <- sinkhorn_operators(ncol(x), p)
   rho <- if (is.null(reach)) NULL else reach^p
   damping <- function(eps) if (is.null(rho)) 1 else 1 / (1 + eps / rho)
@@ -127,6 +138,14 @@ keops_sinkhorn <- function(x, y, a = NULL, b = NULL, blur = 0.05, p = 2, scaling
     sum(a * weight(1 - exp(-f / rho))) + sum(b * weight(1 - exp(-g / rho)))
   }
   attr(loss, "iterations") <- length(epsilons) + extra + 1L
+  if (gradient) {
+    # sum_j a_i b_j exp((f_i + g_j - C_ij) / eps) grad_x C(x_i, y_j): the plan's rows times the
+    # cost's gradient
+    plan_grad <- function(q, lw, fi, gj) a * ops$plan_grad(list(x, q, matrix(lw), matrix(gj), matrix(fi), 1 / eps))
+    g_x <- plan_grad(y, lb, f, g)
+    if (debias) g_x <- g_x - plan_grad(x, la, fa, fa)
+    attr(loss, "gradient") <- unclass(g_x)
+  }
   if (potentials) {
     attr(loss, "f") <- f
     attr(loss, "g") <- g
@@ -167,9 +186,12 @@ sinkhorn_operators <- function(d, p) {
   key <- paste(d, p)
   if (is.null(sinkhorn_cache$operators[[key]])) {
     cost <- if (p == 2) "SqDist(x, y) / 2" else "Norm2(x - y)"
+    grad <- if (p == 2) "x - y" else "Normalize(x - y)"
+    xy <- c(sprintf("x = Vi(%d)", d), sprintf("y = Vj(%d)", d), "logw = Vj(1)", "h = Vj(1)")
     sinkhorn_cache$operators[[key]] <- list(
-      lse = keops_kernel(sprintf("LogSumExp_Reduction(logw + (h - %s) * s, 0)", cost),
-                         c(sprintf("x = Vi(%d)", d), sprintf("y = Vj(%d)", d), "logw = Vj(1)", "h = Vj(1)", "s = Pm(1)")))
+      lse = keops_kernel(sprintf("LogSumExp_Reduction(logw + (h - %s) * s, 0)", cost), c(xy, "s = Pm(1)")),
+      plan_grad = keops_kernel(sprintf("Sum_Reduction(Exp(logw + (f + h - %s) * s) * (%s), 0)", cost, grad),
+                               c(xy, "f = Vi(1)", "s = Pm(1)")))
   }
   sinkhorn_cache$operators[[key]]
 }

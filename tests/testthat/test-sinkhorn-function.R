@@ -52,3 +52,27 @@ test_that("keops_sinkhorn() refuses bad input, naming the argument", {
   expect_error(keops_sinkhorn(d$x, d$y, scaling = 1), "'scaling' must be below 1", class = "rkeops_error_input")
   expect_error(keops_sinkhorn(d$x, d$y, reach = -1), "'reach'", class = "rkeops_error_input")
 })
+
+test_that("keops_sinkhorn(gradient = TRUE) gives the loss's gradient in x (finite differences)", {
+  rkeops_use_float64()
+  on.exit(rkeops_use_float32())
+  set.seed(2)
+  x <- matrix(rnorm(2 * 23), 23, 2)
+  y <- matrix(rnorm(2 * 19, 0.5), 19, 2)
+  a <- runif(23)
+  b <- runif(19)
+  for (case in list(list(p = 2, debias = TRUE), list(p = 1, debias = FALSE))) {
+    loss <- function(xx) {
+      as.vector(keops_sinkhorn(xx, y, a, b, blur = 0.5, p = case$p, debias = case$debias, tol = 1e-12, max_iter = 1e5))
+    }
+    s <- keops_sinkhorn(x, y, a, b, blur = 0.5, p = case$p, debias = case$debias, tol = 1e-12, max_iter = 1e5,
+                        gradient = TRUE)
+    fd <- vapply(seq_along(x), function(k) {
+      h <- 1e-5
+      xp <- x; xp[k] <- xp[k] + h; xm <- x; xm[k] <- xm[k] - h
+      (loss(xp) - loss(xm)) / (2 * h)
+    }, 0)
+    expect_equal(as.vector(attr(s, "gradient")), fd, tolerance = 1e-7, info = paste("p =", case$p))
+  }
+  expect_error(keops_sinkhorn(x, y, reach = 1, gradient = TRUE), "balanced", class = "rkeops_error_input")
+})
