@@ -68,7 +68,7 @@ SIZES ?=
 ITER_BUDGET ?= $(if $(filter command line,$(origin BUDGET)),$(BUDGET),60)
 ITER_REPS ?= $(if $(filter command line,$(origin REPS)),$(REPS),3)
 
-.PHONY: all deps install demo test fuzz check doc clean distclean bench-cpu bench-iterative bench-program bench-ranges bench-solve bench-batch bench-future bench-gpus bench-tensor vendor
+.PHONY: all deps install demo test fuzz check doc clean distclean bench-cpu bench-iterative bench-program bench-algorithms bench-ranges bench-solve bench-batch bench-future bench-gpus bench-tensor vendor
 
 all: install
 
@@ -152,6 +152,12 @@ bench-iterative: install
 # peers (bench/program.R; BACKEND=GPU on the GPU host; KMEANS_N, SINKHORN_N, GMM=N,K,D, REPS).
 bench-program: install
 	BACKEND='$(BACKEND)' REPS=$(ITER_REPS) R_LIBS=$(LIB_DIR) Rscript bench/program.R
+
+# make bench-algorithms: the algorithm functions (keops_kmeans, keops_gmm, keops_krige, keops_sinkhorn,
+# keops_landmarks on a GPU) against their R peers (bench/algorithms.R; BACKEND=GPU, REPS, KRIGE_N,
+# SINKHORN_N, BENCH_OUT=file.md).
+bench-algorithms: install
+	BACKEND='$(BACKEND)' REPS=$(ITER_REPS) R_LIBS=$(LIB_DIR) Rscript bench/algorithms.R
 
 # make bench-ranges: block-sparse reductions and keops_knn() (bench/ranges.R), N = M points.
 RANGES_N ?= 1e6
