@@ -16,6 +16,9 @@
 #                 K-means, CG kriging) from R with their R peers (bench/iterative.R;
 #                 BACKEND=CPU|GPU, SIZES=small|full, CASES=regex, BUDGET=60 s per case,
 #                 REPS=3, BENCH_OUT=file.md)
+#   make bench-algorithms  the algorithm functions (keops_kmeans, keops_gmm, keops_krige,
+#                 keops_sinkhorn, keops_landmarks on a GPU) against their R peers (bench/algorithms.R;
+#                 BACKEND=CPU|GPU, REPS=3, KRIGE_N=5e4, SINKHORN_N=1e4, BENCH_OUT=file.md)
 #   make bench-ranges  block-sparse reductions (ranges) and keops_knn() against brute force
 #                 and RANN/FNN (bench/ranges.R; BACKEND=CPU|GPU, RANGES_N=1e6, KNN_N=RANGES_N, REPS=3)
 #   make bench-solve  solve() on a LazyTensor with and without the Nystrom preconditioner, and
