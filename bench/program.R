@@ -100,24 +100,11 @@ line("Sinkhorn eps-annealing N=M=%g, 10 iterations: program %.2f ms, R loop %.2f
      max(abs(sk_prog$value$f - sk_loop$value$f)))
 
 # ---- EM for a diagonal Gaussian mixture ---------------------------------------------------------
+# (keops_gmm()'s operators, R/gmm.R, without its stopping rule)
 gmm_program <- function(D, iterations) {
-  dims <- function(a) {
-    for (key in c("<D>", "<D1>", "<E>")) a <- gsub(key, c(D, D + 1, 2 * D + 1)[key == c("<D>", "<D1>", "<E>")], a, fixed = TRUE)
-    a
-  }
-  terms <- "cst - 0.5 * WeightedSqDist(is2, x, mu)"
-  params <- dims(c("cst = Vj(1)", "is2 = Vj(<D>)", "x = Vi(<D>)", "mu = Vj(<D>)"))
-  keops_program(list(
-    lse = keops_kernel(sprintf("LogSumExp_Reduction(%s, 0)", terms), params),
-    stats = keops_kernel(sprintf("Sum_Reduction(Exp(%s - lse) * Concat(IntCst(1), Concat(x, Square(x))), 1)", terms),
-                         c(params, "lse = Vi(1)")),
-    ll = keops_kernel("Sum_Reduction(lse, 1)", "lse = Vi(1)"),
-    mu = keops_map(dims("Extract(stats, 1, <D>) / Elem(stats, 0)"), dims("stats = Vj(<E>)")),
-    is2 = keops_map(dims("Inv(Extract(stats, <D1>, <D>) / Elem(stats, 0) - Square(mu))"),
-                    dims(c("stats = Vj(<E>)", "mu = Vj(<D>)"))),
-    cst = keops_map("Log(Elem(stats, 0) / n) + 0.5 * Sum(Log(is2)) - c0",
-                    dims(c("stats = Vj(<E>)", "is2 = Vj(<D>)", "n = Pm(1)", "c0 = Pm(1)")))
-  ), iterations = iterations, trace = "ll", output = c("mu", "is2", "cst"))
+  ops <- rkeops:::gmm_operators(D)
+  keops_program(ops[c("lse", "stats", "ll", "mu", "is2", "cst")], iterations = iterations, trace = "ll",
+                output = c("mu", "is2", "cst"))
 }
 N <- GMM[1]; K <- GMM[2]; D <- GMM[3]
 set.seed(N + K + D)

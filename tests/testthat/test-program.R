@@ -143,25 +143,12 @@ test_that("program errors name the step and the buffer", {
 })
 
 # EM for a Gaussian mixture with diagonal covariances, as a program: the E-step's log-sum-exp, the
-# M-step's sums in one reduction, maps over j for the new parameters, the log-likelihood traced.
+# M-step's sums in one reduction, maps over j for the new parameters, the log-likelihood traced (the
+# operators of R/gmm.R, keops_gmm()'s).
 gmm_program <- function(D, iterations) {
-  dims <- function(a) {
-    for (key in c("<D>", "<D1>", "<E>")) a <- gsub(key, c(D, D + 1, 2 * D + 1)[key == c("<D>", "<D1>", "<E>")], a, fixed = TRUE)
-    a
-  }
-  terms <- "cst - 0.5 * WeightedSqDist(is2, x, mu)"
-  params <- dims(c("cst = Vj(1)", "is2 = Vj(<D>)", "x = Vi(<D>)", "mu = Vj(<D>)"))
-  keops_program(list(
-    lse = keops_kernel(sprintf("LogSumExp_Reduction(%s, 0)", terms), params),
-    stats = keops_kernel(sprintf("Sum_Reduction(Exp(%s - lse) * Concat(IntCst(1), Concat(x, Square(x))), 1)", terms),
-                         c(params, "lse = Vi(1)")),
-    ll = keops_kernel("Sum_Reduction(lse, 1)", "lse = Vi(1)"),
-    mu = keops_map(dims("Extract(stats, 1, <D>) / Elem(stats, 0)"), dims("stats = Vj(<E>)")),
-    is2 = keops_map(dims("Inv(Extract(stats, <D1>, <D>) / Elem(stats, 0) - Square(mu))"),
-                    dims(c("stats = Vj(<E>)", "mu = Vj(<D>)"))),
-    cst = keops_map("Log(Elem(stats, 0) / n) + 0.5 * Sum(Log(is2)) - c0",
-                    dims(c("stats = Vj(<E>)", "is2 = Vj(<D>)", "n = Pm(1)", "c0 = Pm(1)")))
-  ), iterations = iterations, trace = "ll", output = c("mu", "is2", "cst"))
+  ops <- rkeops:::gmm_operators(D)
+  keops_program(ops[c("lse", "stats", "ll", "mu", "is2", "cst")], iterations = iterations, trace = "ll",
+                output = c("mu", "is2", "cst"))
 }
 
 test_that("EM for a diagonal Gaussian mixture as a program equals EM in R", {
