@@ -117,8 +117,7 @@ kmeans_operators <- function(d) {
       c = keops_map(sprintf("IfElse(Elem(sc, %d) - 0.5, Extract(sc, 0, %d) / Elem(sc, %d), c)", d, d, d),
                     c(vj("sc", d + 1), vj("c"))),
       withinss = keops_kernel("Sum_Reduction(Equal(l, j) * SqDist(x, c), 1)",
-                              c(vi("l", 1), vi("x"), vj("j", 1), vj("c"))),
-      nearest = keops_kernel("ArgMin_Reduction(SqDist(x, c), 0)", c(vi("x"), vj("c"))))
+                              c(vi("l", 1), vi("x"), vj("j", 1), vj("c"))))
   }
   kmeans_cache$operators[[key]]
 }
@@ -172,5 +171,5 @@ predict.keops_kmeans <- function(object, newdata, ...) {
                  kind = "input", arg = "newdata")
   }
   storage.mode(newdata) <- "double"
-  as.integer(kmeans_operators(d)$nearest(list(newdata, unname(object$centers))))
+  as.integer(kmeans_operators(d)$labels(list(newdata, unname(object$centers))))
 }
