@@ -125,3 +125,15 @@ check_choice <- function(x, choices, arg) {
   tryCatch(match.arg(x, choices),
            error = function(e) rkeops_abort(conditionMessage(e), kind = "input", arg = arg))
 }
+
+# `x` as a double matrix of finite values, one point per row (a vector: one column).
+check_points <- function(x, arg, fun, d = NULL) {
+  if (is.data.frame(x)) x <- as.matrix(x)
+  if (is.numeric(x) && is.null(dim(x))) x <- matrix(x, ncol = 1L)
+  if (!is.matrix(x) || !is.numeric(x) || nrow(x) < 1L || !all(is.finite(x)) || (!is.null(d) && ncol(x) != d)) {
+    rkeops_abort(arg_label(arg, fun), " must be a numeric matrix of finite values, one point per row",
+                 if (!is.null(d)) paste0(", with ", d, " columns"), kind = "input", arg = arg)
+  }
+  storage.mode(x) <- "double"
+  x
+}

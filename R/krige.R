@@ -40,7 +40,7 @@
 keops_krige <- function(x, z, kernel = c("gaussian", "laplacian", "matern32", "matern52"), range, nugget,
                         weights = NULL, eps = 1e-6, maxiter = 1000) {
   fun <- "keops_krige"
-  x <- krige_points(x, "x", fun)
+  x <- check_points(x, "x", fun)
   n <- nrow(x)
   vector_z <- is.null(dim(z))
   if (is.data.frame(z)) z <- as.matrix(z)
@@ -76,36 +76,21 @@ keops_krige <- function(x, z, kernel = c("gaussian", "laplacian", "matern32", "m
             class = "keops_krige")
 }
 
-# `x` as a double matrix of finite values, one point per row (a vector: one column).
-krige_points <- function(x, arg, fun, d = NULL) {
-  if (is.data.frame(x)) x <- as.matrix(x)
-  if (is.numeric(x) && is.null(dim(x))) x <- matrix(x, ncol = 1L)
-  if (!is.matrix(x) || !is.numeric(x) || nrow(x) < 1L || !all(is.finite(x)) || (!is.null(d) && ncol(x) != d)) {
-    rkeops_abort(arg_label(arg, fun), " must be a numeric matrix of finite values, one point per row",
-                 if (!is.null(d)) paste0(", with ", d, " columns"), kind = "input", arg = arg)
-  }
-  storage.mode(x) <- "double"
-  x
-}
-
 # The covariance k(|a_i - b_j|) as a LazyTensor, for the LazyTensors of points `a` (i) and `b` (j).
-krige_kernel <- function(a, b, kernel, range) {
-  d2 <- sqdist(a, b) / range^2
-  switch(kernel,
-         gaussian = exp(-d2 / 2),
-         laplacian = exp(-sqrt(d2)),
-         matern32 = (1 + sqrt(3 * d2)) * exp(-sqrt(3 * d2)),
-         matern52 = (1 + sqrt(5 * d2) + 5 / 3 * d2) * exp(-sqrt(5 * d2)))
-}
+krige_kernel <- function(a, b, kernel, range) krige_covariance(sqdist(a, b) / range^2, kernel)
 
 # The same covariance as a dense matrix of R (for the kriging variances of a few points).
 krige_dense <- function(a, b, kernel, range) {
-  d2 <- pmax(outer(rowSums(a^2), rowSums(b^2), "+") - 2 * tcrossprod(a, b), 0) / range^2
+  krige_covariance(pmax(outer(rowSums(a^2), rowSums(b^2), "+") - 2 * tcrossprod(a, b), 0) / range^2, kernel)
+}
+
+# The covariance of the squared scaled distances `r2` (a LazyTensor or a matrix: the same arithmetic).
+krige_covariance <- function(r2, kernel) {
   switch(kernel,
-         gaussian = exp(-d2 / 2),
-         laplacian = exp(-sqrt(d2)),
-         matern32 = (1 + sqrt(3 * d2)) * exp(-sqrt(3 * d2)),
-         matern52 = (1 + sqrt(5 * d2) + 5 / 3 * d2) * exp(-sqrt(5 * d2)))
+         gaussian = exp(-r2 / 2),
+         laplacian = exp(-sqrt(r2)),
+         matern32 = (1 + sqrt(3 * r2)) * exp(-sqrt(3 * r2)),
+         matern52 = (1 + sqrt(5 * r2) + 5 / 3 * r2) * exp(-sqrt(5 * r2)))
 }
 
 #' Kriging predictions at new points
@@ -125,7 +110,7 @@ krige_dense <- function(a, b, kernel, range) {
 #'   `fit` and `se`.
 #' @export
 predict.keops_krige <- function(object, newdata, se = FALSE, ...) {
-  y <- krige_points(newdata, "newdata", "predict", d = ncol(object$x))
+  y <- check_points(newdata, "newdata", "predict", d = ncol(object$x))
   w <- as.matrix(object$coefficients)
   fit <- krige_kernel(Vi(y), Vj(object$x), object$kernel, object$range) %*% w
   fit <- if (is.null(dim(object$coefficients))) as.vector(fit) else unclass(fit)

@@ -22,8 +22,8 @@
 #' keops_mmd(x, y, kernel = "gaussian", blur = 0.5)
 keops_mmd <- function(x, y, a = NULL, b = NULL, kernel = c("energy", "gaussian", "laplacian"), blur = 0.05) {
   fun <- "keops_mmd"
-  x <- krige_points(x, "x", fun)
-  y <- krige_points(y, "y", fun, d = ncol(x))
+  x <- check_points(x, "x", fun)
+  y <- check_points(y, "y", fun, d = ncol(x))
   a <- sinkhorn_weights(a, nrow(x), "a", TRUE)
   b <- sinkhorn_weights(b, nrow(y), "b", TRUE)
   kernel <- check_choice(kernel, c("energy", "gaussian", "laplacian"), "kernel")

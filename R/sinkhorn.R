@@ -50,8 +50,8 @@ keops_sinkhorn <- function(x, y, a = NULL, b = NULL, blur = 0.05, p = 2, scaling
                            debias = TRUE, multiscale = "auto", tol = 1e-3, max_iter = 1000, potentials = FALSE,
                            gradient = FALSE) {
   fun <- "keops_sinkhorn"
-  x <- krige_points(x, "x", fun)
-  y <- krige_points(y, "y", fun, d = ncol(x))
+  x <- check_points(x, "x", fun)
+  y <- check_points(y, "y", fun, d = ncol(x))
   a <- sinkhorn_weights(a, nrow(x), "a", is.null(reach))
   b <- sinkhorn_weights(b, nrow(y), "b", is.null(reach))
   check_number(blur, "blur", fun, sign = "positive")
