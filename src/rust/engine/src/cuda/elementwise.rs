@@ -5,6 +5,7 @@
 use cudarc::driver::{result, LaunchConfig};
 
 use super::device::Device;
+use super::launch::gpu_error;
 use super::recorded::Recorded;
 use crate::error::{Error, Result};
 use crate::precision::Precision;
@@ -12,10 +13,6 @@ use crate::precision::Precision;
 const THREADS: usize = 256;
 /// The most matrices summed into one (`RKEOPS_SOURCES` of the utility kernels).
 pub const SOURCES: usize = 8;
-
-fn failed<'a>(device: &'a Device, what: &'static str) -> impl Fn(result::DriverError) -> Error + 'a {
-    move |e| Error::Gpu(format!("{what} on device {} ({}): {e:?}", device.ordinal, device.name))
-}
 
 fn config(n: usize, rows: usize) -> LaunchConfig {
     LaunchConfig {
@@ -35,7 +32,7 @@ pub fn copy(device: &Device, n: usize, from: u64, to: u64, precision: Precision)
     let function = device.utility(name)?;
     // SAFETY: the kernel takes an int and two pointers, each to `n` values of the precision's type.
     unsafe { super::primitives::launch(device, &function, config(n, 1), &[n as i32], &[from, to]) }
-        .map_err(failed(device, "launching a copy"))
+        .map_err(|e| gpu_error(device, "launching a copy", e))
 }
 
 /// A matrix of `n` values at `to` that receives the sum of the matrices at `from` (as many values
@@ -68,7 +65,8 @@ pub fn sums(device: &Device, sums: &[Sum], precision: Precision) -> Result<Recor
         return Ok(recorded);
     }
     // SAFETY: the record's buffer holds the table's bytes; the copy completes before returning.
-    unsafe { result::memcpy_htod_sync(recorded.pointer(), &table) }.map_err(failed(device, "copying a table of sums"))?;
+    unsafe { result::memcpy_htod_sync(recorded.pointer(), &table) }
+        .map_err(|e| gpu_error(device, "copying a table of sums", e))?;
     let name = if precision == Precision::F64 { "rkeops_sums_f64" } else { "rkeops_sums_f32" };
     let n = sums.iter().map(|s| s.n).max().unwrap_or(0);
     recorded.push(&device.utility(name)?, config(n, sums.len()), &[sums.len() as i32], &[recorded.pointer()]);

@@ -505,7 +505,7 @@ impl StepPlan {
 }
 
 /// A failed driver call on `device`, said with what was being done.
-fn gpu_error(device: &Device, what: &str, e: result::DriverError) -> Error {
+pub(super) fn gpu_error(device: &Device, what: &str, e: result::DriverError) -> Error {
     Error::Gpu(format!("{what} on device {} ({}): {e:?}", device.ordinal, device.name))
 }
 
