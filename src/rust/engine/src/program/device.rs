@@ -35,9 +35,11 @@ impl DeviceState {
             }
         };
         let written = |b: usize| p.steps.iter().any(|s| s.output == b);
-        let current =
-            (0..p.buffers.len()).map(|b| keep(b, p.buffers[b].initial.and_then(|x| x.host_data()))).collect::<Result<_>>()?;
-        let next = (0..p.buffers.len()).map(|b| written(b).then(|| keep(b, None)).transpose()).collect::<Result<_>>()?;
+        let current = (0..p.buffers.len())
+            .map(|b| keep(b, p.buffers[b].initial.and_then(|x| x.host_data())))
+            .collect::<Result<_>>()?;
+        let next =
+            (0..p.buffers.len()).map(|b| written(b).then(|| keep(b, None)).transpose()).collect::<Result<_>>()?;
         Ok(DeviceState { current, next })
     }
 }
@@ -120,7 +122,13 @@ impl DeviceLoop<'_> {
     }
 
     /// Step `s`: its result into the `next` matrix of its output, which then becomes the current one.
-    fn step(&self, s: usize, state: &mut DeviceState, record: &mut Option<Recorded>, timings: &mut Summed) -> Result<()> {
+    fn step(
+        &self,
+        s: usize,
+        state: &mut DeviceState,
+        record: &mut Option<Recorded>,
+        timings: &mut Summed,
+    ) -> Result<()> {
         let step = &self.run.program.steps[s];
         let options = &self.run.step_options[s];
         let target = state.next[step.output].take().expect("allocated for every output");
@@ -129,7 +137,9 @@ impl DeviceLoop<'_> {
             None => {
                 let inputs: Vec<Input> = step.inputs.iter().map(|&b| Input::device(&state.current[b])).collect();
                 let replay = options.tuning.replay;
-                step.operator.run_into(&inputs, options, &target, replay.then_some(record)).map(|out| timings.add(&out.timings))
+                step.operator
+                    .run_into(&inputs, options, &target, replay.then_some(record))
+                    .map(|out| timings.add(&out.timings))
             }
         };
         state.next[step.output] = Some(std::mem::replace(&mut state.current[step.output], target));

@@ -302,7 +302,14 @@ impl Run<'_> {
         Ok(self.ran(outputs, done, trace, backend, timings))
     }
 
-    pub(crate) fn ran(&self, outputs: Vec<Vec<f64>>, done: usize, trace: Vec<Vec<f64>>, backend: String, timings: Summed) -> Ran {
+    pub(crate) fn ran(
+        &self,
+        outputs: Vec<Vec<f64>>,
+        done: usize,
+        trace: Vec<Vec<f64>>,
+        backend: String,
+        timings: Summed,
+    ) -> Ran {
         let shapes = self.program.outputs.iter().map(|&b| self.shapes[b]).collect();
         Ran { outputs, shapes, iterations: done, trace, backend, timings: timings.0 }
     }

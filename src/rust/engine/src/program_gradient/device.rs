@@ -47,7 +47,8 @@ pub(super) fn gradient(b: &Backward, device: Arc<Device>) -> Result<Gradients> {
     waited?;
     timings.add(&[("forward and backward on the GPU", clock.elapsed().as_secs_f64())]);
     let clock = Instant::now();
-    let values = b.wrt.iter().map(|&x| pass.adjoint[x].as_ref().expect("kept for wrt").to_host()).collect::<Result<_>>()?;
+    let values =
+        b.wrt.iter().map(|&x| pass.adjoint[x].as_ref().expect("kept for wrt").to_host()).collect::<Result<_>>()?;
     let outputs = outputs.iter().map(DeviceMatrix::to_host).collect::<Result<_>>()?;
     timings.add(&[("download once", clock.elapsed().as_secs_f64())]);
     let backend = format!("GPU {} ({})", device.ordinal, device.name);
@@ -81,7 +82,8 @@ impl<'a> Pass<'a> {
         let precision = b.options.precision;
         let zeros = |nrow: usize, ncol: usize| DeviceMatrix::zeros(device.clone(), nrow.max(1), ncol.max(1), precision);
         let restores: Vec<bool> = (0..p.steps.len()).map(|s| b.restores(s)).collect();
-        let per_iteration: usize = p.steps.iter().zip(&restores).filter(|(_, &r)| r).map(|(s, _)| b.len(s.output)).sum();
+        let per_iteration: usize =
+            p.steps.iter().zip(&restores).filter(|(_, &r)| r).map(|(s, _)| b.len(s.output)).sum();
         let tape = zeros(per_iteration.saturating_mul(p.iterations), 1).map_err(|e| {
             Error::Gpu(format!(
                 "the gradient of the program keeps the values its steps replace ({per_iteration} values per iteration, {} iterations): {e}",

@@ -79,8 +79,16 @@ pub fn gradient(
         .iter()
         .map(|s| StepGradient::of(s.operator, &s.inputs.iter().map(|&b| needed[b]).collect::<Vec<_>>()))
         .collect::<Result<Vec<_>>>()?;
-    let backward =
-        Backward { program: p, shapes, of, seed, wrt: wrt.to_vec(), steps, step_options: p.step_options(options), options };
+    let backward = Backward {
+        program: p,
+        shapes,
+        of,
+        seed,
+        wrt: wrt.to_vec(),
+        steps,
+        step_options: p.step_options(options),
+        options,
+    };
     match chosen_gpu(options)? {
         Some(device) if options.precision != Precision::F16 && device::fits(&backward) => {
             device::gradient(&backward, device)
@@ -126,9 +134,11 @@ impl Backward<'_> {
     /// reads the buffer it writes.
     fn restores(&self, s: usize) -> bool {
         let out = self.program.steps[s].output;
-        self.program.steps.iter().zip(&self.steps).any(|(step, g)| {
-            step.inputs.iter().zip(&g.reads).any(|(&b, &read)| read && b == out)
-        })
+        self.program
+            .steps
+            .iter()
+            .zip(&self.steps)
+            .any(|(step, g)| step.inputs.iter().zip(&g.reads).any(|(&b, &read)| read && b == out))
     }
 
     /// The shapes of the program's outputs.
