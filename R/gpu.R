@@ -13,6 +13,13 @@ gpu_status <- function(device = 0L) {
   }
 }
 
+# Whether reductions run on a GPU with the options in force (for choices of algorithm that depend
+# on the backend).
+gpu_in_use <- function() {
+  opts <- get_rkeops_options()
+  opts$backend != "CPU" && isTRUE(tryCatch(gpu_status(opts$device)$available, error = function(e) FALSE))
+}
+
 #' Where compiled GPU kernels are kept
 #'
 #' Kernels compiled for the GPU are stored on disk (one `.cubin` file per

@@ -68,11 +68,7 @@ keops_knn <- function(x, y = x, k, metric = c("euclidean", "manhattan", "cosine"
   # On a GPU the pruned search's kernel takes milliseconds, but planning it and putting 10^7 results
   # back in order on the host took longer than brute force (10-NN of 1e6 points in D = 3 on an
   # H100: 0.74 to 1.19 s against 0.93 s, bench/RESULTS.md): brute force unless asked.
-  on_gpu <- function() {
-    opts <- get_rkeops_options()
-    opts$backend != "CPU" && isTRUE(tryCatch(gpu_status(opts$device)$available, error = function(e) FALSE))
-  }
-  pruned <- if (isFALSE(prune) || d > 8L || is.na(prune) && (nrow(x) < 4L * cell_points || on_gpu())) NULL else
+  pruned <- if (isFALSE(prune) || d > 8L || is.na(prune) && (nrow(x) < 4L * cell_points || gpu_in_use())) NULL else
     knn_pruned(x, y, k, op, metric, cell_points, force = isTRUE(prune))
   res <- if (is.null(pruned)) op(list(y, x)) else pruned
   values <- matrix(res$values, ncol = k)

@@ -5,17 +5,34 @@
 #' `eps = blur^p`, as GeomLoss's `SamplesLoss("sinkhorn")` does: symmetric log-domain Sinkhorn
 #' iterations (each potential the average of its update and its previous value) with
 #' epsilon-scaling, from the clouds' diameter to `blur` by factors of `scaling`, then Sinkhorn's
-#' alternate updates at `blur^p` until the marginals of the transport plan match `a` and `b` to `tol`
-#' (in L1, the weights summing to 1), then a last full update. With `debias = TRUE` (the default) the result is the Sinkhorn divergence
-#' `OT_eps(a, b) - OT_eps(a, a) / 2 - OT_eps(b, b) / 2`, which is positive, zero for equal clouds
-#' and a smooth, metric-like loss; with `reach` the transport is unbalanced (the marginals are
-#' penalised by `reach^p` times a Kullback-Leibler divergence instead of imposed).
+#' alternate updates at `blur^p` until the marginals of the transport plan match `a` and `b` to
+#' `tol` (in L1, the weights summing to 1). With `debias = TRUE` (the default) the result is the
+#' Sinkhorn divergence `OT_eps(a, b) - OT_eps(a, a) / 2 - OT_eps(b, b) / 2`, which is positive, zero
+#' for equal clouds and a smooth, metric-like loss; with `reach` the transport is unbalanced (the
+#' marginals are penalised by `reach^p` times a Kullback-Leibler divergence instead of imposed).
+#'
+#' The whole loop is one program ([keops_program()]): on a GPU the potentials stay on the device
+#' from the first iteration to the last, and the stopping test is made there.
+#'
+#' **Two scales.** For large clouds in dimension 3 or less (p = 2), the two-scale solver of Feydy et
+#' al. (`vignette("sinkhorn-multiscale")`) cuts both clouds into the cells of a grid (side: a
+#' twentieth of the diameter at 10^4 points, shrinking as `n^(-1/4)`), runs the iterations whose
+#' blur is larger than a cell on the cells' centroids, extends the potentials to the points, and
+#' runs the others as block-sparse reductions over the pairs of cells where the plan may exceed
+#' `exp(-5)` times its largest value (a bound, evaluated once). Attribute `kept`: the fraction of
+#' the N x M pairs reduced over. `multiscale = "auto"` uses it from 5000 points on the CPU and 2e5
+#' on a GPU (where the dense solver is faster below), never for batches.
+#'
+#' **Batches.** `x` and `y` may be batches of B clouds (lists of matrices, sizes free; or
+#' `n x d x B` arrays), with `a`, `b` lists of weight vectors or matrices with B columns: the result
+#' is one loss per member, all solved by one program over block-diagonal ranges (the temperatures
+#' follow the diameter of the whole batch; the stopping test is on the sum of the members' errors).
 #'
 #' Costs: each iteration is two log-sum-exp reductions over the N x M pairs (four with `debias`: the
-#' N x N and M x M ones too); memory O(N + M). The two-scale (block-sparse) solver and batches are
-#' not available yet: `multiscale` is accepted for compatibility and ignored.
+#' N x N and M x M ones too), and one to test the marginals; memory O(N + M).
 #'
-#' @param x,y Numeric matrices of points, one per row, with the same number of columns.
+#' @param x,y Numeric matrices of points, one per row, with the same number of columns; or batches
+#'   of them.
 #' @param a,b `NULL` (uniform) or the non-negative weights of the points (normalised to sum 1 in
 #'   the balanced case; used as given with `reach`).
 #' @param blur The temperature's length: `eps = blur^p`.
@@ -23,21 +40,24 @@
 #' @param scaling The factor of the epsilon-scaling, in (0, 1).
 #' @param reach `NULL` (balanced) or the length of the unbalanced penalty.
 #' @param debias Whether to return the debiased divergence.
-#' @param multiscale Not used yet.
-#' @param tol `NULL` (GeomLoss's schedule alone: an approximation, a few percent off the converged
-#'   value when `blur` is small against the distances) or the tolerance on the marginals' L1
-#'   error, reached by more iterations at `blur^p` (balanced only; ignored with `reach`). Sinkhorn's
-#'   iterations need of the order of `max C / eps` of them: a small `blur` may need more than
-#'   `max_iter`.
+#' @param multiscale `"auto"`, `TRUE` or `FALSE`: whether to use the two-scale solver (above).
+#' @param tol `NULL` (GeomLoss's schedule alone, ending with a last full update: an
+#'   approximation, a few percent off the converged value when `blur` is small against the
+#'   distances) or the tolerance on the marginals' L1 error, reached by more iterations at `blur^p`
+#'   (balanced only; ignored with `reach`). Sinkhorn's iterations need of the order of
+#'   `max C / eps` of them: a small `blur` may need more than `max_iter`.
 #' @param max_iter The most iterations at `blur^p` after the schedule (a warning when reached).
 #' @param potentials Whether to return the potentials as attributes.
-#' @param gradient Whether to return the gradient of the loss with respect to the points `x` (an
-#'   N x D matrix, attribute `gradient`; balanced transport only): by the envelope theorem, at the
-#'   optimum it is `sum_j pi_ij grad_x C(x_i, y_j)` with `pi` the transport plan of the potentials,
-#'   minus the same for the plan of `x` with itself when debiased: one or two more reductions, exact
-#'   up to the convergence of the potentials.
-#' @return The loss, a number, with attributes `iterations` and, with `potentials = TRUE`, `f`
-#'   (of `x`) and `g` (of `y`) (GeomLoss's `f_ba`, `g_ab`; with `debias`, also `f_aa`, `g_bb`).
+#' @param gradient Whether to return the gradients of the loss (balanced transport only), by the
+#'   envelope theorem (exact up to the convergence of the potentials): attribute `gradient`, with
+#'   respect to the points `x` (N x D: `sum_j pi_ij grad_x C(x_i, y_j)`, `pi` the transport plan,
+#'   minus the same for the plan of `x` with itself when debiased: one or two more reductions), and
+#'   `gradient_a`, with respect to the weights `a` as given (`f - f_aa`, or `f`, through the
+#'   normalisation `a / sum(a)`).
+#' @return The loss, a number (a vector for a batch: one per member), with attributes
+#'   `iterations` and, with `potentials = TRUE`, `f` (of `x`) and `g` (of `y`) (GeomLoss's `f_ba`,
+#'   `g_ab`; with `debias`, also `f_aa`, `g_bb`). For a batch, potentials and gradients are lists
+#'   (list input) or matrices and arrays with a column or slice per member (array input).
 #' @export
 #' @examples
 #' set.seed(1)
@@ -46,14 +66,12 @@
 #' keops_sinkhorn(x, y, blur = 0.1)                    # about |mean(x) - mean(y)|^2 / 2 = 1
 #' keops_sinkhorn(x, y, blur = 0.1, tol = NULL)        # GeomLoss's schedule alone: 2 % lower here
 #' keops_sinkhorn(x, x, blur = 0.1)                    # 0: the divergence of a cloud to itself
+#' # a batch of two pairs of clouds: one loss each
+#' keops_sinkhorn(list(x, x), list(y, x[1:50, ]), blur = 0.1)
 keops_sinkhorn <- function(x, y, a = NULL, b = NULL, blur = 0.05, p = 2, scaling = 0.5, reach = NULL,
                            debias = TRUE, multiscale = "auto", tol = 1e-3, max_iter = 1000, potentials = FALSE,
                            gradient = FALSE) {
   fun <- "keops_sinkhorn"
-  x <- check_points(x, "x", fun)
-  y <- check_points(y, "y", fun, d = ncol(x))
-  a <- sinkhorn_weights(a, nrow(x), "a", is.null(reach))
-  b <- sinkhorn_weights(b, nrow(y), "b", is.null(reach))
   check_number(blur, "blur", fun, sign = "positive")
   if (!identical(p, 1) && !identical(p, 2) && !identical(p, 1L) && !identical(p, 2L)) {
     rkeops_abort(arg_label("p", fun), " must be 1 or 2", kind = "input", arg = "p")
@@ -63,137 +81,187 @@ keops_sinkhorn <- function(x, y, a = NULL, b = NULL, blur = 0.05, p = 2, scaling
   if (!is.null(reach)) check_number(reach, "reach", fun, sign = "positive")
   check_flag(debias, "debias", fun)
   if (!is.null(tol)) check_number(tol, "tol", fun, sign = "positive")
-  max_iter <- check_whole(max_iter, "max_iter", fun, min = 0)
+  max_iter <- check_whole(max_iter, "max_iter", fun, min = 1)
   check_flag(potentials, "potentials", fun)
   check_flag(gradient, "gradient", fun)
   if (gradient && !is.null(reach)) {
     rkeops_abort(arg_label("gradient", fun), ": the gradient is for balanced transport (reach = NULL) only",
                  kind = "input", arg = "gradient")
   }
-  ops <- sinkhorn_operators(ncol(x), p)
+  pb <- sinkhorn_problem(x, y, a, b, balanced = is.null(reach))
+  two_scale <- sinkhorn_multiscale_choice(multiscale, pb, p)
   rho <- if (is.null(reach)) NULL else reach^p
-  damping <- function(eps) if (is.null(rho)) 1 else 1 / (1 + eps / rho)
-  # softmin over the points `to` (weights w) for each point of `from`: -eps log sum exp(log w + (h - C) / eps)
-  softmin <- function(eps, from, to, logw, h) {
-    -eps * as.vector(ops$lse(list(from, to, matrix(logw), matrix(h), 1 / eps)))
-  }
-  la <- log(a)
-  lb <- log(b)
-  epsilons <- sinkhorn_schedule(x, y, p, blur, scaling)
-  eps <- epsilons[1L]
-  d <- damping(eps)
-  f <- d * softmin(eps, x, y, lb, 0 * lb)
-  g <- d * softmin(eps, y, x, la, 0 * la)
-  if (debias) {
-    fa <- d * softmin(eps, x, x, la, 0 * la)
-    gb <- d * softmin(eps, y, y, lb, 0 * lb)
-  }
-  averaged <- function(eps) {
-    u <- sinkhorn_update(eps, x, y, la, lb, f, g, softmin, damping(eps))
-    f <<- (f + u$f) / 2
-    g <<- (g + u$g) / 2
-    if (debias) {
-      fa <<- (fa + damping(eps) * softmin(eps, x, x, la, fa)) / 2
-      gb <<- (gb + damping(eps) * softmin(eps, y, y, lb, gb)) / 2
-    }
-    u
-  }
-  for (eps in epsilons) averaged(eps)
-  eps <- blur^p
-  extra <- 0L
-  if (!is.null(tol) && is.null(rho)) {
-    # Sinkhorn's alternate updates (faster than the averaged ones at a fixed eps): after g's, the
-    # plan's columns sum to b; its rows sum to a exp((f - f~) / eps), f~ the next update of f.
-    repeat {
-      ft <- softmin(eps, x, y, lb, g)
-      if (sum(abs(exp(la + (f - ft) / eps) - a)) < tol) break
-      if (extra == max_iter) {
-        warning(sprintf("keops_sinkhorn(): the marginals' error is above tol = %g after max_iter = %d iterations",
-                        tol, max_iter), call. = FALSE)
-        break
-      }
-      f <- ft
-      g <- softmin(eps, y, x, la, f)
-      if (debias) {            # the symmetric problems of each cloud with itself, on the same footing
-        fa <- (fa + softmin(eps, x, x, la, fa)) / 2
-        gb <- (gb + softmin(eps, y, y, lb, gb)) / 2
-      }
-      extra <- extra + 1L
-    }
-  }
-  # the last update, not averaged (GeomLoss's extrapolation)
-  u <- sinkhorn_update(eps, x, y, la, lb, f, g, softmin, damping(eps))
-  f <- u$f
-  g <- u$g
-  if (debias) {
-    fa <- damping(eps) * softmin(eps, x, x, la, fa)
-    gb <- damping(eps) * softmin(eps, y, y, lb, gb)
-  }
-  weight <- function(v) if (is.null(rho)) v else (rho + eps / 2) * v
-  loss <- if (is.null(rho)) {
-    if (debias) sum(a * (f - fa)) + sum(b * (g - gb)) else sum(a * f) + sum(b * g)
-  } else if (debias) {
-    sum(a * weight(exp(-fa / rho) - exp(-f / rho))) + sum(b * weight(exp(-gb / rho) - exp(-g / rho)))
+  schedule <- sinkhorn_schedule(pb$x, pb$y, p, blur, scaling)
+  tol <- if (is.null(rho)) tol
+  # a first update from zero potentials, GeomLoss's annealing, then more at blur^p
+  eps <- c(schedule$eps[1L], schedule$eps, blur^p)
+  kind <- c("first", rep("averaged", length(schedule$eps)), if (is.null(tol)) "last" else "alternate")
+  sol <- if (two_scale) {
+    sinkhorn_two_scale(pb, eps, kind, debias, rho, tol, max_iter,
+                       sinkhorn_cell_size(schedule$diameter, max(nrow(pb$x), nrow(pb$y))))
   } else {
-    sum(a * weight(1 - exp(-f / rho))) + sum(b * weight(1 - exp(-g / rho)))
+    sinkhorn_run(pb, sinkhorn_rows(eps, kind, rho), p, debias, tol, max_iter, pb$ranges)
   }
-  attr(loss, "iterations") <- length(epsilons) + extra + 1L
+  if (!is.null(tol) && sol$iterations == length(kind) - 1L + max_iter && !(sol$err < tol)) {
+    warning(sprintf("keops_sinkhorn(): the marginals' error is above tol = %g after max_iter = %d iterations",
+                    tol, max_iter), call. = FALSE)
+  }
+  loss <- sinkhorn_loss(pb, sol, rho, blur^p, debias)
+  attr(loss, "iterations") <- sol$iterations
+  if (two_scale) attr(loss, "kept") <- sol$kept
   if (gradient) {
-    # sum_j a_i b_j exp((f_i + g_j - C_ij) / eps) grad_x C(x_i, y_j): the plan's rows times the
-    # cost's gradient
-    plan_grad <- function(q, lw, fi, gj) a * ops$plan_grad(list(x, q, matrix(lw), matrix(gj), matrix(fi), 1 / eps))
-    g_x <- plan_grad(y, lb, f, g)
-    if (debias) g_x <- g_x - plan_grad(x, la, fa, fa)
-    attr(loss, "gradient") <- unclass(g_x)
+    attr(loss, "gradient") <- pb$shape_x(sinkhorn_gradient_x(pb, sol, p, blur^p, debias))
+    u <- if (debias) sol$f - sol$fa else sol$f
+    # a enters as a / sum(a): the gradient of <a, u> through that normalisation
+    ga <- (u - rowsum(pb$a_normal * u, pb$member_x)[pb$member_x]) / pb$a_total[pb$member_x]
+    attr(loss, "gradient_a") <- pb$shape_w(ga, pb$member_x)
   }
   if (potentials) {
-    attr(loss, "f") <- f
-    attr(loss, "g") <- g
+    attr(loss, "f") <- pb$shape_w(sol$f, pb$member_x)
+    attr(loss, "g") <- pb$shape_w(sol$g, pb$member_y)
     if (debias) {
-      attr(loss, "f_aa") <- fa
-      attr(loss, "g_bb") <- gb
+      attr(loss, "f_aa") <- pb$shape_w(sol$fa, pb$member_x)
+      attr(loss, "g_bb") <- pb$shape_w(sol$gb, pb$member_y)
     }
   }
   loss
 }
 
-# Both potentials updated from the previous ones (f from g, g from f).
-sinkhorn_update <- function(eps, x, y, la, lb, f, g, softmin, damping) {
-  list(f = damping * softmin(eps, x, y, lb, g), g = damping * softmin(eps, y, x, la, f))
+# The loss of each member from the potentials (GeomLoss's formulas: the dual objective at the
+# optimum; for unbalanced transport, with the KL penalties' terms).
+sinkhorn_loss <- function(pb, sol, rho, eps, debias) {
+  a <- exp(pb$la)
+  b <- exp(pb$lb)
+  per_member <- function(v, member) as.vector(rowsum(v, member, reorder = TRUE))
+  if (is.null(rho)) {
+    ux <- if (debias) sol$f - sol$fa else sol$f
+    uy <- if (debias) sol$g - sol$gb else sol$g
+  } else {
+    weight <- function(h) (rho + eps / 2) * exp(-h / rho)
+    ux <- if (debias) weight(sol$fa) - weight(sol$f) else (rho + eps / 2) - weight(sol$f)
+    uy <- if (debias) weight(sol$gb) - weight(sol$g) else (rho + eps / 2) - weight(sol$g)
+  }
+  per_member(a * ux, pb$member_x) + per_member(b * uy, pb$member_y)
 }
 
-# GeomLoss's temperatures: from the diameter^p down to blur^p by factors scaling^p.
+# The gradient in x by the envelope theorem: sum_j pi_ij grad_x C(x_i, y_j), pi the plan of the
+# potentials, minus the same for the plan of x with itself when debiased (over the ranges of the
+# solver: the batch's blocks, or the two-scale solver's pairs of cells for the first term).
+sinkhorn_gradient_x <- function(pb, sol, p, eps, debias) {
+  op <- sinkhorn_operators(ncol(pb$x), p)$plan_grad
+  px <- if (is.null(sol$perm_x)) seq_len(nrow(pb$x)) else sol$perm_x
+  py <- if (is.null(sol$perm_y)) seq_len(nrow(pb$y)) else sol$perm_y
+  ranges <- if (is.null(sol$ranges)) pb$ranges else sol$ranges
+  # over the points q (in the order pq), with their log weights lw and potential h
+  term <- function(q, pq, lw, h, f, r) {
+    op(list(pb$x[px, , drop = FALSE], q[pq, , drop = FALSE], matrix(lw[pq]), matrix(h[pq]), matrix(f[px]), 1 / eps),
+       ranges = r)[order(px), , drop = FALSE]
+  }
+  g <- term(pb$y, py, pb$lb, sol$g, sol$f, ranges$xy)
+  if (debias) g <- g - term(pb$x, px, pb$la, sol$fa, sol$fa, ranges$xx)
+  exp(pb$la) * g
+}
+
+# The clouds as one problem: x, y (the members of a batch end to end), la, lb (log weights, each
+# member's normalised when balanced), member_x, member_y (each point's member), ranges (the
+# batch's block-diagonal ranges xy, xx, yy; NULL for one pair of clouds), a_normal, a_total (a
+# normalised, and the total each member's normalisation divided by), and shape_x, shape_w to give
+# per-point results the shape of the input (a matrix; a list or array for a batch).
+sinkhorn_problem <- function(x, y, a, b, balanced) {
+  fun <- "keops_sinkhorn"
+  batch <- if (is.list(x) && !is.data.frame(x)) "list" else if (length(dim(x)) == 3L) "array" else "none"
+  xs <- sinkhorn_members(x, "x", batch)
+  ys <- sinkhorn_members(y, "y", batch, n = length(xs), d = ncol(xs[[1L]]))
+  as <- sinkhorn_member_weights(a, "a", vapply(xs, nrow, 0L), batch)
+  bs <- sinkhorn_member_weights(b, "b", vapply(ys, nrow, 0L), batch)
+  total <- vapply(as, function(w) if (balanced) sum(w) else 1, 0)
+  normal <- function(ws) unlist(lapply(ws, function(w) if (balanced) w / sum(w) else w))
+  nx <- vapply(xs, nrow, 0L)
+  ny <- vapply(ys, nrow, 0L)
+  member_x <- rep.int(seq_along(xs), nx)
+  member_y <- rep.int(seq_along(ys), ny)
+  blocks <- function(n) cbind(cumsum(n) - n + 1L, cumsum(n))
+  diagonal <- cbind(seq_along(xs), seq_along(xs))
+  ranges <- if (batch != "none") {
+    list(xy = from_pairs(blocks(nx), blocks(ny), diagonal), xx = from_pairs(blocks(nx), blocks(nx), diagonal),
+         yy = from_pairs(blocks(ny), blocks(ny), diagonal))
+  }
+  a_normal <- normal(as)
+  split_rows <- function(v, member) lapply(split(seq_along(member), member), function(r) v[r, , drop = FALSE])
+  list(x = do.call(rbind, xs), y = do.call(rbind, ys), la = log(a_normal), lb = log(normal(bs)),
+       member_x = member_x, member_y = member_y, ranges = ranges, batch = batch != "none",
+       a_normal = a_normal, a_total = total,
+       shape_x = function(v) switch(batch, none = v, list = unname(split_rows(v, member_x)),
+                                    array = aperm(array(v, c(nx[1L], length(xs), ncol(v))), c(1L, 3L, 2L))),
+       shape_w = function(v, member) switch(batch, none = v, list = unname(split(v, member)),
+                                            array = matrix(v, ncol = length(nx))))
+}
+# GeomLoss's temperatures, from the diameter^p down to blur^p by factors scaling^p; and the clouds'
+# diameter.
 sinkhorn_schedule <- function(x, y, p, blur, scaling) {
   r <- apply(rbind(x, y), 2, range)
   diameter <- max(sqrt(sum((r[2, ] - r[1, ])^2)), blur)
   steps <- seq(p * log(diameter), p * log(blur), by = p * log(scaling))
-  c(diameter^p, exp(steps), blur^p)
+  list(eps = c(diameter^p, exp(steps), blur^p), diameter = diameter)
 }
 
-# Weights: uniform when NULL; checked; normalised in the balanced case.
-sinkhorn_weights <- function(w, n, arg, balanced) {
-  if (is.null(w)) return(rep(1 / n, n))
-  if (!is.numeric(w) || length(w) != n || !all(is.finite(w)) || any(w < 0) || sum(w) <= 0) {
-    rkeops_abort("keops_sinkhorn(): '", arg, "' must be NULL or ", n, " finite non-negative weights of positive sum",
-                 kind = "input", arg = arg)
+# Whether to use the two-scale solver: "auto" for one pair of clouds in D <= 3 with p = 2, above
+# the sizes where it was measured faster than the dense solver (vignette("sinkhorn-multiscale")).
+sinkhorn_multiscale_choice <- function(multiscale, pb, p) {
+  fun <- "keops_sinkhorn"
+  if (identical(multiscale, "auto")) {
+    n <- min(nrow(pb$x), nrow(pb$y))
+    return(p == 2 && ncol(pb$x) <= 3L && !pb$batch && n >= if (gpu_in_use()) 2e5 else 5e3)
   }
-  w <- as.double(w)
-  if (balanced) w / sum(w) else w
-}
-
-# The softmin's log-sum-exp in dimension `d` for the cost |x - y|^p / p (made once).
-sinkhorn_operators <- function(d, p) {
-  key <- paste(d, p)
-  if (is.null(sinkhorn_cache$operators[[key]])) {
-    cost <- if (p == 2) "SqDist(x, y) / 2" else "Norm2(x - y)"
-    grad <- if (p == 2) "x - y" else "Normalize(x - y)"
-    xy <- c(sprintf("x = Vi(%d)", d), sprintf("y = Vj(%d)", d), "logw = Vj(1)", "h = Vj(1)")
-    sinkhorn_cache$operators[[key]] <- list(
-      lse = keops_kernel(sprintf("LogSumExp_Reduction(logw + (h - %s) * s, 0)", cost), c(xy, "s = Pm(1)")),
-      plan_grad = keops_kernel(sprintf("Sum_Reduction(Exp(logw + (f + h - %s) * s) * (%s), 0)", cost, grad),
-                               c(xy, "f = Vi(1)", "s = Pm(1)")))
+  check_flag(multiscale, "multiscale", fun)
+  if (multiscale && (p != 2 || pb$batch)) {
+    rkeops_abort(arg_label("multiscale", fun), ": the two-scale solver is for the cost |x - y|^2 / 2 (p = 2) and ",
+                 "one pair of clouds, not a batch", kind = "input", arg = "multiscale")
   }
-  sinkhorn_cache$operators[[key]]
+  multiscale
 }
 
-sinkhorn_cache <- new.env(parent = emptyenv())
+# The members of a batch (a list of matrices, or the slices of an n x d x B array), or the one
+# cloud, as a list of checked matrices; y must have n members of dimension d.
+sinkhorn_members <- function(x, arg, batch, n = NULL, d = NULL) {
+  fun <- "keops_sinkhorn"
+  kind <- if (is.list(x) && !is.data.frame(x)) "list" else if (length(dim(x)) == 3L) "array" else "none"
+  size <- switch(kind, none = 1L, list = length(x), array = dim(x)[3L])
+  if (kind != batch || size < 1L || (!is.null(n) && size != n)) {
+    rkeops_abort(arg_label(arg, fun), " must be a batch like 'x' (", n, " members, each a list element or ",
+                 "the slices of an n x d x B array)", kind = "input", arg = arg)
+  }
+  switch(kind,
+         none = list(check_points(x, arg, fun, d)),
+         list = lapply(seq_along(x), function(k) check_points(x[[k]], sprintf("%s[[%d]]", arg, k), fun, d)),
+         array = lapply(seq_len(dim(x)[3L]), function(k) {
+           check_points(matrix(x[, , k], dim(x)[1L]), sprintf("%s[, , %d]", arg, k), fun, d)
+         }))
+}
+
+# The weights of each member: uniform when NULL; for a batch a list of vectors, or a matrix with
+# one column per member (array batches).
+sinkhorn_member_weights <- function(w, arg, sizes, batch) {
+  B <- length(sizes)
+  ws <- if (is.null(w)) {
+    vector("list", B)
+  } else if (batch == "none") {
+    list(w)
+  } else if (is.list(w) && length(w) == B) {
+    w
+  } else if (is.matrix(w) && ncol(w) == B) {
+    lapply(seq_len(B), function(k) w[, k])
+  } else {
+    rkeops_abort("keops_sinkhorn(): '", arg, "' must be NULL, a list of ", B, " weight vectors or a matrix with ",
+                 B, " columns", kind = "input", arg = arg)
+  }
+  lapply(seq_len(B), function(k) {
+    v <- ws[[k]]
+    if (is.null(v)) return(rep(1 / sizes[k], sizes[k]))
+    if (!is.numeric(v) || length(v) != sizes[k] || !all(is.finite(v)) || any(v < 0) || sum(v) <= 0) {
+      rkeops_abort("keops_sinkhorn(): '", arg, "' must be NULL or ", sizes[k], " finite non-negative weights of ",
+                   "positive sum", if (B > 1L) sprintf(" (member %d)", k), kind = "input", arg = arg)
+    }
+    as.double(v)
+  })
+}

@@ -76,3 +76,86 @@ test_that("keops_sinkhorn(gradient = TRUE) gives the loss's gradient in x (finit
   }
   expect_error(keops_sinkhorn(x, y, reach = 1, gradient = TRUE), "balanced", class = "rkeops_error_input")
 })
+
+test_that("keops_sinkhorn(gradient = TRUE) gives the loss's gradient in the weights a (finite differences)", {
+  rkeops_use_float64()
+  on.exit(rkeops_use_float32())
+  set.seed(4)
+  x <- matrix(rnorm(2 * 17), 17, 2)
+  y <- matrix(rnorm(2 * 13, 0.5), 13, 2)
+  a <- runif(17) * 3
+  for (debias in c(TRUE, FALSE)) {
+    loss <- function(aa) as.vector(keops_sinkhorn(x, y, aa, blur = 0.5, debias = debias, tol = 1e-12, max_iter = 1e5))
+    s <- keops_sinkhorn(x, y, a, blur = 0.5, debias = debias, tol = 1e-12, max_iter = 1e5, gradient = TRUE)
+    fd <- vapply(seq_along(a), function(k) {
+      h <- 1e-6
+      ap <- a; ap[k] <- ap[k] + h; am <- a; am[k] <- am[k] - h
+      (loss(ap) - loss(am)) / (2 * h)
+    }, 0)
+    expect_equal(attr(s, "gradient_a"), fd, tolerance = 1e-6, info = paste("debias =", debias))
+  }
+})
+
+test_that("a batch of keops_sinkhorn() gives each member's loss, potentials and gradient", {
+  rkeops_use_float64()
+  on.exit(rkeops_use_float32())
+  set.seed(5)
+  xs <- list(matrix(rnorm(2 * 31), 31, 2), matrix(rnorm(2 * 45, 1), 45, 2), matrix(runif(2 * 7), 7, 2))
+  ys <- list(matrix(rnorm(2 * 29, 0.5), 29, 2), matrix(rnorm(2 * 12), 12, 2), matrix(runif(2 * 19), 19, 2))
+  as <- lapply(xs, function(x) runif(nrow(x)))
+  run <- function(x, y, a, ...) keops_sinkhorn(x, y, a, blur = 0.3, tol = 1e-10, max_iter = 1e5, ...)
+  batch <- run(xs, ys, as, potentials = TRUE, gradient = TRUE)
+  expect_length(batch, 3L)
+  for (k in 1:3) {
+    one <- run(xs[[k]], ys[[k]], as[[k]], potentials = TRUE, gradient = TRUE)
+    expect_equal(batch[k], as.vector(one), tolerance = 1e-8, info = paste("member", k))
+    expect_equal(attr(batch, "gradient")[[k]], attr(one, "gradient"), tolerance = 1e-6, info = paste("member", k))
+    expect_equal(attr(batch, "gradient_a")[[k]], attr(one, "gradient_a"), tolerance = 1e-6)
+    # potentials are defined up to a constant: compare the plans' log-weights f_i + g_j
+    expect_equal(outer(attr(batch, "f")[[k]], attr(batch, "g")[[k]], "+"), outer(attr(one, "f"), attr(one, "g"), "+"),
+                 tolerance = 1e-6)
+  }
+  # the array form: n x d x B, weights as a matrix with one column per member
+  xa <- array(c(xs[[1]][1:7, ], xs[[3]]), c(7, 2, 2))
+  ya <- array(c(ys[[1]][1:19, ], ys[[3]]), c(19, 2, 2))
+  wa <- cbind(as[[1]][1:7], as[[3]])
+  arr <- run(xa, ya, wa, gradient = TRUE)
+  expect_equal(arr[2], batch[3], tolerance = 1e-8)
+  expect_equal(arr[1], as.vector(run(xs[[1]][1:7, ], ys[[1]][1:19, ], as[[1]][1:7])), tolerance = 1e-8)
+  expect_equal(dim(attr(arr, "gradient")), c(7L, 2L, 2L))
+  expect_equal(attr(arr, "gradient")[, , 2], attr(batch, "gradient")[[3]], tolerance = 1e-6)
+  expect_error(keops_sinkhorn(xs, ys[1:2]), "'y' must be a batch like 'x'", class = "rkeops_error_input")
+  expect_error(keops_sinkhorn(xs, ys[[1]]), "'y' must be a batch", class = "rkeops_error_input")
+  expect_error(keops_sinkhorn(xs, ys, a = as[1:2]), "'a' must be NULL, a list of 3", class = "rkeops_error_input")
+  expect_error(keops_sinkhorn(list(xs[[1]], "a"), ys[1:2]), "'x\\[\\[2\\]\\]' must be", class = "rkeops_error_input")
+  expect_error(keops_sinkhorn(xs, ys, multiscale = TRUE), "one pair of clouds", class = "rkeops_error_input")
+})
+
+test_that("the two-scale keops_sinkhorn() gives the dense solver's loss, potentials and gradient", {
+  rkeops_use_float64()
+  on.exit(rkeops_use_float32())
+  set.seed(6)
+  torus <- function(n) {
+    u <- runif(n, 0, 2 * pi); v <- runif(n, 0, 2 * pi)
+    cbind((1 + 0.4 * cos(v)) * cos(u), (1 + 0.4 * cos(v)) * sin(u), 0.4 * sin(v))
+  }
+  x <- torus(1503)
+  y <- torus(1297) %*% diag(c(1.1, 0.9, 1)) + 0.2
+  b <- runif(1297)
+  run <- function(multiscale) {
+    keops_sinkhorn(x, y, b = b, blur = 0.05, tol = 1e-6, max_iter = 1e4, multiscale = multiscale, potentials = TRUE,
+                   gradient = TRUE)
+  }
+  dense <- run(FALSE)
+  two <- run(TRUE)
+  expect_lt(attr(two, "kept"), 0.7)           # a block-sparse solve (0.62 here), not a dense one in disguise
+  expect_equal(as.vector(two), as.vector(dense), tolerance = 1e-4)
+  eps <- 0.05^2
+  shift <- mean(attr(two, "f") - attr(dense, "f"))
+  expect_lt(max(abs(attr(two, "f") - attr(dense, "f") - shift)), 0.05 * eps)
+  expect_lt(max(abs(attr(two, "g") - attr(dense, "g") + shift)), 0.05 * eps)
+  expect_equal(attr(two, "gradient"), attr(dense, "gradient"), tolerance = 1e-3)
+  expect_error(keops_sinkhorn(x, y, p = 1, multiscale = TRUE), "p = 2", class = "rkeops_error_input")
+  expect_error(keops_sinkhorn(x, y, multiscale = "yes"), "'multiscale' must be TRUE or FALSE",
+               class = "rkeops_error_input")
+})
