@@ -4,7 +4,8 @@
 #   keops_gmm() VVI   N = 1e5, D = 5, G = 10, 10 iterations  vs mclust::emVVI, same parameters
 #                     (and N = 5e5, G = 1e3 on the GPU, the KeOps paper's Table 1)
 #   keops_krige()     N = 5e4 (KRIGE_N), D = 2, Gaussian kernel, fit + predict at 1e4 points
-#   keops_sinkhorn()  N = M = 500 in float64 against log-domain Sinkhorn to convergence in dense R;
+#   keops_sinkhorn()  N = M = 500 in float64 against log-domain Sinkhorn to convergence in dense R
+#                     and, where python3 has POT, against POT (bench/pot_sinkhorn.py) and its ot.emd2;
 #                     N = M = 1e4 (SINKHORN_N) timed, blur 0.05
 #   keops_landmarks() seed 003's setup (1847 landmarks, nt = 40, 400 iterations) on the GPU only
 # Usage: make bench-algorithms [BACKEND=GPU] [REPS=3], or R_LIBS=lib Rscript bench/algorithms.R
@@ -95,6 +96,46 @@ ref <- dense_ot(xs, ys, w, w, 0.1^2, 1000) - dense_ot(xs, xs, w, w, 0.1^2, 1000)
 ours <- keops_sinkhorn(xs, ys, blur = 0.1, tol = 1e-6, max_iter = 1e4)
 emit(sprintf("keops_sinkhorn N=M=500 float64 blur 0.1: %.8g against dense R %.8g (relative %.1e)", ours, ref,
              abs(ours - ref) / abs(ref)))
+# The same problem against POT (Python Optimal Transport) where python3 has it: bench/pot_sinkhorn.py
+# prints OT_eps in GeomLoss's convention (<a, f> + <b, g>), the divergence and ot.emd2's W2^2 / 2
+# (NULL without python3, POT or a result). R's LD_LIBRARY_PATH is cleared for python3: it can hand a
+# pyenv python3 the system's libpython, and with it the system's module paths.
+pot_reference <- function(x, y, a, b, eps) {
+  python <- Sys.which("python3")
+  run <- function(args, ...) suppressWarnings(system2(python, args, env = "LD_LIBRARY_PATH=", ...))
+  if (!nzchar(python) || run(c("-c", shQuote("import ot")), stdout = FALSE, stderr = FALSE) != 0L) return(NULL)
+  csv <- function(m) {        # 17 digits: POT reads our points to the last bit
+    f <- tempfile(fileext = ".csv")
+    writeLines(apply(as.matrix(m), 1, function(r) paste(sprintf("%.17g", r), collapse = ",")), f)
+    f
+  }
+  files <- c(csv(x), csv(y), csv(a), csv(b))
+  on.exit(unlink(files))
+  out <- run(c(shQuote(file.path(bench_dir, "pot_sinkhorn.py")), shQuote(files), sprintf("%.17g", eps)), stdout = TRUE)
+  out <- setNames(sub("^[^=]*=", "", out), sub("=.*", "", out))
+  if ("divergence" %in% names(out)) as.list(out) else NULL
+}
+pot <- pot_reference(xs, ys, w, w, 0.1^2)
+if (!is.null(pot)) {
+  num <- function(k) as.numeric(pot[[k]])
+  rel <- function(u, v) abs(u - v) / abs(v)
+  emit(sprintf(paste("POT %s float64 eps 0.01 (L-BFGS then sinkhorn_log; marginals' L1 error %.1e): OT_eps %.10g",
+                     "(from the plan %.10g), divergence %.10g; emd2 %.10g (%s)"),
+               pot$pot_version, num("marginal_error_xy"), num("ot_xy"), num("ot_xy_plan"), num("divergence"),
+               num("emd2"), pot$emd2_status))
+  emit(sprintf("keops_sinkhorn N=M=500 float64 blur 0.1 debiased: %.10g against POT %.10g (relative %.1e)", ours,
+               num("divergence"), rel(ours, num("divergence"))))
+  biased <- suppressWarnings(keops_sinkhorn(xs, ys, blur = 0.1, debias = FALSE, tol = 1e-6, max_iter = 1e4))
+  emit(sprintf("keops_sinkhorn N=M=500 float64 blur 0.1 debias = FALSE: %.10g against POT %.10g (relative %.1e)",
+               biased, num("ot_xy"), rel(biased, num("ot_xy"))))
+  # for information: the divergence tends to W2^2 / 2 as blur -> 0, but Sinkhorn needs of the order
+  # of (diameter / blur)^2 iterations there: max_iter is reached (minutes on the CPU)
+  small <- suppressWarnings(keops_sinkhorn(xs, ys, blur = 0.01, tol = 1e-5, max_iter = 1e5))
+  emit(sprintf("keops_sinkhorn N=M=500 float64 blur 0.01 (%d iterations): %.8g; POT emd2 (W2^2 / 2) %.8g (rel. %.1e)",
+               attr(small, "iterations"), small, num("emd2"), rel(small, num("emd2"))))
+} else {
+  emit("keops_sinkhorn against POT: skipped (no python3 with POT, pip install pot, or bench/pot_sinkhorn.py failed)")
+}
 rkeops_use_float32()
 ns <- env_num("SINKHORN_N", 1e4)
 xs <- matrix(rnorm(3 * ns), ns, 3); ys <- matrix(rnorm(3 * ns, 0.5), ns, 3)
