@@ -45,7 +45,7 @@ sinkhorn_two_scale <- function(pb, eps, kind, debias, rho, tol, extra, cell, tau
     ranges$xx <- two_scale_ranges(fine$fa, fine$fa, cx, cx, sx, sx, cp$fa, cp$fa, e, tau * first)
     ranges$yy <- two_scale_ranges(fine$gb, fine$gb, cy, cy, sy, sy, cp$gb, cp$gb, e, tau * first)
   }
-  res <- sinkhorn_run(fine, rows(!coarse), 2, debias, tol, extra, ranges)
+  res <- sinkhorn_solve(fine, eps[!coarse], kind[!coarse], 2, debias, rho, tol, extra, ranges)
   unsort <- function(v, s) v[order(s$perm)]
   res$f <- unsort(res$f, sx)
   res$g <- unsort(res$g, sy)

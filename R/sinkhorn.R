@@ -100,7 +100,7 @@ keops_sinkhorn <- function(x, y, a = NULL, b = NULL, blur = 0.05, p = 2, scaling
     sinkhorn_two_scale(pb, eps, kind, debias, rho, tol, max_iter,
                        sinkhorn_cell_size(schedule$diameter, max(nrow(pb$x), nrow(pb$y))))
   } else {
-    sinkhorn_run(pb, sinkhorn_rows(eps, kind, rho), p, debias, tol, max_iter, pb$ranges)
+    sinkhorn_solve(pb, eps, kind, p, debias, rho, tol, max_iter, pb$ranges)
   }
   if (!is.null(tol) && sol$iterations == length(kind) - 1L + max_iter && !(sol$err < tol)) {
     warning(sprintf("keops_sinkhorn(): the marginals' error is above tol = %g after max_iter = %d iterations",
