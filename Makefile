@@ -158,9 +158,9 @@ bench-program: install
 
 # make bench-algorithms: the algorithm functions (keops_kmeans, keops_gmm, keops_krige, keops_sinkhorn,
 # keops_landmarks on a GPU) against their R peers (bench/algorithms.R; BACKEND=GPU, REPS, KRIGE_N,
-# SINKHORN_N, BENCH_OUT=file.md).
+# SINKHORN_N, CASES=kmeans,gmm,krige,sinkhorn,landmarks, BENCH_OUT=file.md).
 bench-algorithms: install
-	BACKEND='$(BACKEND)' REPS=$(ITER_REPS) R_LIBS=$(LIB_DIR) Rscript bench/algorithms.R
+	BACKEND='$(BACKEND)' REPS=$(ITER_REPS) CASES='$(CASES)' R_LIBS=$(LIB_DIR) Rscript bench/algorithms.R
 
 # make bench-ranges: block-sparse reductions and keops_knn() (bench/ranges.R), N = M points.
 RANGES_N ?= 1e6

@@ -126,6 +126,17 @@ check_choice <- function(x, choices, arg) {
            error = function(e) rkeops_abort(conditionMessage(e), kind = "input", arg = arg))
 }
 
+# The weights of n points: uniform (1 / n) when NULL, else checked (finite, non-negative, of positive
+# sum) and as doubles; `member` names a batch's member in the message.
+check_point_weights <- function(w, n, arg, fun, member = NULL) {
+  if (is.null(w)) return(rep(1 / n, n))
+  if (!is.numeric(w) || length(w) != n || !all(is.finite(w)) || any(w < 0) || sum(w) <= 0) {
+    rkeops_abort(arg_label(arg, fun), " must be NULL or ", n, " finite non-negative weights of positive sum",
+                 if (!is.null(member)) sprintf(" (member %d)", member), kind = "input", arg = arg)
+  }
+  as.double(w)
+}
+
 # `x` as a double matrix of finite values, one point per row (a vector: one column).
 check_points <- function(x, arg, fun, d = NULL) {
   if (is.data.frame(x)) x <- as.matrix(x)

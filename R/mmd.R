@@ -24,8 +24,10 @@ keops_mmd <- function(x, y, a = NULL, b = NULL, kernel = c("energy", "gaussian",
   fun <- "keops_mmd"
   x <- check_points(x, "x", fun)
   y <- check_points(y, "y", fun, d = ncol(x))
-  a <- sinkhorn_weights(a, nrow(x), "a", TRUE)
-  b <- sinkhorn_weights(b, nrow(y), "b", TRUE)
+  a <- check_point_weights(a, nrow(x), "a", fun)
+  b <- check_point_weights(b, nrow(y), "b", fun)
+  a <- a / sum(a)
+  b <- b / sum(b)
   kernel <- check_choice(kernel, c("energy", "gaussian", "laplacian"), "kernel")
   check_number(blur, "blur", fun, sign = "positive")
   # <u, K v> over the pairs of p (i) and q (j)

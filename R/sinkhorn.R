@@ -252,16 +252,10 @@ sinkhorn_member_weights <- function(w, arg, sizes, batch) {
   } else if (is.matrix(w) && ncol(w) == B) {
     lapply(seq_len(B), function(k) w[, k])
   } else {
-    rkeops_abort("keops_sinkhorn(): '", arg, "' must be NULL, a list of ", B, " weight vectors or a matrix with ",
-                 B, " columns", kind = "input", arg = arg)
+    rkeops_abort(arg_label(arg, "keops_sinkhorn"), " must be NULL, a list of ", B, " weight vectors or a matrix ",
+                 "with ", B, " columns", kind = "input", arg = arg)
   }
   lapply(seq_len(B), function(k) {
-    v <- ws[[k]]
-    if (is.null(v)) return(rep(1 / sizes[k], sizes[k]))
-    if (!is.numeric(v) || length(v) != sizes[k] || !all(is.finite(v)) || any(v < 0) || sum(v) <= 0) {
-      rkeops_abort("keops_sinkhorn(): '", arg, "' must be NULL or ", sizes[k], " finite non-negative weights of ",
-                   "positive sum", if (B > 1L) sprintf(" (member %d)", k), kind = "input", arg = arg)
-    }
-    as.double(v)
+    check_point_weights(ws[[k]], sizes[k], arg, "keops_sinkhorn", if (B > 1L) k)
   })
 }
