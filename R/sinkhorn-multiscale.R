@@ -53,8 +53,8 @@ sinkhorn_two_scale <- function(pb, eps, kind, debias, rho, tol, extra, cell, tau
     res$fa <- unsort(res$fa, sx)
     res$gb <- unsort(res$gb, sy)
   }
-  c(res, list(iterations = res$iterations + sum(coarse), ranges = ranges, perm_x = sx$perm, perm_y = sy$perm,
-              kept = kept_fraction(ranges$xy)))
+  res$iterations <- res$iterations + sum(coarse)
+  c(res, list(ranges = ranges, perm_x = sx$perm, perm_y = sy$perm, kept = kept_fraction(ranges$xy)))
 }
 
 # The block-sparse ranges of the pairs of cells (I of x, J of y) where, for the potentials f, g (of
