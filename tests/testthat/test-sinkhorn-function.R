@@ -67,12 +67,7 @@ test_that("keops_sinkhorn(gradient = TRUE) gives the loss's gradient in x (finit
     }
     s <- keops_sinkhorn(x, y, a, b, blur = 0.5, p = case$p, debias = case$debias, tol = 1e-12, max_iter = 1e5,
                         gradient = TRUE)
-    fd <- vapply(seq_along(x), function(k) {
-      h <- 1e-5
-      xp <- x; xp[k] <- xp[k] + h; xm <- x; xm[k] <- xm[k] - h
-      (loss(xp) - loss(xm)) / (2 * h)
-    }, 0)
-    expect_equal(as.vector(attr(s, "gradient")), fd, tolerance = 1e-7, info = paste("p =", case$p))
+    expect_equal(attr(s, "gradient"), finite_differences(loss, x, 1e-5), tolerance = 1e-7, info = paste("p =", case$p))
   }
   expect_error(keops_sinkhorn(x, y, reach = 1, gradient = TRUE), "balanced", class = "rkeops_error_input")
 })
@@ -87,12 +82,7 @@ test_that("keops_sinkhorn(gradient = TRUE) gives the loss's gradient in the weig
   for (debias in c(TRUE, FALSE)) {
     loss <- function(aa) as.vector(keops_sinkhorn(x, y, aa, blur = 0.5, debias = debias, tol = 1e-12, max_iter = 1e5))
     s <- keops_sinkhorn(x, y, a, blur = 0.5, debias = debias, tol = 1e-12, max_iter = 1e5, gradient = TRUE)
-    fd <- vapply(seq_along(a), function(k) {
-      h <- 1e-6
-      ap <- a; ap[k] <- ap[k] + h; am <- a; am[k] <- am[k] - h
-      (loss(ap) - loss(am)) / (2 * h)
-    }, 0)
-    expect_equal(attr(s, "gradient_a"), fd, tolerance = 1e-6, info = paste("debias =", debias))
+    expect_equal(attr(s, "gradient_a"), finite_differences(loss, a), tolerance = 1e-6, info = paste("debias =", debias))
   }
 })
 
