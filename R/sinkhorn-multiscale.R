@@ -15,9 +15,10 @@
 sinkhorn_cell_size <- function(diameter, n) diameter / 20 * (max(n, 1e4) / 1e4)^(-1 / 4)
 
 # Multiscale solver of the problem `pb` (as sinkhorn_run()) with temperatures `eps` and updates
-# `kind` (sinkhorn_rows()); returns what sinkhorn_run() does, in the order of the points given,
-# with `ranges` (xy, xx and yy, in the sorted order), `perm_x`, `perm_y` (the sort) and `kept` (the fraction of
-# the N x M pairs that the fine iterations reduce over).
+# `kind` (sinkhorn_rows()); returns what sinkhorn_solve() does, in the order of the points given,
+# with `ranges` (xy, xx and yy, in the sorted order), `perm_x`, `perm_y` (the sort) and `kept` (the
+# fractions of the N x M pairs that the fine iterations reduce over: first, and after the ranges are
+# made again).
 sinkhorn_two_scale <- function(pb, eps, kind, debias, rho, tol, extra, cell, tau = 5) {
   sx <- sort_clusters(pb$x, grid_cluster(pb$x, cell))
   sy <- sort_clusters(pb$y, grid_cluster(pb$y, cell))
@@ -37,15 +38,23 @@ sinkhorn_two_scale <- function(pb, eps, kind, debias, rho, tol, extra, cell, tau
   fine <- list(x = sx$x, y = sy$x, la = la, lb = lb,
                f = extend(sx$x, cy$centroids, log(cy$weights), cp$g),
                g = extend(sy$x, cx$centroids, log(cx$weights), cp$f))
-  first <- eps[!coarse][1L]
-  ranges <- list(xy = two_scale_ranges(fine$f, fine$g, cx, cy, sx, sy, cp$f, cp$g, e, tau * first))
+  # the pairs of cells kept for potentials (sorted), tested at the first fine temperature
+  slack <- tau * eps[!coarse][1L]
+  plan <- function(sol) {
+    out <- list(xy = two_scale_ranges(sol$f, sol$g, cx, cy, sx, sy, cp$f, cp$g, e, slack))
+    if (debias) {
+      out$xx <- two_scale_ranges(sol$fa, sol$fa, cx, cx, sx, sx, cp$fa, cp$fa, e, slack)
+      out$yy <- two_scale_ranges(sol$gb, sol$gb, cy, cy, sy, sy, cp$gb, cp$gb, e, slack)
+    }
+    out
+  }
   if (debias) {
     fine$fa <- extend(sx$x, cx$centroids, log(cx$weights), cp$fa)
     fine$gb <- extend(sy$x, cy$centroids, log(cy$weights), cp$gb)
-    ranges$xx <- two_scale_ranges(fine$fa, fine$fa, cx, cx, sx, sx, cp$fa, cp$fa, e, tau * first)
-    ranges$yy <- two_scale_ranges(fine$gb, fine$gb, cy, cy, sy, sy, cp$gb, cp$gb, e, tau * first)
   }
-  res <- sinkhorn_solve(fine, eps[!coarse], kind[!coarse], 2, debias, rho, tol, extra, ranges)
+  first_ranges <- plan(fine)
+  # made again from the potentials after the first fine updates: the extended ones are rough
+  res <- sinkhorn_solve(fine, eps[!coarse], kind[!coarse], 2, debias, rho, tol, extra, first_ranges, replan = plan)
   unsort <- function(v, s) v[order(s$perm)]
   res$f <- unsort(res$f, sx)
   res$g <- unsort(res$g, sy)
@@ -54,7 +63,7 @@ sinkhorn_two_scale <- function(pb, eps, kind, debias, rho, tol, extra, cell, tau
     res$gb <- unsort(res$gb, sy)
   }
   res$iterations <- res$iterations + sum(coarse)
-  c(res, list(ranges = ranges, perm_x = sx$perm, perm_y = sy$perm, kept = kept_fraction(ranges$xy)))
+  c(res, list(perm_x = sx$perm, perm_y = sy$perm, kept = c(kept_fraction(first_ranges$xy), kept_fraction(res$ranges$xy))))
 }
 
 # The block-sparse ranges of the pairs of cells (I of x, J of y) where, for the potentials f, g (of

@@ -111,19 +111,22 @@ sinkhorn_run <- function(pb, rows, p, debias, iterations = length(rows$s), tol =
 # the rate of an ideal successive over-relaxation, they took 10 times fewer (Thibault et al.,
 # "Overrelaxed Sinkhorn-Knopp", 2017; measured at blur 0.05 and 0.3). So the first `probe` of them
 # are plain, eta is measured on their errors, and the others run over-relaxed (omega at most 1.9:
-# 1.95 diverged at blur 0.05).
-sinkhorn_solve <- function(pb, eps, kind, p, debias, rho, tol, extra, ranges = NULL, probe = 20L) {
+# 1.95 diverged at blur 0.05). `replan`: NULL, or a function of the potentials after the plain
+# updates giving the block-sparse ranges of the others (the two-scale solver's, tighter then). The
+# result holds the ranges last used.
+sinkhorn_solve <- function(pb, eps, kind, p, debias, rho, tol, extra, ranges = NULL, probe = 20L, replan = NULL) {
   rows <- sinkhorn_rows(eps, kind, rho)
   n <- length(eps)
-  if (is.null(tol)) return(sinkhorn_run(pb, rows, p, debias, ranges = ranges))
+  if (is.null(tol)) return(c(sinkhorn_run(pb, rows, p, debias, ranges = ranges), list(ranges = ranges)))
   first <- sinkhorn_run(pb, rows, p, debias, n - 1L + min(extra, probe), tol, ranges, trace = TRUE)
   done <- first$iterations - (n - 1L)
-  if (first$err < tol || done >= extra) return(first)
+  if (first$err < tol || done >= extra) return(c(first, list(ranges = ranges)))
+  if (!is.null(replan)) ranges <- replan(first)
   errs <- utils::tail(first$trace, 11L)
   eta <- (errs[11L] / errs[1L])^(1 / 10)
   omega <- if (is.finite(eta) && eta < 1) min(2 / (1 + sqrt(1 - eta)), 1.9) else 1
   pb[c("f", "g", "fa", "gb")] <- first[c("f", "g", "fa", "gb")]
   last <- sinkhorn_run(pb, sinkhorn_rows(eps[n], "alternate", rho, omega), p, debias, extra - done, tol, ranges)
   last$iterations <- first$iterations + last$iterations
-  last
+  c(last, list(ranges = ranges))
 }

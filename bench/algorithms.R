@@ -166,7 +166,8 @@ if (want("sinkhorn")) {
     s <- run()
     emit(sprintf("keops_sinkhorn tori N=M=%g D=3 blur 0.05 tol %s multiscale %s: %.4f s (%d iterations, divergence %.6g%s)",
                  n, format(tol), multiscale, t_ours, attr(s, "iterations"), s,
-                 if (is.null(attr(s, "kept"))) "" else sprintf(", two scales: %.1f %% of the pairs kept", 100 * attr(s, "kept"))))
+                 if (is.null(attr(s, "kept"))) "" else
+                 sprintf(", two scales: %s %% of the pairs kept", paste(sprintf("%.1f", 100 * attr(s, "kept")), collapse = " then "))))
   }
   for (ns in unique(c(env_num("SINKHORN_N", 1e4), if (backend == "GPU") 1e6))) {
     for (tol in list(NULL, 1e-3)) {

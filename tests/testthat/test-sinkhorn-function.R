@@ -138,7 +138,7 @@ test_that("the two-scale keops_sinkhorn() gives the dense solver's loss, potenti
   }
   dense <- run(FALSE)
   two <- run(TRUE)
-  expect_lt(attr(two, "kept"), 0.7)           # a block-sparse solve (0.62 here), not a dense one in disguise
+  expect_lt(max(attr(two, "kept")), 0.7)      # a block-sparse solve, not a dense one in disguise
   expect_equal(as.vector(two), as.vector(dense), tolerance = 1e-4)
   eps <- 0.05^2
   shift <- mean(attr(two, "f") - attr(dense, "f"))
