@@ -26,7 +26,8 @@ sinkhorn_two_scale <- function(pb, eps, kind, debias, rho, tol, extra, cell, tau
   lb <- pb$lb[sy$perm]
   cx <- cluster_ranges_centroids(sx$x, sx$labels, exp(la))
   cy <- cluster_ranges_centroids(sy$x, sy$labels, exp(lb))
-  coarse <- sqrt(eps) > cell * sqrt(ncol(pb$x)) & kind != "alternate"
+  # the coarse iterations: a prefix (the first one at least, the last update never)
+  coarse <- sqrt(eps) > cell * sqrt(ncol(pb$x)) & !kind %in% c("alternate", "last")
   coarse[1L] <- TRUE
   rows <- function(keep) sinkhorn_rows(eps[keep], kind[keep], rho)
   cp <- sinkhorn_run(list(x = cx$centroids, y = cy$centroids, la = log(cx$weights), lb = log(cy$weights)),
@@ -34,7 +35,9 @@ sinkhorn_two_scale <- function(pb, eps, kind, debias, rho, tol, extra, cell, tau
   e <- eps[sum(coarse)]
   de <- if (is.null(rho)) e else e / (1 + e / rho)
   lse <- sinkhorn_operators(ncol(pb$x), 2)$lse
-  extend <- function(points, centroids, logw, h) -de * as.vector(lse(list(points, centroids, matrix(logw), matrix(h), 1 / e)))
+  extend <- function(points, centroids, logw, h) {
+    -de * as.vector(lse(list(points, centroids, matrix(logw), matrix(h), 1 / e)))
+  }
   fine <- list(x = sx$x, y = sy$x, la = la, lb = lb,
                f = extend(sx$x, cy$centroids, log(cy$weights), cp$g),
                g = extend(sy$x, cx$centroids, log(cx$weights), cp$f))
@@ -63,7 +66,8 @@ sinkhorn_two_scale <- function(pb, eps, kind, debias, rho, tol, extra, cell, tau
     res$gb <- unsort(res$gb, sy)
   }
   res$iterations <- res$iterations + sum(coarse)
-  c(res, list(perm_x = sx$perm, perm_y = sy$perm, kept = c(kept_fraction(first_ranges$xy), kept_fraction(res$ranges$xy))))
+  kept <- c(kept_fraction(first_ranges$xy), kept_fraction(res$ranges$xy))
+  c(res, list(perm_x = sx$perm, perm_y = sy$perm, kept = kept))
 }
 
 # The block-sparse ranges of the pairs of cells (I of x, J of y) where, for the potentials f, g (of

@@ -21,9 +21,10 @@
 #' runs the others as block-sparse reductions over the pairs of cells where the plan may exceed
 #' `exp(-5)` times its largest value (a bound, evaluated from the extended potentials, and again
 #' after 20 fine updates when `tol` asks for more). Attribute `kept`: the fractions of the N x M
-#' pairs reduced over (before and after that second test). `multiscale = "auto"` uses it from 2e4 points on the CPU (1.8 x
-#' faster than the dense solver there, 7 x at 5e4, on tori at blur 0.05) and 2e5 on a GPU (where the
-#' dense solver is faster below: its planning on the host costs ~0.1 s), never for batches.
+#' pairs reduced over (before and after that second test). `multiscale = "auto"` uses it from 2e4
+#' points on the CPU (1.8 x faster than the dense solver there, 7 x at 5e4, on tori at blur 0.05)
+#' and 2e5 on a GPU (where the dense solver is faster below: planning on the host costs ~0.1 s),
+#' never for batches.
 #'
 #' **Over-relaxation.** Sinkhorn's alternate updates converge at a linear rate that tends to 1 as
 #' `blur` decreases; after 20 plain ones, the rate is measured and the others are over-relaxed

@@ -145,6 +145,9 @@ test_that("the two-scale keops_sinkhorn() gives the dense solver's loss, potenti
   expect_lt(max(abs(attr(two, "f") - attr(dense, "f") - shift)), 0.05 * eps)
   expect_lt(max(abs(attr(two, "g") - attr(dense, "g") + shift)), 0.05 * eps)
   expect_equal(attr(two, "gradient"), attr(dense, "gradient"), tolerance = 1e-3)
+  # a blur larger than the cells: every iteration but the last on the cells
+  wide <- function(multiscale) keops_sinkhorn(x, y, blur = 0.5, tol = 1e-6, multiscale = multiscale)
+  expect_equal(as.vector(wide(TRUE)), as.vector(wide(FALSE)), tolerance = 1e-5)
   expect_error(keops_sinkhorn(x, y, p = 1, multiscale = TRUE), "p = 2", class = "rkeops_error_input")
   expect_error(keops_sinkhorn(x, y, multiscale = "yes"), "'multiscale' must be TRUE or FALSE",
                class = "rkeops_error_input")
