@@ -35,7 +35,9 @@
 #' @param output The buffers that come back: by default, those the steps write.
 #' @return A function `program(input, schedule = NULL)`: `input` a named list with the initial
 #'   value of each buffer that a step reads before one writes it (matrices; vectors are one column;
-#'   a parameter's vector of values); `schedule` a named list of the values that buffers take at
+#'   a parameter's vector of values; or matrices kept on the GPU by [keops_device()], in the
+#'   precision of the call, copied there on the device instead of uploaded: the kept matrix is not
+#'   changed); `schedule` a named list of the values that buffers take at
 #'   each iteration (for eps-annealing): a matrix with one row per iteration and as many columns as
 #'   the buffer has values, or a vector for a buffer of one value; iteration t takes row t, the last
 #'   row repeated after its end (a buffer with a schedule needs no value in `input`: it starts at the
@@ -204,14 +206,14 @@ program_run <- function(settings, layout, input, schedule) {
   out
 }
 
-# The initial value of buffer `name` as the engine takes it: NULL, or a double matrix (a vector is
-# one column).
+# The initial value of buffer `name` as the engine takes it: NULL, a double matrix (a vector is
+# one column), or a matrix kept on a GPU (keops_device(): copied on the device, not uploaded).
 program_value <- function(x, name) {
-  if (is.null(x)) return(NULL)
+  if (is.null(x) || inherits(x, "keops_device_matrix")) return(x)
   if (is.data.frame(x)) x <- as.matrix(x)
-  if (inherits(x, "keops_device_matrix") || is.list(x) || length(dim(x)) > 2L) {
-    rkeops_abort("input '", name, "': a program takes matrices, vectors or numbers (not batches nor ",
-                 "matrices kept on a GPU)", kind = "input", arg = name)
+  if (is.list(x) || length(dim(x)) > 2L) {
+    rkeops_abort("input '", name, "': a program takes matrices, vectors, numbers or matrices kept on a GPU ",
+                 "(keops_device()), not batches", kind = "input", arg = name)
   }
   if (!(is.numeric(x) || is.logical(x)) || is.object(x)) {
     rkeops_abort("input '", name, "' must be numeric", kind = "input", arg = name)
@@ -237,7 +239,7 @@ program_schedule <- function(schedule, buffers, initial) {
       rkeops_abort("schedule: '", name, "' is not a buffer given in 'input' (its shape)", kind = "input",
                    arg = "schedule")
     }
-    len <- length(initial[[b]])
+    len <- prod(dim(initial[[b]]))
     if (!is.matrix(s) && len == 1L) s <- matrix(s, ncol = 1L)
     if (!is.numeric(s) || !is.matrix(s) || ncol(s) != len || nrow(s) == 0L) {
       rkeops_abort("schedule$", name, ": a matrix with one row per iteration and ", len, " column",

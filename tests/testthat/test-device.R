@@ -60,3 +60,39 @@ test_that("matrices kept on the GPU give the results of the R matrices, never st
   expect_true(rkeops_release_gpu_memory())
   expect_equal(gauss(list(x, y, b, 2)), dense(x), tolerance = 1e-12)
 })
+
+test_that("a program takes matrices kept on the GPU: the values kept, copied on the device", {
+  if (!isTRUE(gpu$available)) {
+    message("NO GPU (", gpu$message, "): only checked that keops_device() says why it cannot be used")
+    return(no_gpu_checks())
+  }
+  old <- get_rkeops_options()
+  on.exit(set_rkeops_options(backend = old$backend, precision = old$precision))
+  set_rkeops_options(backend = "GPU", precision = "float64")
+  set.seed(4)
+  x <- matrix(rnorm(2 * 1013), ncol = 2)
+  lloyd <- function(iterations) {
+    keops_program(list(
+      labels = keops_kernel("ArgMin_Reduction(SqDist(x, c), 0)", c("x = Vi(2)", "c = Vj(2)")),
+      sums = keops_kernel("Sum_Reduction(Equal(labels, j) * x, 1)", c("labels = Vi(1)", "x = Vi(2)", "j = Vj(1)")),
+      counts = keops_kernel("Sum_Reduction(Equal(labels, j), 1)", c("labels = Vi(1)", "j = Vj(1)")),
+      c = keops_map("IfElse(counts - 0.5, sums / counts, c)", c("sums = Vj(2)", "counts = Vj(1)", "c = Vj(2)"))
+    ), iterations = iterations)
+  }
+  start <- x[1:5, ]
+  for (iterations in c(1, 4)) {      # one iteration runs on the host: the kept matrix is read back
+    ref <- lloyd(iterations)(list(x = x, c = start, j = 1:5))
+    xd <- keops_device(x)
+    expect_equal(lloyd(iterations)(list(x = xd, c = start, j = 1:5)), ref, tolerance = 1e-12)
+    # the buffer is copied: the program does not change the kept matrix, which another run reads again
+    cd <- keops_device(start)
+    expect_equal(lloyd(iterations)(list(x = xd, c = cd, j = 1:5))$c, ref$c, tolerance = 1e-12)
+    expect_equal(as.matrix(cd), start)
+  }
+  expect_equal(lloyd(4)(list(x = keops_device(x + 1), c = start + 1, j = 1:5))$c,
+               lloyd(4)(list(x = x + 1, c = start + 1, j = 1:5))$c, tolerance = 1e-12)
+  set_rkeops_options(precision = "float32")
+  expect_error(lloyd(4)(list(x = xd, c = start, j = 1:5)), "'x'.*float64|kept on", class = "rkeops_error")
+  keops_device_free(xd)
+  expect_error(lloyd(4)(list(x = xd, c = start, j = 1:5)), "freed", class = "rkeops_error_input")
+})

@@ -13,6 +13,15 @@ pub enum Precision {
 }
 
 impl Precision {
+    /// Its name as R's options spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F16 => "float16",
+            Precision::F32 => "float32",
+            Precision::F64 => "float64",
+        }
+    }
+
     /// `work` for this precision: `run::<S, T>()` with `S` what inputs are stored in (`u16`: the
     /// bits of float16) and `T` what they are computed in. The one place the engine turns a
     /// precision into types.

@@ -7,7 +7,9 @@ use engine::program_gradient::gradient;
 use engine::{Input, Operator};
 use extendr_api::prelude::*;
 
-use crate::{block_sparse, element, guarded, numeric_input, operator, run_options, strings, sum_scheme, timings};
+use crate::{
+    block_sparse, device_matrix, element, guarded, numeric_input, operator, run_options, strings, sum_scheme, timings,
+};
 use crate::{Fallible, OrInput, RError};
 
 /// An element of an R list by name (an error naming `what` when it is missing).
@@ -65,9 +67,18 @@ fn with_program<R>(program: &Robj, work: impl FnOnce(&Program) -> Fallible<R>) -
     if initial.len() != names.len() || schedules.len() != names.len() {
         return Err(RError::input("program", "one initial value and one schedule per buffer"));
     }
+    // (matrices kept on a GPU, held here while the program borrows them)
+    let resident = initial
+        .iter()
+        .zip(&names)
+        .map(|(x, name)| x.is_external_pointer().then(|| device_matrix(x, name)).transpose())
+        .collect::<Fallible<Vec<_>>>()?;
     let mut built = Vec::with_capacity(names.len());
-    for ((name, x), s) in names.iter().zip(&initial).zip(&schedules) {
-        let initial = (!x.is_null()).then(|| numeric_input(x, name)).transpose()?;
+    for (((name, x), s), resident) in names.iter().zip(&initial).zip(&schedules).zip(&resident) {
+        let initial = match resident {
+            Some(m) => Some(Input::device(m)),
+            None => (!x.is_null()).then(|| numeric_input(x, name)).transpose()?,
+        };
         let schedule = match s.is_null() {
             true => None,
             false => {

@@ -138,12 +138,7 @@ impl DeviceMatrix {
 
     /// "GPU 0 in float32", for messages.
     pub fn where_(&self) -> String {
-        let precision = match self.precision {
-            Precision::F16 => "float16",
-            Precision::F32 => "float32",
-            Precision::F64 => "float64",
-        };
-        format!("GPU {} in {precision}", self.device.ordinal)
+        format!("GPU {} in {}", self.device.ordinal, self.precision.name())
     }
 
     /// Its values, back on the host as doubles (exactly the stored values).

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Ran, Run, Summed, INTERRUPT_EVERY};
-use crate::api::Input;
+use crate::api::{Input, Values};
 use crate::cuda::device::Device;
+use crate::cuda::elementwise;
 use crate::cuda::recorded::Recorded;
 use crate::cuda::resident::DeviceMatrix;
 use crate::error::{Error, Result};
@@ -25,21 +26,38 @@ pub(crate) type Keep<'k> = &'k mut dyn FnMut(usize, &DeviceMatrix) -> Result<()>
 
 impl DeviceState {
     /// The buffers of `run`'s program on `device`, from their initial values (zeros for the others).
+    /// An initial value kept on the device is copied there (the program writes its buffers).
     pub(crate) fn new(run: &Run, device: &Arc<Device>) -> Result<DeviceState> {
         let p = run.program;
-        let keep = |b: usize, data: Option<&[f64]>| {
+        let precision = run.options.precision;
+        let zeros = |b: usize| {
             let (nrow, ncol) = run.shapes[b];
-            match data {
-                Some(d) => DeviceMatrix::new(device.clone(), d, nrow, ncol, run.options.precision),
-                None => DeviceMatrix::zeros(device.clone(), nrow.max(1), ncol.max(1), run.options.precision),
+            DeviceMatrix::zeros(device.clone(), nrow.max(1), ncol.max(1), precision)
+        };
+        let initial = |b: usize| match p.buffers[b].initial.map(|x| x.values) {
+            Some(Values::Host(d)) => DeviceMatrix::new(device.clone(), d, run.shapes[b].0, run.shapes[b].1, precision),
+            Some(Values::Device(kept)) => {
+                if kept.ordinal() != device.ordinal || kept.precision != precision {
+                    return Err(Error::Input {
+                        name: p.buffers[b].name.clone(),
+                        what: format!(
+                            "is kept on {}, the program runs on GPU {} in {}: make it with keops_device() \
+                             with the options of the call",
+                            kept.where_(),
+                            device.ordinal,
+                            precision.name()
+                        ),
+                    });
+                }
+                let copy = zeros(b)?;
+                elementwise::copy(device, kept.nrow * kept.ncol, kept.pointer(), copy.pointer(), precision)?;
+                Ok(copy)
             }
+            None => zeros(b),
         };
         let written = |b: usize| p.steps.iter().any(|s| s.output == b);
-        let current = (0..p.buffers.len())
-            .map(|b| keep(b, p.buffers[b].initial.and_then(|x| x.host_data())))
-            .collect::<Result<_>>()?;
-        let next =
-            (0..p.buffers.len()).map(|b| written(b).then(|| keep(b, None)).transpose()).collect::<Result<_>>()?;
+        let current = (0..p.buffers.len()).map(initial).collect::<Result<_>>()?;
+        let next = (0..p.buffers.len()).map(|b| written(b).then(|| zeros(b)).transpose()).collect::<Result<_>>()?;
         Ok(DeviceState { current, next })
     }
 }

@@ -17,7 +17,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use crate::api::{Input, RunOptions};
+use crate::api::{Input, RunOptions, Values};
 use crate::backend::Timings;
 use crate::error::{Error, Result};
 use crate::operator::Operator;
@@ -220,10 +220,10 @@ pub(crate) fn check(p: &Program) -> Result<Vec<(usize, usize)>> {
 /// A buffer's own checks: its initial data, and its schedule (values of its shape).
 fn check_buffer(b: &Buffer) -> Result<()> {
     let fail = |what: String| Error::Input { name: b.name.clone(), what };
-    if let Some(x) = b.initial {
-        let data = x.host_data().ok_or_else(|| fail("the initial values of a program are host data".into()))?;
-        if data.len() != x.nrow * x.ncol {
-            return Err(fail(format!("holds {} values, not {} x {}", data.len(), x.nrow, x.ncol)));
+    if let Some(data) = b.initial.and_then(|x| x.host_data()) {
+        let (nrow, ncol) = b.initial.map_or((0, 0), |x| (x.nrow, x.ncol));
+        if data.len() != nrow * ncol {
+            return Err(fail(format!("holds {} values, not {nrow} x {ncol}", data.len())));
         }
     }
     if let Some(schedule) = b.schedule {
@@ -240,6 +240,17 @@ fn check_buffer(b: &Buffer) -> Result<()> {
         }
     }
     Ok(())
+}
+
+impl Buffer<'_> {
+    /// The initial values on the host: borrowed, read back from a device, or none.
+    pub(crate) fn initial_values(&self) -> Result<Cow<'_, [f64]>> {
+        match self.initial.map(|x| x.values) {
+            Some(Values::Host(data)) => Ok(Cow::Borrowed(data)),
+            Some(Values::Device(kept)) => Ok(Cow::Owned(kept.to_host()?)),
+            None => Ok(Cow::Owned(Vec::new())),
+        }
+    }
 }
 
 impl Schedule<'_> {
@@ -269,11 +280,7 @@ impl Run<'_> {
     fn on_host(&self) -> Result<Ran> {
         let p = self.program;
         // (the initial values borrowed: a program of one iteration copies nothing more than a call)
-        let mut values: Vec<Cow<[f64]>> = p
-            .buffers
-            .iter()
-            .map(|b| b.initial.and_then(|x| x.host_data()).map_or(Cow::Owned(Vec::new()), Cow::Borrowed))
-            .collect();
+        let mut values: Vec<Cow<[f64]>> = p.buffers.iter().map(Buffer::initial_values).collect::<Result<_>>()?;
         let mut timings = Summed::default();
         let mut backend = "CPU".to_string();
         let mut trace: Vec<Vec<f64>> = vec![Vec::new(); p.trace.len()];

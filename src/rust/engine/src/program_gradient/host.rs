@@ -60,8 +60,13 @@ fn forward(
         .buffers
         .iter()
         .zip(shapes)
-        .map(|(b, &(nrow, ncol))| b.initial.and_then(|x| x.host_data()).map_or(vec![0.0; nrow * ncol], <[f64]>::to_vec))
-        .collect();
+        .map(|(b, &(nrow, ncol))| {
+            Ok(match b.initial {
+                Some(_) => b.initial_values()?.into_owned(),
+                None => vec![0.0; nrow * ncol],
+            })
+        })
+        .collect::<Result<_>>()?;
     let mut tape = Vec::with_capacity(p.iterations * p.steps.len());
     let mut backend = "CPU".to_string();
     let mut done = 0;
