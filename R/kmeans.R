@@ -65,9 +65,7 @@ keops_kmeans <- function(x, centers, iter.max = 10, nstart = 1, algorithm = "Llo
     storage.mode(centers) <- "double"
     starts <- list(centers)
   }
-  # on a GPU, x is uploaded once for every start and the sums of squares (not once per call)
-  kept <- if (gpu_in_use() && get_rkeops_options()$precision != "float16") keops_device(x) else x
-  fits <- lapply(starts, function(start) kmeans_lloyd(x, kept, start, iter.max))
+  fits <- lapply(starts, function(start) kmeans_lloyd(x, start, iter.max))
   best <- fits[[which.min(vapply(fits, function(f) f$tot.withinss, 0))]]
   if (any(best$size == 0L)) warning("empty cluster: try a better set of initial centers", call. = FALSE)
   if (!is.null(best$ifault)) {
@@ -76,19 +74,18 @@ keops_kmeans <- function(x, centers, iter.max = 10, nstart = 1, algorithm = "Llo
   best
 }
 
-# Lloyd's iterations from the centres `start`, as one program; the kmeans object. `kept`: x, or x
-# kept on the GPU (keops_device()).
-kmeans_lloyd <- function(x, kept, start, iter.max) {
+# Lloyd's iterations from the centres `start`, as one program; the kmeans object.
+kmeans_lloyd <- function(x, start, iter.max) {
   d <- ncol(x)
   k <- nrow(start)
-  res <- kmeans_program(d, iter.max)(list(x = kept, c = start, labels = rep(0, nrow(x)), j = seq_len(k)))
+  res <- kmeans_program(d, iter.max)(list(x = x, c = start, labels = rep(0, nrow(x)), j = seq_len(k)))
   iter <- attr(res, "iterations")
   converged <- res$changed[[1L]] < 0.5
   cluster <- as.integer(res$labels)
   centers <- res$c
   dimnames(centers) <- list(seq_len(k), colnames(x))
   size <- res$sc[, d + 1L]
-  withinss <- as.vector(kmeans_operators(d)$withinss(list(res$labels, kept, seq_len(k), centers)))
+  withinss <- as.vector(kmeans_operators(d)$withinss(list(res$labels, x, seq_len(k), centers)))
   # Each centre is the mean of its points (the last step computed it from the last labels; an empty
   # cluster counts for nothing): the total sum of squares is the within one plus the between one.
   mean <- colSums(size * centers) / nrow(x)
