@@ -1,5 +1,6 @@
-# The Sinkhorn loop of keops_sinkhorn() as one program: every update of the potentials, the
-# eps-scaling and the stopping test run in the engine, with no R between iterations.
+# The Sinkhorn loop of keops_sinkhorn() as programs: every update of the potentials, the
+# eps-scaling and the stopping test run in the engine, with no R between iterations (one program
+# for GeomLoss's schedule; a second one for the over-relaxed updates when `tol` asks for more).
 #
 # One iteration, from the potentials f (of x), g (of y), and with `debias` fa (of x against x) and
 # gb (of y against y):

@@ -11,8 +11,9 @@
 #' for equal clouds and a smooth, metric-like loss; with `reach` the transport is unbalanced (the
 #' marginals are penalised by `reach^p` times a Kullback-Leibler divergence instead of imposed).
 #'
-#' The whole loop is one program ([keops_program()]): on a GPU the potentials stay on the device
-#' from the first iteration to the last, and the stopping test is made there.
+#' The loop runs as programs ([keops_program()]): on a GPU the potentials stay on the device from
+#' the first iteration to the last (of each program: one for the schedule and the first 20 updates
+#' at `blur^p`, one for the others), and the stopping test is made there.
 #'
 #' **Two scales.** For large clouds in dimension 3 or less (p = 2), the two-scale solver of Feydy et
 #' al. (`vignette("sinkhorn-multiscale")`) cuts both clouds into the cells of a grid (side: a
