@@ -126,8 +126,10 @@ sinkhorn_solve <- function(pb, eps, kind, p, debias, rho, tol, extra, ranges = N
   errs <- utils::tail(first$trace, 11L)
   eta <- (errs[11L] / errs[1L])^(1 / 10)
   omega <- if (is.finite(eta) && eta < 1) min(2 / (1 + sqrt(1 - eta)), 1.9) else 1
-  pb[c("f", "g", "fa", "gb")] <- first[c("f", "g", "fa", "gb")]
-  last <- sinkhorn_run(pb, sinkhorn_rows(eps[n], "alternate", rho, omega), p, debias, extra - done, tol, ranges)
+  pb[c("f", "g")] <- first[c("f", "g")]
+  # the self problems' symmetric updates have converged by now: the others update f and g only
+  last <- sinkhorn_run(pb, sinkhorn_rows(eps[n], "alternate", rho, omega), p, FALSE, extra - done, tol, ranges)
   last$iterations <- first$iterations + last$iterations
+  if (debias) last[c("fa", "gb")] <- first[c("fa", "gb")]
   c(last, list(ranges = ranges))
 }

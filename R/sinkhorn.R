@@ -13,7 +13,9 @@
 #'
 #' The loop runs as programs ([keops_program()]): on a GPU the potentials stay on the device from
 #' the first iteration to the last (of each program: one for the schedule and the first 20 updates
-#' at `blur^p`, one for the others), and the stopping test is made there.
+#' at `blur^p`, one for the others, which leaves the self problems' potentials `f_aa`, `g_bb` as
+#' the first one ends: their symmetric updates have converged by then), and the stopping test is
+#' made there.
 #'
 #' **Two scales.** For large clouds in dimension 3 or less (p = 2), the two-scale solver of Feydy et
 #' al. (`vignette("sinkhorn-multiscale")`) cuts both clouds into the cells of a grid (side: a
@@ -36,8 +38,8 @@
 #' is one loss per member, all solved by one program over block-diagonal ranges (the temperatures
 #' follow the diameter of the whole batch; the stopping test is on the sum of the members' errors).
 #'
-#' Costs: each iteration is two log-sum-exp reductions over the N x M pairs (four with `debias`: the
-#' N x N and M x M ones too), and one to test the marginals; memory O(N + M).
+#' Costs: each iteration is two log-sum-exp reductions over the N x M pairs (four with `debias` in
+#' the first program: the N x N and M x M ones too), and one to test the marginals; memory O(N + M).
 #'
 #' @param x,y Numeric matrices of points, one per row, with the same number of columns; or batches
 #'   of them.
