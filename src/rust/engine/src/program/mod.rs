@@ -220,10 +220,10 @@ pub(crate) fn check(p: &Program) -> Result<Vec<(usize, usize)>> {
 /// A buffer's own checks: its initial data, and its schedule (values of its shape).
 fn check_buffer(b: &Buffer) -> Result<()> {
     let fail = |what: String| Error::Input { name: b.name.clone(), what };
-    if let Some(data) = b.initial.and_then(|x| x.host_data()) {
-        let (nrow, ncol) = b.initial.map_or((0, 0), |x| (x.nrow, x.ncol));
-        if data.len() != nrow * ncol {
-            return Err(fail(format!("holds {} values, not {nrow} x {ncol}", data.len())));
+    // (a matrix kept on a device has its shape by construction)
+    if let Some(x) = b.initial {
+        if let Some(data) = x.host_data().filter(|data| data.len() != x.nrow * x.ncol) {
+            return Err(fail(format!("holds {} values, not {} x {}", data.len(), x.nrow, x.ncol)));
         }
     }
     if let Some(schedule) = b.schedule {
