@@ -43,11 +43,16 @@ sinkhorn_two_scale <- function(pb, eps, kind, debias, rho, tol, extra, cell, tau
                g = extend(sy$x, cx$centroids, log(cx$weights), cp$f))
   # the pairs of cells kept for potentials (sorted), tested at the first fine temperature
   slack <- tau * eps[!coarse][1L]
+  bounds <- list(xy = two_scale_bound(cx, cy, sx, sy, cp$f, cp$g, e))
+  if (debias) {
+    bounds$xx <- two_scale_bound(cx, cx, sx, sx, cp$fa, cp$fa, e)
+    bounds$yy <- two_scale_bound(cy, cy, sy, sy, cp$gb, cp$gb, e)
+  }
   plan <- function(sol) {
-    out <- list(xy = two_scale_ranges(sol$f, sol$g, cx, cy, sx, sy, cp$f, cp$g, e, slack))
+    out <- list(xy = two_scale_ranges(bounds$xy, sol$f, sol$g, slack))
     if (debias) {
-      out$xx <- two_scale_ranges(sol$fa, sol$fa, cx, cx, sx, sx, cp$fa, cp$fa, e, slack)
-      out$yy <- two_scale_ranges(sol$gb, sol$gb, cy, cy, sy, sy, cp$gb, cp$gb, e, slack)
+      out$xx <- two_scale_ranges(bounds$xx, sol$fa, sol$fa, slack)
+      out$yy <- two_scale_ranges(bounds$yy, sol$gb, sol$gb, slack)
     }
     out
   }
@@ -77,17 +82,30 @@ sinkhorn_two_scale <- function(pb, eps, kind, debias, rho, tol, extra, cell, tau
 #   f_i + g_j - C_ij <= F_I + G_J - |x_I - y_J|^2 / 2 + r_I |y_J - t_I| + r_J |x_I - s_J|,
 #   F_I = max_i (f_i - <x_i - x_I, x_I - t_I>), G_J the same in y
 # (x_I, y_J the centroids, r_I, r_J the radii). Each cell keeps at least its best partner.
-two_scale_ranges <- function(f, g, cx, cy, sx, sy, fc, gc, e, slack) {
+# two_scale_bound() computes what the coarse plan fixes (t, s and the points' slopes, once: a problem
+# of a cloud with itself has t = s), two_scale_ranges() the ranges for potentials f, g.
+two_scale_bound <- function(cx, cy, sx, sy, fc, gc, e) {
   s <- Pm(1 / e)
   xc <- Vi(cx$centroids)
   yc <- Vj(cy$centroids)
   Cc <- sqdist(xc, yc) / 2
+  symmetric <- identical(cx, cy) && identical(fc, gc)
   to <- sumsoftmaxweight(Vj(log(cy$weights)) + (Vj(gc) - Cc) * s, weight = yc, index = "j")
-  from <- sumsoftmaxweight(Vi(log(cx$weights)) + (Vi(fc) - Cc) * s, weight = xc, index = "i")
-  F <- block_max(f - along_slope(sx, cx$centroids, to), cx$ranges)
-  G <- block_max(g - along_slope(sy, cy$centroids, from), cy$ranges)
-  margin <- Vi(F) + Vj(G) - Cc + Vi(cx$radii) * sqrt(sqdist(yc, Vi(to))) +
-    Vj(cy$radii) * sqrt(sqdist(xc, Vj(from))) + Pm(slack)
+  from <- if (symmetric) to else sumsoftmaxweight(Vi(log(cx$weights)) + (Vi(fc) - Cc) * s, weight = xc, index = "i")
+  slope_x <- along_slope(sx, cx$centroids, to)
+  list(cx = cx, cy = cy, to = to, from = from, slope_x = slope_x, symmetric = symmetric,
+       slope_y = if (symmetric) slope_x else along_slope(sy, cy$centroids, from))
+}
+
+two_scale_ranges <- function(bound, f, g, slack) {
+  cx <- bound$cx
+  cy <- bound$cy
+  F <- block_max(f - bound$slope_x, cx$ranges)
+  G <- if (bound$symmetric && identical(f, g)) F else block_max(g - bound$slope_y, cy$ranges)
+  xc <- Vi(cx$centroids)
+  yc <- Vj(cy$centroids)
+  margin <- Vi(F) + Vj(G) - sqdist(xc, yc) / 2 + Vi(cx$radii) * sqrt(sqdist(yc, Vi(bound$to))) +
+    Vj(cy$radii) * sqrt(sqdist(xc, Vj(bound$from))) + Pm(slack)
   from_pairs(cx$ranges, cy$ranges, kept_cell_pairs(margin, nrow(cy$ranges)))
 }
 
