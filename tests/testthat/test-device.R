@@ -15,14 +15,23 @@ no_gpu_checks <- function() {
   expect_error(keops_device_free(matrix(1, 3, 3)), "made by keops_device", class = "rkeops_error_input")
 }
 
-test_that("matrices kept on the GPU give the results of the R matrices, never stale ones", {
+# Where a GPU can be used: the GPU in float64 for the calling test (the options restored at its
+# exit), TRUE; where none can, the checks above, with a message saying so, FALSE.
+local_gpu_float64 <- function(env = parent.frame()) {
   if (!isTRUE(gpu$available)) {
     message("NO GPU (", gpu$message, "): only checked that keops_device() says why it cannot be used")
-    return(no_gpu_checks())
+    no_gpu_checks()
+    return(FALSE)
   }
   old <- get_rkeops_options()
-  on.exit(set_rkeops_options(backend = old$backend, precision = old$precision))
+  do.call(on.exit, list(substitute(set_rkeops_options(backend = b, precision = p),
+                                   list(b = old$backend, p = old$precision)), add = TRUE), envir = env)
   set_rkeops_options(backend = "GPU", precision = "float64")
+  TRUE
+}
+
+test_that("matrices kept on the GPU give the results of the R matrices, never stale ones", {
+  if (!local_gpu_float64()) return()
   set.seed(3)
   x <- matrix(runif(3 * 2011), ncol = 3); y <- matrix(runif(3 * 517), ncol = 3); b <- runif(517)
   gauss <- keops_kernel("Sum_Reduction(Exp(-s * SqDist(x, y)) * b, 0)",
@@ -62,13 +71,7 @@ test_that("matrices kept on the GPU give the results of the R matrices, never st
 })
 
 test_that("a program takes matrices kept on the GPU: the values kept, copied on the device", {
-  if (!isTRUE(gpu$available)) {
-    message("NO GPU (", gpu$message, "): only checked that keops_device() says why it cannot be used")
-    return(no_gpu_checks())
-  }
-  old <- get_rkeops_options()
-  on.exit(set_rkeops_options(backend = old$backend, precision = old$precision))
-  set_rkeops_options(backend = "GPU", precision = "float64")
+  if (!local_gpu_float64()) return()
   set.seed(4)
   x <- matrix(rnorm(2 * 1013), ncol = 2)
   lloyd <- function(iterations) {

@@ -32,8 +32,7 @@ dense_em <- function(x, pro, mu, var, iterations) {
 }
 
 test_that("keops_gmm() runs the EM iterations of dense R from the same parameters", {
-  rkeops_use_float64()
-  on.exit(rkeops_use_float32())
+  local_precision("float64")
   for (D in c(1, 3)) {
     d <- gmm_test_data(D = D)
     fit <- keops_gmm(d$x, 4, iter.max = 7, tol = 0, init = d$init)
@@ -54,8 +53,7 @@ test_that("keops_gmm() runs the EM iterations of dense R from the same parameter
 })
 
 test_that("keops_gmm() stops on the tolerance, starts from keops_kmeans(), and predicts", {
-  rkeops_use_float64()
-  on.exit(rkeops_use_float32())
+  local_precision("float64")
   d <- gmm_test_data(N = 400, G = 3, D = 2, seed = 8)
   set.seed(1)
   fit <- keops_gmm(d$x, 3, tol = 1e-8)
@@ -89,8 +87,7 @@ test_that("keops_gmm() refuses bad input, naming the argument", {
 })
 
 test_that("keops_gmm(model = \"VVV\") runs the EM iterations of dense R with full covariances", {
-  rkeops_use_float64()
-  on.exit(rkeops_use_float32())
+  local_precision("float64")
   set.seed(9)
   N <- 431; G <- 3; D <- 3
   centres <- matrix(runif(G * D, 0, 6), G, D)

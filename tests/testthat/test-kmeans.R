@@ -7,8 +7,7 @@ kmeans_data <- function(seed = 2) {
 }
 
 test_that("keops_kmeans() equals stats::kmeans (Lloyd) from the same centres, converged or not", {
-  rkeops_use_float64()
-  on.exit(rkeops_use_float32())
+  local_precision("float64")
   x <- kmeans_data()
   start <- x[c(1, 400, 550), ]
   ours <- keops_kmeans(x, start, iter.max = 20)
@@ -40,8 +39,7 @@ test_that("keops_kmeans() in float32 finds stats' clusters", {
 })
 
 test_that("seeding by k-means++ is reproducible, nstart keeps the best, predict() gives the nearest centre", {
-  rkeops_use_float64()
-  on.exit(rkeops_use_float32())
+  local_precision("float64")
   x <- kmeans_data(6)
   set.seed(10)
   a <- keops_kmeans(x, 3)
@@ -65,8 +63,7 @@ test_that("seeding by k-means++ is reproducible, nstart keeps the best, predict(
 })
 
 test_that("an empty cluster keeps its centre, with stats' warning", {
-  rkeops_use_float64()
-  on.exit(rkeops_use_float32())
+  local_precision("float64")
   x <- kmeans_data(7)
   start <- rbind(x[1, ], x[400, ], c(100, 100))
   expect_warning(fit <- keops_kmeans(x, start), "empty cluster")

@@ -7,8 +7,7 @@ krige_test_data <- function(n = 403, seed = 1) {
 }
 
 test_that("keops_krige() equals the dense kriging predictor and variances, for each kernel", {
-  rkeops_use_float64()
-  on.exit(rkeops_use_float32())
+  local_precision("float64")
   d <- krige_test_data()
   n <- nrow(d$x)
   dist <- function(a, b) sqrt(pmax(outer(rowSums(a^2), rowSums(b^2), "+") - 2 * tcrossprod(a, b), 0)) / 0.2
@@ -33,8 +32,7 @@ test_that("keops_krige() equals the dense kriging predictor and variances, for e
 })
 
 test_that("keops_krige() takes several series and observation weights (a zero weight drops a point)", {
-  rkeops_use_float64()
-  on.exit(rkeops_use_float32())
+  local_precision("float64")
   d <- krige_test_data(n = 211, seed = 2)
   n <- nrow(d$x)
   Z <- cbind(d$z, cos(3 * d$x[, 1]))

@@ -34,8 +34,7 @@ lm_fd <- function(f, x, h = 1e-6) {
 }
 
 test_that("the energy and gradient of keops_landmarks() equal dense R and its finite differences", {
-  rkeops_use_float64()
-  on.exit(rkeops_use_float32())
+  local_precision("float64")
   set.seed(38)
   n <- 13
   nt <- 5
@@ -62,8 +61,7 @@ test_that("the energy and gradient of keops_landmarks() equal dense R and its fi
 })
 
 test_that("keops_landmarks() matches a circle to an ellipse and returns the documented shapes", {
-  rkeops_use_float64()
-  on.exit(rkeops_use_float32())
+  local_precision("float64")
   n <- 17
   nt <- 4
   theta <- 2 * pi * (seq_len(n) - 1) / n

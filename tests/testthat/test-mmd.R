@@ -1,6 +1,5 @@
 test_that("keops_mmd() equals the dense kernel norms of plain R", {
-  rkeops_use_float64()
-  on.exit(rkeops_use_float32())
+  local_precision("float64")
   set.seed(5)
   x <- matrix(rnorm(3 * 41), 41, 3)
   y <- matrix(rnorm(3 * 53, 0.5), 53, 3)

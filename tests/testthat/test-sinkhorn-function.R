@@ -19,8 +19,7 @@ sinkhorn_test_data <- function() {
 }
 
 test_that("keops_sinkhorn() gives the Sinkhorn divergence and the entropic cost of dense R", {
-  rkeops_use_float64()
-  on.exit(rkeops_use_float32())
+  local_precision("float64")
   d <- sinkhorn_test_data()
   eps <- 0.1^2
   ot_xy <- dense_ot(d$x, d$y, d$a, d$b, eps)
@@ -54,8 +53,7 @@ test_that("keops_sinkhorn() refuses bad input, naming the argument", {
 })
 
 test_that("keops_sinkhorn(gradient = TRUE) gives the loss's gradient in x (finite differences)", {
-  rkeops_use_float64()
-  on.exit(rkeops_use_float32())
+  local_precision("float64")
   set.seed(2)
   x <- matrix(rnorm(2 * 23), 23, 2)
   y <- matrix(rnorm(2 * 19, 0.5), 19, 2)
@@ -73,8 +71,7 @@ test_that("keops_sinkhorn(gradient = TRUE) gives the loss's gradient in x (finit
 })
 
 test_that("keops_sinkhorn(gradient = TRUE) gives the loss's gradient in the weights a (finite differences)", {
-  rkeops_use_float64()
-  on.exit(rkeops_use_float32())
+  local_precision("float64")
   set.seed(4)
   x <- matrix(rnorm(2 * 17), 17, 2)
   y <- matrix(rnorm(2 * 13, 0.5), 13, 2)
@@ -87,8 +84,7 @@ test_that("keops_sinkhorn(gradient = TRUE) gives the loss's gradient in the weig
 })
 
 test_that("a batch of keops_sinkhorn() gives each member's loss, potentials and gradient", {
-  rkeops_use_float64()
-  on.exit(rkeops_use_float32())
+  local_precision("float64")
   set.seed(5)
   xs <- list(matrix(rnorm(2 * 31), 31, 2), matrix(rnorm(2 * 45, 1), 45, 2), matrix(runif(2 * 7), 7, 2))
   ys <- list(matrix(rnorm(2 * 29, 0.5), 29, 2), matrix(rnorm(2 * 12), 12, 2), matrix(runif(2 * 19), 19, 2))
@@ -122,8 +118,7 @@ test_that("a batch of keops_sinkhorn() gives each member's loss, potentials and 
 })
 
 test_that("the two-scale keops_sinkhorn() gives the dense solver's loss, potentials and gradient", {
-  rkeops_use_float64()
-  on.exit(rkeops_use_float32())
+  local_precision("float64")
   set.seed(6)
   torus <- function(n) {
     u <- runif(n, 0, 2 * pi); v <- runif(n, 0, 2 * pi)
