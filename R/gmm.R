@@ -64,7 +64,7 @@ keops_gmm <- function(x, G, model = "VVI", iter.max = 100, tol = 1e-6, init = NU
   d <- ncol(x)
   c0 <- d / 2 * log(2 * pi)
   input <- list(x = x, n = nrow(x), c0 = c0, mu = start$mu, is2 = 1 / start$var,
-                cst = matrix(log(start$pro) - 0.5 * rowSums(log(start$var)) - c0), ll = 0)
+                cst = matrix(gmm_vvi_constant(start$pro, start$var)), ll = 0)
   res <- gmm_program(d, iter.max, tol)(input)
   final <- gmm_estep(x, res$mu, res$is2, res$cst)
   pro <- exp(as.vector(res$cst) + 0.5 * rowSums(log(1 / res$is2)) + c0)
@@ -76,6 +76,10 @@ keops_gmm <- function(x, G, model = "VVI", iter.max = 100, tol = 1e-6, init = NU
                  iterations = attr(res, "iterations"), n = nrow(x), d = d, G = G, modelName = "VVI"),
             class = "keops_gmm")
 }
+
+# Each component's log-density constant for weights `pro` and variances `var` (G x D):
+# log(pro) - log(det(2 pi diag(var))) / 2 (the program's `cst` map computes it in the engine).
+gmm_vvi_constant <- function(pro, var) log(pro) - 0.5 * rowSums(log(var)) - ncol(var) / 2 * log(2 * pi)
 
 # The component parameters as mclust lays them out (VVI): pro, mean D x G, variance.
 gmm_parameters <- function(pro, mu, var) {
@@ -227,7 +231,7 @@ predict.keops_gmm <- function(object, newdata, z = FALSE, ...) {
   } else {
     var <- sigma_diagonals(p$variance$sigma, d, object$G)
     ops <- gmm_operators(d)
-    inputs <- list(matrix(log(p$pro) - 0.5 * rowSums(log(var)) - d / 2 * log(2 * pi)), 1 / var, newdata, mu)
+    inputs <- list(matrix(gmm_vvi_constant(p$pro, var)), 1 / var, newdata, mu)
   }
   logdensity <- as.vector(ops$lse(inputs))
   out <- list(classification = as.integer(ops$best(inputs)), logdensity = logdensity)

@@ -52,12 +52,8 @@ keops_krige <- function(x, z, kernel = c("gaussian", "laplacian", "matern32", "m
   kernel <- check_choice(kernel, c("gaussian", "laplacian", "matern32", "matern52"), "kernel")
   check_number(range, "range", fun, sign = "positive")
   check_number(nugget, "nugget", fun, sign = "positive")
-  if (!is.null(weights) && (!is.numeric(weights) || length(weights) != n || !all(is.finite(weights)) ||
-                            any(weights < 0) || sum(weights) <= 0)) {
-    rkeops_abort(arg_label("weights", fun), " must be NULL or ", n, " finite non-negative weights of positive sum",
-                 kind = "input", arg = "weights")
-  }
-  root <- if (is.null(weights)) NULL else sqrt(as.double(weights))
+  if (!is.null(weights)) weights <- check_point_weights(weights, n, "weights", fun)
+  root <- if (is.null(weights)) NULL else sqrt(weights)
   K <- krige_kernel(Vi(x), Vj(x), kernel, range)
   if (!is.null(root)) K <- Vi(matrix(root)) * K * Vj(matrix(root))
   sol <- solve(K, if (is.null(root)) zm else zm * root, alpha = nugget, eps = eps, maxiter = maxiter, info = TRUE)

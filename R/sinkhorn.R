@@ -178,16 +178,15 @@ sinkhorn_gradient_x <- function(pb, sol, p, eps, debias) {
 # normalised, and the total each member's normalisation divided by), and shape_x, shape_w to give
 # per-point results the shape of the input (a matrix; a list or array for a batch).
 sinkhorn_problem <- function(x, y, a, b, balanced) {
-  fun <- "keops_sinkhorn"
-  batch <- if (is.list(x) && !is.data.frame(x)) "list" else if (length(dim(x)) == 3L) "array" else "none"
+  batch <- sinkhorn_batch_kind(x)
   xs <- sinkhorn_members(x, "x", batch)
   ys <- sinkhorn_members(y, "y", batch, n = length(xs), d = ncol(xs[[1L]]))
-  as <- sinkhorn_member_weights(a, "a", vapply(xs, nrow, 0L), batch)
-  bs <- sinkhorn_member_weights(b, "b", vapply(ys, nrow, 0L), batch)
-  total <- vapply(as, function(w) if (balanced) sum(w) else 1, 0)
-  normal <- function(ws) unlist(lapply(ws, function(w) if (balanced) w / sum(w) else w))
   nx <- vapply(xs, nrow, 0L)
   ny <- vapply(ys, nrow, 0L)
+  as <- sinkhorn_member_weights(a, "a", nx, batch)
+  bs <- sinkhorn_member_weights(b, "b", ny, batch)
+  total <- vapply(as, function(w) if (balanced) sum(w) else 1, 0)
+  normal <- function(ws) unlist(lapply(ws, function(w) if (balanced) w / sum(w) else w))
   member_x <- rep.int(seq_along(xs), nx)
   member_y <- rep.int(seq_along(ys), ny)
   blocks <- function(n) cbind(cumsum(n) - n + 1L, cumsum(n))
@@ -231,11 +230,16 @@ sinkhorn_multiscale_choice <- function(multiscale, pb, p) {
   multiscale
 }
 
+# "list" (a batch as a list of clouds), "array" (an n x d x B array) or "none" (one cloud).
+sinkhorn_batch_kind <- function(x) {
+  if (is.list(x) && !is.data.frame(x)) "list" else if (length(dim(x)) == 3L) "array" else "none"
+}
+
 # The members of a batch (a list of matrices, or the slices of an n x d x B array), or the one
 # cloud, as a list of checked matrices; y must have n members of dimension d.
 sinkhorn_members <- function(x, arg, batch, n = NULL, d = NULL) {
   fun <- "keops_sinkhorn"
-  kind <- if (is.list(x) && !is.data.frame(x)) "list" else if (length(dim(x)) == 3L) "array" else "none"
+  kind <- sinkhorn_batch_kind(x)
   size <- switch(kind, none = 1L, list = length(x), array = dim(x)[3L])
   if (kind != batch || size < 1L || (!is.null(n) && size != n)) {
     rkeops_abort(arg_label(arg, fun), " must be a batch like 'x' (", n, " members, each a list element or ",
