@@ -447,6 +447,14 @@ reduction.LazyTensor <- function(x, opstr, index, opt_arg = NULL, ranges = NULL)
   )
 }
 
+# The operator of Sum_Reduction(K * V, 0) for a LazyTensor K of dimension 1, V a j-variable of
+# `cols` columns after the variables of K: K %*% V.
+weighted_sum_operator <- function(K, cols) {
+  nb <- length(K$vars)
+  f <- sprintf("Sum_Reduction((%s) * V%d, 0)", gsub("@([0-9]+)@", "V\\1", K$formula), nb)
+  lazy_operator(f, c(K$args, sprintf("V%d = Vj(%d)", nb, cols)))
+}
+
 # The operator v -> K %*% v for a LazyTensor K of dimension 1: Sum_Reduction(K * b, 0) with b
 # a new j-variable after the variables of K. Without j-variables in K, b alone sets the j rows.
 lazy_matvec <- function(K, fun) {
@@ -455,12 +463,9 @@ lazy_matvec <- function(K, fun) {
   need_dim1(K, fun)
   kj <- match("Vj", K$cats)
   M <- if (is.na(kj)) NA_integer_ else NROW(K$vars[[kj]])
-  nb <- length(K$vars)
   vars <- K$vars
-  base_args <- K$args
-  # The formula and its operator are made once per number of columns of b, not at every product
-  # (solve() makes one product per iteration).
-  f <- sprintf("Sum_Reduction((%s) * V%d, 0)", gsub("@([0-9]+)@", "V\\1", K$formula), nb)
+  # The operator is made once per number of columns of b, not at every product (solve() makes one
+  # product per iteration).
   op <- NULL
   op_cols <- -1L
   function(b, ranges = NULL) {
@@ -471,7 +476,7 @@ lazy_matvec <- function(K, fun) {
     }
     if (NCOL(b) != op_cols) {
       op_cols <<- NCOL(b)
-      op <<- lazy_operator(f, c(base_args, sprintf("V%d = Vj(%d)", nb, op_cols)))
+      op <<- weighted_sum_operator(K, op_cols)
     }
     op(c(vars, list(b)), ranges)
   }

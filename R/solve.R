@@ -250,12 +250,17 @@ scale_columns <- function(m, s) if (length(s) == 1L) m * s else m * rep(s, each 
 
 # The preconditioner (gamma I + C W^-1 C')^-1 of the system (alpha I + K), from `rank` landmarks
 # drawn uniformly (or a rank grown within a time budget when rank is NULL, see ?solve.LazyTensor:
-# t_iteration is the time of one iteration without the preconditioner). Returns list(apply = function(r), rank), or NULL when
-# K vanishes on the landmarks.
-nystrom_preconditioner <- function(K, alpha, rank, eps, t_iteration) {
+# t_iteration is the time of one iteration without the preconditioner). Returns list(apply =
+# function(r), rank, kept), or NULL when K vanishes on the landmarks. On the CPU the columns C =
+# K[, S] are kept (kept = TRUE: the products by BLAS are faster than evaluating the kernel again),
+# which holds the automatic rank to 1 GiB of them; on a GPU they are not (kept = FALSE): C'C grows
+# block by block in the engine, the preconditioner applies C and C' as two reductions of N x rank
+# pairs, and the rank may grow to nystrom_max_rank at any N.
+nystrom_preconditioner <- function(K, alpha, rank, eps, t_iteration, keep = !gpu_in_use()) {
   N <- dim(K)[1L]
   auto <- is.null(rank)
-  m_max <- if (auto) min(N, nystrom_max_rank, max(64L, floor(2^30 / (8 * N)))) else rank
+  m_max <- if (!auto) rank else if (keep) min(N, nystrom_max_rank, max(64L, floor(2^30 / (8 * N)))) else
+    min(N, nystrom_max_rank)
   m <- min(64L, m_max)   # a first block, then growth steps (auto) or the rest at once
   if (auto) force(t_iteration)   # timed in the precision of the products, before the switch below
   landmarks <- sample.int(N, m_max)
@@ -263,57 +268,36 @@ nystrom_preconditioner <- function(K, alpha, rank, eps, t_iteration) {
   # the very columns the preconditioner applies (else it may not be positive definite), and the
   # eigenvalues of the approximation need more digits than float32 has.
   K <- lazy_on_host(K)
-  precision <- .rkeops_env$options$precision
-  .rkeops_env$options$precision <- "float64"
-  on.exit(.rkeops_env$options$precision <- precision, add = TRUE)
+  local_float64()
   u <- 2^-53
   t0 <- proc.time()[["elapsed"]]
-  blocks <- list()   # the columns C = K[, S], kept by blocks until the rank is known
+  columns <- nystrom_columns(K, landmarks, keep)
+  rows <- list()     # the columns' rows at the landmarks (W = K[S, S] is made of them)
   have <- 0L
   CC <- NULL
-  use_engine <- TRUE
   repeat {
-    # The new columns, and C'C grown by blocks: N m^2 operations in all. Below 128 landmarks by
-    # R's BLAS, then by the engine (K[S, ] %*% Cn, on every core; it needs as many landmarks to
-    # fill them: then 2 to 2.5 times faster than the reference BLAS here), unless it turns out
-    # slower than the BLAS's speed on the first block predicts.
+    # C'C grown by the new columns' block: N m^2 operations in all.
     S <- landmarks[seq_len(m)]
-    Cn <- kernel_columns(K, S[seq.int(have + 1L, m)])
-    n_new <- ncol(Cn)
-    if (have == 0L) {
-      t1 <- proc.time()[["elapsed"]]
-      CC <- crossprod(Cn)
-      blas_rate <- N * n_new * (n_new + 1) / 2 / max(proc.time()[["elapsed"]] - t1, 1e-3)
-    } else {
-      blas_time <- N * n_new * (have + (n_new + 1) / 2) / blas_rate
-      t1 <- proc.time()[["elapsed"]]
-      if (use_engine && m >= 128L) {
-        all <- kernel_rows_times(K, S, Cn, chunk = 64L)   # m x new: the cross block, then the new one
-        cross <- all[seq_len(have), , drop = FALSE]
-        new <- all[-seq_len(have), , drop = FALSE]
-        new <- (new + t(new)) / 2
-        use_engine <- proc.time()[["elapsed"]] - t1 < 1.2 * blas_time
-      } else {
-        cross <- do.call(rbind, lapply(blocks, crossprod, Cn))
-        new <- crossprod(Cn)
-      }
-      CC <- rbind(cbind(CC, cross), cbind(t(cross), new))
-    }
-    blocks[[length(blocks) + 1L]] <- Cn
+    grown <- columns$grow(S, have)
+    cross <- grown$products[seq_len(have), , drop = FALSE]
+    new <- grown$products[have + seq_len(m - have), , drop = FALSE]
+    new <- (new + t(new)) / 2
+    CC <- if (have == 0L) new else rbind(cbind(CC, cross), cbind(t(cross), new))
+    rows[[length(rows) + 1L]] <- grown$rows
+    rm(grown)
     have <- m
     if (!auto && m < m_max) {
       m <- m_max
       next
     }
-    # W = K[S, S]: the rows S of the columns.
-    W <- do.call(cbind, lapply(blocks, function(B) B[S, , drop = FALSE]))
+    W <- do.call(cbind, rows)[seq_len(m), , drop = FALSE]
     fac <- nystrom_factor(W, CC, alpha, u)
     if (!auto || is.null(fac) || m >= m_max) break
     # The rank passes the number k of eigenvalues above alpha: then the iterations collapse (from
     # hundreds to tens), further landmarks bring a few less. Enough when k <= m / 2.
     k <- sum(fac$lambda > alpha)
     if (k <= m / 2) break
-    if (length(blocks) == 1L) {
+    if (length(rows) == 1L) {
       # Plain conjugate gradients need about sqrt(condition number) / 2 * log(2 / eps) iterations
       # (an upper bound): to pass k, the preconditioner may cost a tenth of their time (50 ms at
       # least: less is lost in the noise of the timings, and is nothing to wait for).
@@ -330,14 +314,90 @@ nystrom_preconditioner <- function(K, alpha, rank, eps, t_iteration) {
     m <- m_new
   }
   if (is.null(fac)) return(NULL)
-  C <- if (length(blocks) == 1L) blocks[[1L]] else do.call(cbind, blocks)
-  rm(blocks)
+  S <- landmarks[seq_len(m)]
   R <- fac$R
   gamma <- fac$gamma
-  list(rank = m, apply = function(r) {
-    y <- backsolve(R, backsolve(R, crossprod(C, r), transpose = TRUE))
-    (r - base::`%*%`(C, y)) / gamma
+  if (keep) {
+    C <- columns$kept()
+    times_C <- function(y) base::`%*%`(C, y)
+    C_times <- function(r) crossprod(C, r)
+  } else {
+    times_C <- function(y) {
+      local_float64()
+      kernel_columns_times(K, S, y)
+    }
+    C_times <- function(r) {
+      local_float64()
+      kernel_rows_times(K, S, r)
+    }
+  }
+  list(rank = m, kept = keep, apply = function(r) {
+    y <- backsolve(R, backsolve(R, C_times(r), transpose = TRUE))
+    (r - times_C(y)) / gamma
   })
+}
+
+# The columns C = K[, S] of the landmarks S = landmarks[1:m], block by block: grow(S, have) makes
+# the columns have + 1..m and returns their products with all m columns (products = C'Cn, m x new)
+# and their rows at the landmarks; kept() returns C. Kept (CPU), the products are by R's BLAS below
+# 128 landmarks, then by the engine (K[S, ] %*% Cn, on every core; it needs as many landmarks to
+# fill them: then 2 to 2.5 times faster than the reference BLAS here), unless it turns out slower
+# than the BLAS's speed on the first block predicts. Not kept (GPU), by pieces made and used on the
+# device.
+nystrom_columns <- function(K, landmarks, keep) {
+  N <- dim(K)[1L]
+  blocks <- list()
+  blas_rate <- NA
+  use_engine <- TRUE
+  grow <- function(S, have) {
+    new <- S[seq.int(have + 1L, length(S))]
+    if (!keep) return(nystrom_pieces(K, S, new, landmarks))
+    Cn <- kernel_columns(K, new)
+    t1 <- proc.time()[["elapsed"]]
+    if (have == 0L) {
+      products <- crossprod(Cn)
+      blas_rate <<- N * length(new) * (length(new) + 1) / 2 / max(proc.time()[["elapsed"]] - t1, 1e-3)
+    } else if (use_engine && length(S) >= 128L) {
+      products <- kernel_rows_times(K, S, Cn, chunk = 64L)
+      blas_time <- N * length(new) * (have + (length(new) + 1) / 2) / blas_rate
+      use_engine <<- proc.time()[["elapsed"]] - t1 < 1.2 * blas_time
+    } else {
+      products <- rbind(do.call(rbind, lapply(blocks, crossprod, Cn)), crossprod(Cn))
+    }
+    blocks[[length(blocks) + 1L]] <<- Cn
+    list(products = products, rows = Cn[landmarks, , drop = FALSE])
+  }
+  kept <- function() {
+    C <- if (length(blocks) == 1L) blocks[[1L]] else do.call(cbind, blocks)
+    blocks <<- list()
+    C
+  }
+  list(grow = grow, kept = kept)
+}
+
+# The products K[S, ] %*% K[, new] (length(S) x length(new)) and the rows K[landmarks, new], by
+# pieces of `piece` columns, each made by one reduction (one-hot weights) and used at once as the
+# weight of the product: one output of N x piece values comes back per piece, none is kept.
+nystrom_pieces <- function(K, S, new, landmarks, piece = 64L) {
+  products <- matrix(0, length(S), length(new))
+  rows <- matrix(0, length(landmarks), length(new))
+  onehot <- diag(piece)
+  for (first in seq.int(1L, length(new), by = piece)) {
+    cols <- first:min(length(new), first + piece - 1L)
+    idx <- c(new[cols], rep(new[first], piece - length(cols)))   # the last piece padded
+    Cp <- kernel_columns_times(K, idx, onehot)
+    products[, cols] <- kernel_rows_times(K, S, Cp)[, seq_along(cols)]
+    rows[, cols] <- Cp[landmarks, seq_along(cols)]
+  }
+  list(products = products, rows = rows)
+}
+
+# Products in float64 until the calling function returns, the precision in force restored then.
+local_float64 <- function(envir = parent.frame()) {
+  precision <- .rkeops_env$options$precision
+  .rkeops_env$options$precision <- "float64"
+  do.call(on.exit, list(substitute(.rkeops_env$options$precision <- p, list(p = precision)), add = TRUE),
+          envir = envir)
 }
 
 # From W = K[S, S] and C'C (C = K[, S]): the eigenvalues `lambda` of the Nystrom approximation
@@ -393,15 +453,9 @@ lazy_on_host <- function(K) {
 # many columns (the last one padded with zeros): one formula whatever the number of columns, so
 # that a GPU compiles it once, and as fast as all columns at once on the CPU.
 kernel_rows_times <- function(K, S, Cn, chunk = NULL) {
-  vars <- K$vars
-  for (k in which(K$cats == "Vi")) vars[[k]] <- if (is.matrix(vars[[k]])) vars[[k]][S, , drop = FALSE] else vars[[k]][S]
-  nb <- length(vars)
-  f <- sprintf("Sum_Reduction((%s) * V%d, 0)", gsub("@([0-9]+)@", "V\\1", K$formula), nb)
-  if (is.null(chunk)) {
-    op <- lazy_operator(f, c(K$args, sprintf("V%d = Vj(%d)", nb, NCOL(Cn))))
-    return(op(c(vars, list(Cn))))
-  }
-  op <- lazy_operator(f, c(K$args, sprintf("V%d = Vj(%d)", nb, chunk)))
+  vars <- restrict_vars(K, "Vi", S)
+  if (is.null(chunk)) return(weighted_sum_operator(K, NCOL(Cn))(c(vars, list(Cn))))
+  op <- weighted_sum_operator(K, chunk)
   out <- matrix(0, length(S), ncol(Cn))
   for (first in seq.int(1L, ncol(Cn), by = chunk)) {
     cols <- first:min(ncol(Cn), first + chunk - 1L)
@@ -412,28 +466,33 @@ kernel_rows_times <- function(K, S, Cn, chunk = NULL) {
   out
 }
 
+# K[, S] %*% w for a square LazyTensor K: its j-variables restricted to the rows S, reduced over j
+# with the weight w (length(S) x E), an N x E matrix.
+kernel_columns_times <- function(K, S, w) {
+  weighted_sum_operator(K, NCOL(w))(c(restrict_vars(K, "Vj", S), list(w)))
+}
+
 # The columns S of a square LazyTensor K, an N x length(S) matrix, with N * length(S) kernel
-# evaluations: the j-variables restricted to the rows S, reduced over j with a one-hot weight
-# (identity blocks of 16 columns: wider weights cost more per pair than they save in calls).
+# evaluations: K[, S] times identity blocks of 16 columns (wider weights cost more per pair than
+# they save in calls).
 kernel_columns <- function(K, S, block = 16L) {
-  N <- dim(K)[1L]
-  vars <- K$vars
-  vj <- which(K$cats == "Vj")
   B <- min(block, length(S))
-  nb <- length(vars)
-  f <- sprintf("Sum_Reduction((%s) * V%d, 0)", gsub("@([0-9]+)@", "V\\1", K$formula), nb)
-  op <- lazy_operator(f, c(K$args, sprintf("V%d = Vj(%d)", nb, B)))
   onehot <- diag(B)
-  out <- matrix(0, N, length(S))
+  out <- matrix(0, dim(K)[1L], length(S))
   for (first in seq.int(1L, length(S), by = B)) {
     cols <- first:min(length(S), first + B - 1L)
     idx <- S[cols]
     idx <- c(idx, rep(idx[1L], B - length(idx)))   # the last block padded to B columns
-    v <- vars
-    for (k in vj) v[[k]] <- if (is.matrix(v[[k]])) v[[k]][idx, , drop = FALSE] else v[[k]][idx]
-    out[, cols] <- op(c(v, list(onehot)))[, seq_along(cols)]
+    out[, cols] <- kernel_columns_times(K, idx, onehot)[, seq_along(cols)]
   }
   out
+}
+
+# The variables of K with those of category `cat` ("Vi" or "Vj") restricted to the rows S.
+restrict_vars <- function(K, cat, S) {
+  vars <- K$vars
+  for (k in which(K$cats == cat)) vars[[k]] <- if (is.matrix(vars[[k]])) vars[[k]][S, , drop = FALSE] else vars[[k]][S]
+  vars
 }
 
 # ---- gradients of the solution -------------------------------------------------------------------
@@ -469,9 +528,7 @@ solve_grad <- function(w, gradin, var) {
   if (identical(positions, "b")) return(v)
   if (identical(positions, "alpha")) return(matrix(-sum(v * x), 1L, 1L))
   # d<w, e> = -<v, dK w>: minus the gradient of sum_i <v_i, sum_j K_ij w_j>.
-  nb <- length(K$vars)
-  f <- sprintf("Sum_Reduction((%s) * V%d, 0)", gsub("@([0-9]+)@", "V\\1", K$formula), nb)
-  op <- lazy_operator(f, c(K$args, sprintf("V%d = Vj(%d)", nb, dw[2L])))
+  op <- weighted_sum_operator(K, dw[2L])
   input <- c(K$vars, list(x, v))
   g <- 0
   for (k in positions) g <- g + keops_grad(op, k)(input, sys$ranges)

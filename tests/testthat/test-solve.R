@@ -57,6 +57,44 @@ test_that("the Nystrom preconditioner needs far fewer iterations than plain conj
   expect_equal(c(none), ref, tolerance = 1e-6)
 })
 
+test_that("the preconditioner applies the same operator with its columns kept (CPU) or not (GPU's way)", {
+  local_precision("float64")
+  d <- solve_case(611)
+  set.seed(3)
+  r <- matrix(rnorm(611 * 2), 611, 2)
+  for (rank in c(37L, 150L)) {
+    set.seed(9)
+    kept <- rkeops:::nystrom_preconditioner(d$K, 0.09, rank, 1e-8, 1, keep = TRUE)
+    set.seed(9)
+    streamed <- rkeops:::nystrom_preconditioner(d$K, 0.09, rank, 1e-8, 1, keep = FALSE)
+    expect_true(kept$kept)
+    expect_false(streamed$kept)
+    expect_identical(streamed$rank, rank)
+    # the same operator (to the rounding of an ill-conditioned W = K[S, S] at rank 150)
+    expect_equal(streamed$apply(r), kept$apply(r), tolerance = 1e-7)
+    if (rank > 100L) next
+    # the preconditioner of Frangella, Tropp and Udell on the dense matrix, same landmarks (the
+    # package's shift of W, a few rounding errors, weighs at 1e-6)
+    set.seed(9)
+    S <- sample.int(611, rank)
+    C <- d$Kd[, S]
+    W <- d$Kd[S, S]
+    lambda <- eigen(C %*% base::solve(W, t(C)), symmetric = TRUE, only.values = TRUE)$values[seq_len(rank)]
+    gamma <- 0.09 + min(lambda)
+    ref <- (r - C %*% base::solve(gamma * W + crossprod(C), crossprod(C, r))) / gamma
+    expect_equal(streamed$apply(r), ref, tolerance = 1e-4)
+  }
+  # a whole solve with the columns not kept
+  b <- sin(4 * d$x[, 1]) + rnorm(611, sd = 0.3)
+  set.seed(9)
+  prec <- rkeops:::nystrom_preconditioner(d$K, 0.09, NULL, 1e-10, 1e-3, keep = FALSE)
+  op <- function(v) rkeops:::lazy_matvec(d$K, "test")(v) + 0.09 * v
+  start <- list(x = matrix(0, 611, 1), r = matrix(b), iterations = 0L)
+  res <- rkeops:::conjugate_gradients(op, prec$apply, matrix(b), start, 1e-10, 1000, "test")
+  expect_equal(c(res$x), c(base::solve(d$Kd + 0.09 * diag(611), b)), tolerance = 1e-7)
+  expect_lt(res$iterations, 40)
+})
+
 test_that("the automatic rank stops when the spectrum above alpha is captured", {
   local_precision("float64")
   # A smooth 1-D kernel with a large nugget: only a handful of eigenvalues above alpha.
