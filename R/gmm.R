@@ -63,10 +63,12 @@ keops_gmm <- function(x, G, model = "VVI", iter.max = 100, tol = 1e-6, init = NU
   if (full) return(gmm_vvv(x, start, iter.max, tol))
   d <- ncol(x)
   c0 <- d / 2 * log(2 * pi)
-  input <- list(x = x, n = nrow(x), c0 = c0, mu = start$mu, is2 = 1 / start$var,
+  # On a GPU the points go there once for the program and the last E-step's two reductions.
+  points <- if (gpu_in_use()) keops_device(x) else x
+  input <- list(x = points, n = nrow(x), c0 = c0, mu = start$mu, is2 = 1 / start$var,
                 cst = matrix(gmm_vvi_constant(start$pro, start$var)), ll = 0)
   res <- gmm_program(d, iter.max, tol)(input)
-  final <- gmm_estep(x, res$mu, res$is2, res$cst)
+  final <- gmm_estep(points, res$mu, res$is2, res$cst)
   pro <- exp(as.vector(res$cst) + 0.5 * rowSums(log(1 / res$is2)) + c0)
   var <- 1 / res$is2
   npar <- (G - 1) + 2 * G * d
@@ -152,7 +154,7 @@ gmm_from_kmeans <- function(x, G, full = FALSE) {
 
 # The log-likelihood of the parameters and the most likely component of each point.
 gmm_estep <- function(x, mu, is2, cst) {
-  ops <- gmm_operators(ncol(x))
+  ops <- gmm_operators(ncol(mu))
   inputs <- list(cst, is2, x, mu)
   list(loglik = sum(ops$lse(inputs)), classification = as.integer(ops$best(inputs)))
 }

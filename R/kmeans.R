@@ -7,10 +7,11 @@
 #' whole loop is one program ([keops_program()]): on a GPU, the points, labels and centres stay on
 #' the device and only the result comes back.
 #'
-#' Costs: each iteration is two reductions over N x K pairs of dimension D (memory O(N + K) beyond
-#' `x`); k-means++ seeding (`centers` a number) is K passes over the N points, in R; `withinss` is one
-#' more reduction (`totss` follows from it and the centres, the means of their points). Same clusters as `stats::kmeans()` (Lloyd) from the same
-#' start, up to ties between equally near centres (in float32, distances that differ by less than
+#' Costs: each iteration is three reductions over N x K pairs of dimension D (the labels, the
+#' centres' sums, the clusters' sums of squares `withinss`; memory O(N + K) beyond `x`); k-means++
+#' seeding (`centers` a number) is K passes over the N points, in R; `totss` follows from `withinss`
+#' and the centres, the means of their points. Same clusters as `stats::kmeans()` (Lloyd) from the
+#' same start, up to ties between equally near centres (in float32, distances that differ by less than
 #' its precision may break a tie differently; `rkeops_use_float64()` to match exactly).
 #'
 #' @param x A numeric matrix (or data frame) of N points, one per row.
@@ -85,7 +86,7 @@ kmeans_lloyd <- function(x, start, iter.max) {
   centers <- res$c
   dimnames(centers) <- list(seq_len(k), colnames(x))
   size <- res$sc[, d + 1L]
-  withinss <- as.vector(kmeans_operators(d)$withinss(list(res$labels, x, seq_len(k), centers)))
+  withinss <- as.vector(res$withinss)
   # Each centre is the mean of its points (the last step computed it from the last labels; an empty
   # cluster counts for nothing): the total sum of squares is the within one plus the between one.
   mean <- colSums(size * centers) / nrow(x)
@@ -116,21 +117,23 @@ kmeans_operators <- function(d) {
       # a centre with no point stays where it is
       c = keops_map(sprintf("IfElse(Elem(sc, %d) - 0.5, Extract(sc, 0, %d) / Elem(sc, %d), c)", d, d, d),
                     c(vj("sc", d + 1), vj("c"))),
-      withinss = keops_kernel("Sum_Reduction(Equal(l, j) * SqDist(x, c), 1)",
-                              c(vi("l", 1), vi("x"), vj("j", 1), vj("c"))))
+      withinss = keops_kernel("Sum_Reduction(Equal(labels, j) * SqDist(x, c), 1)",
+                              c(vi("labels", 1), vi("x"), vj("j", 1), vj("c"))))
   }
   kmeans_cache$operators[[key]]
 }
 
 # The program of Lloyd's iterations in dimension `d`: the labels before (old), the labels, how many
-# changed (the stopping rule: none), the centres' sums and counts, the centres.
+# changed (the stopping rule: none), the centres' sums and counts, the centres, and the clusters'
+# sums of squares (N x K pairs, a fraction of an iteration: cheaper in every iteration than reading
+# the points again after the program).
 kmeans_program <- function(d, iter.max) {
   key <- paste(d, iter.max)
   if (is.null(kmeans_cache$programs[[key]])) {
     ops <- kmeans_operators(d)
-    kmeans_cache$programs[[key]] <- keops_program(ops[c("old", "labels", "changed", "sc", "c")],
+    kmeans_cache$programs[[key]] <- keops_program(ops[c("old", "labels", "changed", "sc", "c", "withinss")],
                                                   iterations = iter.max, until = "changed", tol = 0.5,
-                                                  output = c("labels", "changed", "sc", "c"))
+                                                  output = c("labels", "changed", "sc", "c", "withinss"))
   }
   kmeans_cache$programs[[key]]
 }
