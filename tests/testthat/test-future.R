@@ -17,6 +17,13 @@ fut_xy <- fut_x %*% t(fut_y)
 fut_K <- exp(-fut_s * fut_D)
 on_j <- function(v) matrix(v, fut_N, fut_M, byrow = TRUE)   # a j-variable on the N x M grid
 
+# The tests that run futures need the Suggests packages future and future.apply (CI installs them
+# and fails when a test is skipped: tools/run-tests.R).
+skip_without_future <- function() {
+  skip_if_not_installed("future")
+  skip_if_not_installed("future.apply")
+}
+
 # Sets the plan, its sockets made with TCP_NODELAY (the option socketOptions, read when plan()
 # starts the workers): without it each call waits for TCP's delayed acknowledgements (~0.2 s here).
 start_plan <- function(strategy, ...) {
@@ -123,6 +130,7 @@ fut_bb <- array(rmat(4 * fut_M, 2), c(fut_M, 2, 4))
 fut_e4 <- rmat(fut_M, 4)   # the gradient input of a KMin of 4 values over i
 
 test_that("reductions split over plan(multisession) equal one process and plain R", {
+  skip_without_future()
   start_plan(future::multisession, workers = 2)
   on.exit(future::plan(future::sequential), add = TRUE)
   expect_future_cases(blocks = 3, processes = 2)      # 3 unequal blocks on 2 workers
@@ -139,6 +147,7 @@ test_that("reductions split over plan(multisession) equal one process and plain 
 })
 
 test_that("reductions split over plan(cluster) of localhost workers equal one process and plain R", {
+  skip_without_future()
   # localhost workers are started as local R processes (no SSH); rscript_libs: the library that
   # holds the rkeops under test.
   start_plan(future::cluster, workers = c("localhost", "localhost"), rscript_libs = .libPaths())
@@ -148,6 +157,7 @@ test_that("reductions split over plan(cluster) of localhost workers equal one pr
 })
 
 test_that("plan(sequential) computes the blocks in this process with its options", {
+  skip_without_future()
   future::plan(future::sequential)
   on.exit(future::plan(future::sequential), add = TRUE)
   local_precision("float64")
@@ -171,6 +181,8 @@ test_that("plan(sequential) computes the blocks in this process with its options
 })
 
 test_that("progressr reports one step per block", {
+  skip_without_future()
+  skip_if_not_installed("progressr")
   start_plan(future::multisession, workers = 2)
   on.exit(future::plan(future::sequential), add = TRUE)
   old <- rkeops_use_future(blocks = 5)
@@ -210,10 +222,11 @@ test_that("rkeops_use_future() checks its arguments and says what to install", {
                class = "rkeops_error_input")
   expect_error(rkeops:::future_packages_check(have = function(p) FALSE),
                "needs the packages future and future.apply", class = "rkeops_error_input")
-  expect_true(rkeops:::future_packages_check())
+  expect_identical(rkeops:::future_packages_check(have = function(p) TRUE), TRUE)
 })
 
 test_that("the future path refuses the inputs that one process refuses, with the same words", {
+  skip_without_future()
   future::plan(future::sequential)
   on.exit(future::plan(future::sequential), add = TRUE)
   bad <- list(

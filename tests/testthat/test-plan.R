@@ -80,6 +80,8 @@ test_that("the future path's blocks are R's cuts, each sent the reduced rows its
 })
 
 test_that("with random ranges, the future path equals one process, indices included", {
+  skip_if_not_installed("future")
+  skip_if_not_installed("future.apply")
   future::plan(future::sequential)
   on.exit(future::plan(future::sequential), add = TRUE)
   local_precision("float64")
@@ -104,6 +106,8 @@ test_that("with random ranges, the future path equals one process, indices inclu
 })
 
 test_that("the future path refuses bad shapes and ranges before sending data, as one process does", {
+  skip_if_not_installed("future")
+  skip_if_not_installed("future.apply")
   future::plan(future::sequential)
   on.exit(future::plan(future::sequential), add = TRUE)
   op <- keops_kernel("ArgKMin_Reduction(SqDist(x, y), 3, 0)", c("x = Vi(2)", "y = Vj(2)"))
