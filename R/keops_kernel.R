@@ -354,6 +354,10 @@ describe_operator <- function(shown, sum_scheme) {
   )
 }
 
+# One line (at most 100 characters: `library(rkeops)` and a first formula print at most two such):
+# axis 0 reduces over j, as in KeOps; rkeops 2's code passed it to pykeops, where 0 reduced over i.
+axis_note <- "rkeops: Name_Reduction(f, 0) reduces over j (a row per i), as KeOps; rkeops 2 did the reverse"
+
 # Once per session (unless the option verbosity is FALSE): the reduction axis of formulas follows
 # the KeOps papers, not what rkeops 2's code did. A message, not a warning: it is a reminder of a
 # convention, given for correct code too. Not while testthat runs tests (edition 3 prints
@@ -364,11 +368,7 @@ axis_notice <- function(formula) {
     return(invisible())
   }
   .rkeops_env$axis_noticed <- TRUE
-  message("rkeops: the axis of a reduction follows the KeOps papers and rkeops 2's documentation: ",
-          "Name_Reduction(f, 0) reduces over j (one result row per i), axis 1 over i (one row ",
-          "per j). rkeops 2's code did the opposite (it passed the axis to pykeops, where 0 ",
-          "reduced over i): a formula whose axis was chosen from rkeops 2's results needs its ",
-          "axis swapped. This note is shown once per session; rkeops_disable_verbosity() hides it.")
+  message(axis_note)
   invisible()
 }
 

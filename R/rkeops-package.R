@@ -87,11 +87,17 @@
 .onAttach <- function(libname, pkgname) {
   status <- tryCatch(gpu_status(get_rkeops_options("device")),
                      error = function(e) list(available = FALSE, message = conditionMessage(e)))
-  if (status$available) {
-    packageStartupMessage("rkeops: computations run on ", status$message,
-                          " (rkeops_use_cpu() to use the CPU)")
+  packageStartupMessage(attach_line(status))
+}
+
+# One line of at most 100 characters: where computations run, the GPU's name without its details
+# (rkeops_sitrep() gives them), or why no GPU is used.
+attach_line <- function(status) {
+  brief <- sub(" \\(.*$", "", status$message)
+  line <- if (isTRUE(status$available)) {
+    paste0("rkeops: runs on ", brief, "; rkeops_sitrep() for details")
   } else {
-    packageStartupMessage("rkeops: computations run on the CPU; the GPU is not used: ",
-                          status$message)
+    paste0("rkeops: runs on the CPU (no GPU: ", brief, "); rkeops_sitrep() for details")
   }
+  if (nchar(line) > 100L) paste0(substr(line, 1L, 97L), "...") else line
 }

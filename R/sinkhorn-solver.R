@@ -123,7 +123,7 @@ sinkhorn_solve <- function(pb, eps, kind, p, debias, rho, tol, extra, ranges = N
   done <- first$iterations - (n - 1L)
   if (first$err < tol || done >= extra) return(c(first, list(ranges = ranges)))
   if (!is.null(replan)) ranges <- replan(first)
-  errs <- utils::tail(first$trace, 11L)
+  errs <- first$trace[seq.int(max(1L, length(first$trace) - 10L), length.out = 11L)]   # the last 11 (or NA)
   eta <- (errs[11L] / errs[1L])^(1 / 10)
   omega <- if (is.finite(eta) && eta < 1) min(2 / (1 + sqrt(1 - eta)), 1.9) else 1
   pb[c("f", "g")] <- first[c("f", "g")]

@@ -29,6 +29,10 @@ pub mod schedule;
 pub mod tuning;
 
 pub use error::{Error, Result};
+
+/// The engine's version (its crate's), for bug reports.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 pub use api::{Backend, Input, Output, RunOptions, Values};
 pub use precision::Precision;
 pub use operator::Operator;

@@ -11,6 +11,7 @@ mod knn;
 mod plan;
 mod program;
 mod results;
+mod sitrep;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -397,6 +398,7 @@ extendr_module! {
     use gradient;
     use iterate;
     use knn;
+    use sitrep;
     use plan;
     use program;
     fn keops_parse;

@@ -168,6 +168,33 @@ pub fn availability(ordinal: usize) -> Result<String> {
     ))
 }
 
+/// What a bug report needs of a device (`rkeops_sitrep()`).
+pub struct Details {
+    pub name: String,
+    /// Compute capability (major, minor).
+    pub arch: (i32, i32),
+    pub multiprocessors: usize,
+    /// Bytes of device memory: all of it, and free now (other processes' use included).
+    pub memory_total: usize,
+    pub memory_free: usize,
+    /// The NVRTC the engine compiles kernels with (major, minor).
+    pub nvrtc_version: (i32, i32),
+}
+
+/// The details of device `ordinal`, opening it (and NVRTC) as a computation would.
+pub fn details(ordinal: usize) -> Result<Details> {
+    let d = device(ordinal)?;
+    let (memory_free, memory_total) = d.ctx.mem_get_info().map_err(|e| driver_error("querying the memory", e))?;
+    Ok(Details {
+        name: d.name.clone(),
+        arch: d.arch,
+        multiprocessors: d.multiprocessors,
+        memory_total,
+        memory_free,
+        nvrtc_version: d.nvrtc_version,
+    })
+}
+
 impl Device {
     fn open(ordinal: usize) -> Result<Device> {
         let count = CudaContext::device_count().map_err(|e| driver_error("counting CUDA devices", e))?;
@@ -227,7 +254,8 @@ impl Device {
             return Ok(c);
         }
         let mut kernel = codegen::generate_variant(formula, &options);
-        if options.variant == Variant::DotTiles && kernel.static_shared + kernel.dynamic_shared > self.shared_per_block {
+        if options.variant == Variant::DotTiles && kernel.static_shared + kernel.dynamic_shared > self.shared_per_block
+        {
             // (GPUs of compute capability 8.6 and 8.9 give a block at most 99 KB: rows of 128
             // dimensions and a wide tile of other inputs may not fit)
             kernel =
