@@ -500,7 +500,6 @@ lazy_matvec <- function(K, fun) {
 #'   `N x d` matrix `sum(x * y, index = "j")`, or the matrix product of `x`
 #'   and `y`.
 #' @seealso [solve.LazyTensor()], [lazytensor_reductions]
-#' @export
 #' @examples
 #' set.seed(1)
 #' x <- matrix(runif(30), 10, 3); y <- matrix(runif(60), 20, 3)
@@ -514,7 +513,22 @@ lazy_matvec <- function(K, fun) {
 #' all.equal(Vi(x) %*% Vj(y), x * matrix(colSums(y), 10, 3, byrow = TRUE),
 #'           tolerance = 1e-5)
 #' diag(2) %*% matrix(1:4, 2)          # base behaviour
-`%*%` <- function(x, y) {
+#' @rawNamespace if (getRversion() >= "4.3.0") S3method(matrixOps, LazyTensor) else export("%*%")
+`%*%` <- function(x, y) lazy_matmult(x, y)
+
+# From R 4.3.0 on, %*% dispatches S3 methods through the group generic matrixOps (R 4.4 adds
+# crossprod and tcrossprod): base's %*% is kept and LazyTensors have a method; before, the package
+# exports its own %*% (see ?rkeops's masked functions).
+matrixOps.LazyTensor <- function(x, y) {
+  if (.Generic != "%*%") {
+    rkeops_abort(sprintf("'%s' is not defined for LazyTensors: use %%*%% or the reductions", .Generic),
+                 kind = "input", arg = "x")
+  }
+  lazy_matmult(x, y)
+}
+
+# x %*% y for a LazyTensor on either side (base's product otherwise).
+lazy_matmult <- function(x, y) {
   if (is.LazyTensor(y)) {
     if (!is.LazyTensor(x)) {
       rkeops_abort("'%*%': with a LazyTensor on the right, the left side must be a LazyTensor too ",

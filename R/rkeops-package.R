@@ -27,6 +27,19 @@
 #' In R functions, indices and positions are 1-based (results of [argmin()],
 #' [elem()]); inside formula strings they are 0-based, as in KeOps.
 #'
+#' @section Functions masked at attach:
+#' R reports that `library(rkeops)` masks a few functions. Each is needed by
+#' the LazyTensor syntax (rkeops 2's) because the original does not dispatch on
+#' the class of its arguments; each calls the original for anything that is not
+#' a LazyTensor, so code without LazyTensors behaves as before:
+#' * `%*%` (base), `K %*% b`: R before 4.3.0 has no method dispatch for `%*%`.
+#'   From R 4.3.0 on it is not masked: LazyTensors get a `matrixOps` method.
+#' * `ifelse()` (base), `ifelse(x > 0, x, 0)` on LazyTensors: not generic.
+#' * `atan2()` (base), `atan2(Vi(y), Vi(x))`: not generic (not in the Math group).
+#' * `step()` (stats), the Heaviside step of a LazyTensor (rkeops 2's name):
+#'   `stats::step()` (model selection) is not generic; models still go to it,
+#'   evaluated in the caller's frame.
+#'
 #' @section Options:
 #' [get_rkeops_options()] and [set_rkeops_options()] read and set the options
 #' `backend` (`"auto"`, `"CPU"` or `"GPU"`), `precision` (`"float32"` by

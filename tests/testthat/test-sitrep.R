@@ -72,3 +72,17 @@ test_that("the loaded NVRTC and driver libraries are read from the process's mem
                    c("/usr/lib/x86_64-linux-gnu/libcuda.so.580.1", "/opt/cuda/lib64/libnvrtc.so.13.0.48"))
   expect_identical(rkeops:::loaded_libraries("libnvrtc", tempfile()), character(0))
 })
+
+test_that("the functions masked at attach are those the LazyTensor syntax needs, and fall back to the originals", {
+  masked <- intersect(getNamespaceExports("rkeops"), c(ls(baseenv()), getNamespaceExports("stats")))
+  want <- c("atan2", "ifelse", "step", if (getRversion() < "4.3.0") "%*%")
+  expect_setequal(masked, want)
+  # the originals' results for anything that is not a LazyTensor
+  m <- matrix(1:6, 2)
+  expect_identical(rkeops:::`%*%`(m, t(m)), base::`%*%`(m, t(m)))
+  expect_identical(rkeops::atan2(1:3, 3:1), base::atan2(1:3, 3:1))
+  expect_identical(rkeops::ifelse(c(TRUE, FALSE), 1, 2), c(1, 2))
+  fit <- lm(mpg ~ wt + hp, data = mtcars)
+  expect_identical(capture.output(a <- rkeops::step(fit, trace = 0)), capture.output(b <- stats::step(fit, trace = 0)))
+  expect_identical(coef(a), coef(b))
+})
