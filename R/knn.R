@@ -29,7 +29,9 @@
 #' @param cell_points The number of points per cell of the grid aimed at
 #'   (cells of about this many data points on average).
 #' @return `list(index, distance)`: `nrow(y) x k` matrices of the 1-based rows
-#'   of `x`, nearest first, and of their distances.
+#'   of `x`, nearest first, and of their distances; the list has class
+#'   `"keops_knn"` (printed as the list): `plot(nn, x, y)` draws each query's
+#'   links to its neighbours ([plot.keops_knn()]).
 #' @details The computation uses the precision of [get_rkeops_options()]:
 #'   in float32, two neighbours whose distances differ by less than float32
 #'   can resolve may come in the other order than in a float64 search.
@@ -72,8 +74,9 @@ keops_knn <- function(x, y = x, k, metric = c("euclidean", "manhattan", "cosine"
     knn_pruned(x, y, k, op, metric, cell_points, force = isTRUE(prune))
   res <- if (is.null(pruned)) op(list(y, x)) else pruned
   values <- matrix(res$values, ncol = k)
-  list(index = matrix(res$indices, ncol = k),
-       distance = switch(metric, euclidean = sqrt(values), manhattan = values, cosine = values / 2))
+  structure(list(index = matrix(res$indices, ncol = k),
+                 distance = switch(metric, euclidean = sqrt(values), manhattan = values, cosine = values / 2)),
+            class = "keops_knn")
 }
 
 # x as a double matrix of finite values.

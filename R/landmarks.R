@@ -54,6 +54,8 @@
 #'   * `p0`: the initial momentum found, an `N x D` matrix;
 #'   * `q`: the trajectory of the landmarks, an array `nt + 1 x N x D`: `q[1, , ]` is `q0`,
 #'     `q[t + 1, , ]` the landmarks after step `t`, `q[nt + 1, , ]` is \eqn{q(1)};
+#'   * `target`: the target, an `N x D` matrix (`plot(fit)` draws it with `q`, see
+#'     [plot.keops_landmarks()]);
 #'   * `loss`: \eqn{E} at each evaluation that `optim()` made, in order (line searches make some
 #'     go up);
 #'   * `distance`: a `2 x 2` matrix, rows `before` (`q0`) and `after` (\eqn{q(1)}), columns `mean`
@@ -75,10 +77,7 @@
 #' fit
 #' fit$distance
 #' dim(fit$q)
-#' plot(target, asp = 1, col = "red", pch = 19, xlab = "", ylab = "")
-#' points(q0, col = "grey")
-#' points(fit$q[11, , ], col = "blue", pch = 3)
-#' for (i in 1:30) lines(fit$q[, i, 1], fit$q[, i, 2], col = "grey40")
+#' plot(fit)   # start (grey), target (red), trajectories and q(1) (blue)
 keops_landmarks <- function(q0, target, sigma, nt = 40, lambda, iter.max = 400) {
   call <- match.call()
   fun <- "keops_landmarks"
@@ -109,7 +108,7 @@ keops_landmarks <- function(q0, target, sigma, nt = 40, lambda, iter.max = 400) 
     c(mean = mean(d), max = max(d))
   }
   distance <- rbind(before = dist_stats(q0), after = dist_stats(matrix(q[nt + 1L, , ], nrow(q0), ncol(q0))))
-  structure(list(p0 = p0, q = q, loss = loss, distance = distance, value = fit$value, sigma = sigma, lambda = lambda,
+  structure(list(p0 = p0, q = q, target = target, loss = loss, distance = distance, value = fit$value, sigma = sigma, lambda = lambda,
                  nt = nt, counts = fit$counts, convergence = fit$convergence, message = fit$message,
                  call = call), class = "keops_landmarks")
 }

@@ -67,7 +67,11 @@
 #' @return The loss, a number (a vector for a batch: one per member), with attributes
 #'   `iterations` and, with `potentials = TRUE`, `f` (of `x`) and `g` (of `y`) (GeomLoss's `f_ba`,
 #'   `g_ab`; with `debias`, also `f_aa`, `g_bb`). For a batch, potentials and gradients are lists
-#'   (list input) or matrices and arrays with a column or slice per member (array input).
+#'   (list input) or matrices and arrays with a column or slice per member (array input). For one
+#'   pair of clouds with `potentials = TRUE`, the number has class `"keops_sinkhorn"` and attribute
+#'   `settings` (`blur`, `p`, `reach`): `plot(loss, x, y)` draws the strongest links of the transport
+#'   plan ([plot.keops_sinkhorn()]); it prints as the number and the names of its attributes, and
+#'   stays a number (arithmetic, `as.vector()`, `c()`).
 #' @export
 #' @examples
 #' set.seed(1)
@@ -132,6 +136,11 @@ keops_sinkhorn <- function(x, y, a = NULL, b = NULL, blur = 0.05, p = 2, scaling
     if (debias) {
       attr(loss, "f_aa") <- pb$shape_w(sol$fa, pb$member_x)
       attr(loss, "g_bb") <- pb$shape_w(sol$gb, pb$member_y)
+    }
+    if (!pb$batch) {
+      # for plot(): the transport plan from the potentials (R/plot.R)
+      attr(loss, "settings") <- list(blur = blur, p = as.numeric(p), reach = reach)
+      class(loss) <- "keops_sinkhorn"
     }
   }
   loss
