@@ -370,5 +370,6 @@ expect_gradient <- function(got, want) {
 forget_notices <- function() {
   env <- rkeops:::.rkeops_env
   env$axis_noticed <- NULL
+  env$socket_noted <- NULL
   env$warned <- NULL
 }

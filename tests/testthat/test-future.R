@@ -19,6 +19,9 @@ on_j <- function(v) matrix(v, fut_N, fut_M, byrow = TRUE)   # a j-variable on th
 
 # The tests that run futures need the Suggests packages future and future.apply (CI installs them
 # and fails when a test is skipped: tools/run-tests.R).
+# The note on socket options (tested below) is not for the other tests' plans.
+assign("socket_noted", TRUE, envir = rkeops:::.rkeops_env)
+
 skip_without_future <- function() {
   skip_if_not_installed("future")
   skip_if_not_installed("future.apply")
@@ -201,6 +204,35 @@ test_that("progressr reports one step per block", {
   expect_equal(res, fut_here$sum_i, tolerance = 1e-5)   # (float32, the default)
   expect_identical(seen$max, 5L)
   expect_equal(seen$steps, 1:5)
+})
+
+test_that("a plan of socket workers without TCP_NODELAY is pointed out once per session", {
+  skip_without_future()
+  verbosity <- get_rkeops_options("verbosity")
+  on.exit(set_rkeops_options(verbosity = verbosity), add = TRUE)
+  on.exit(assign("socket_noted", TRUE, envir = rkeops:::.rkeops_env), add = TRUE)   # no note for the others
+  rkeops_enable_verbosity()
+  forget_notices()
+  sockets <- structure(function() NULL, class = c("FutureStrategy", "multisession", "cluster", "future", "function"))
+  forked <- structure(function() NULL, class = c("FutureStrategy", "multicore", "future", "function"))
+  expect_no_message(rkeops:::future_socket_note(forked, NULL))
+  expect_no_message(rkeops:::future_socket_note(sockets, "no-delay"))
+  expect_no_message(rkeops:::future_socket_note(sockets, c("keep-alive", "no-delay")))
+  expect_message(rkeops:::future_socket_note(sockets, NULL), "socketOptions = \"no-delay\"\\) before plan\\(\\)")
+  expect_no_message(rkeops:::future_socket_note(sockets, NULL))   # once
+  forget_notices()
+  rkeops_disable_verbosity()
+  expect_no_message(rkeops:::future_socket_note(sockets, NULL))
+  # what rkeops_use_future() finds: the plan in force and the option now
+  rkeops_enable_verbosity()
+  forget_notices()
+  future::plan(future::cluster, workers = 1L)
+  on.exit(future::plan(future::sequential), add = TRUE)
+  old <- rkeops_use_future(FALSE)
+  on.exit(do.call(rkeops_use_future, old), add = TRUE)
+  socket_options <- options(socketOptions = NULL)
+  on.exit(options(socket_options), add = TRUE)
+  expect_message(rkeops_use_future(blocks = 2), "no-delay")
 })
 
 test_that("rkeops_use_future() checks its arguments and says what to install", {
