@@ -118,9 +118,15 @@ impl Program<'_> {
         self.buffers.iter().enumerate().filter_map(move |(b, x)| Some((b, x.schedule.as_ref()?.at(t))))
     }
 
-    /// The options of each step: `options` with the step's sum scheme and ranges.
+    /// The options of each step: `options` with the step's sum scheme and ranges (and no progress
+    /// report: the program reports its iterations).
     pub(crate) fn step_options(&self, options: &RunOptions) -> Vec<RunOptions> {
-        let with = |s: &Step| RunOptions { sum_scheme: s.sum_scheme, ranges: s.ranges.clone(), ..options.clone() };
+        let with = |s: &Step| RunOptions {
+            sum_scheme: s.sum_scheme,
+            ranges: s.ranges.clone(),
+            progress: None,
+            ..options.clone()
+        };
         self.steps.iter().map(with).collect()
     }
 }
@@ -276,6 +282,14 @@ impl Run<'_> {
         self.program.stop.map_or(Ok(false), |stop| stop.ends(t + 1, values))
     }
 
+    /// Tells `RunOptions::progress` that `done` iterations have run (all of them when the stopping
+    /// rule ended the loop).
+    pub(crate) fn report(&self, done: usize) {
+        if let Some(report) = self.options.progress {
+            report(done as u64, self.program.iterations as u64);
+        }
+    }
+
     /// Each step a plain run on host data (the CPU, or a GPU in float16).
     fn on_host(&self) -> Result<Ran> {
         let p = self.program;
@@ -304,7 +318,9 @@ impl Run<'_> {
             if self.stops(done - 1, || Ok(p.stop.map_or_else(Vec::new, |s| values[s.buffer].to_vec())))? {
                 break;
             }
+            self.report(done);
         }
+        self.report(p.iterations);
         let outputs = p.outputs.iter().map(|&b| values[b].to_vec()).collect();
         Ok(self.ran(outputs, done, trace, backend, timings))
     }

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use super::step::How;
 use super::{Backward, Gradients};
-use crate::api::Input;
+use crate::api::{Input, RunOptions};
 use crate::cuda::device::Device;
 use crate::cuda::elementwise::{self, copy, Sum};
 use crate::cuda::recorded::Recorded;
@@ -29,7 +29,9 @@ pub(super) fn fits(b: &Backward) -> bool {
 
 pub(super) fn gradient(b: &Backward, device: Arc<Device>) -> Result<Gradients> {
     let p = b.program;
-    let run = Run { program: p, shapes: &b.shapes, step_options: &b.step_options, options: b.options };
+    // (no progress report: the forward loop's iterations are not the whole of a gradient's work)
+    let quiet = RunOptions { progress: None, ..b.options.clone() };
+    let run = Run { program: p, shapes: &b.shapes, step_options: &b.step_options, options: &quiet };
     let mut timings = Summed::default();
     let clock = Instant::now();
     let mut state = DeviceState::new(&run, &device)?;
