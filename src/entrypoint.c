@@ -56,6 +56,7 @@ static void progress_set(void *data) {
     if (bar != NULL && bar_total != a->total) end_bar();
     if (bar == NULL) {
         SEXP b = PROTECT(cli_progress_bar(a->total, NULL));
+        cli_progress_set_name(b, "rkeops");
         R_PreserveObject(b);
         bar = b;
         bar_total = a->total;
