@@ -40,7 +40,8 @@
 #' Calls that run long show a progress bar (package cli): the blocks of rows
 #' of a reduction on the CPU, the steps of a long reduction on a GPU (summed
 #' over several GPUs), the iterations of a program ([keops_program()],
-#' [keops_iterate()] and the algorithm functions built on them), the
+#' [keops_iterate()] and the algorithm functions built on them; a program's
+#' gradient counts them forward, then backward), the
 #' conjugate gradients of [solve()] and [keops_krige()], and the evaluations
 #' of [keops_landmarks()]. The option `rkeops.progress` chooses: `NA` (the
 #' default) shows them in interactive sessions only, `TRUE` always, `FALSE`

@@ -34,7 +34,7 @@ expect_bar_to_its_total <- function(events, info) {
   expect_gt(last$total, 1)
 }
 
-test_that("a long CPU reduction and a program show their bars up to their totals (child process)", {
+test_that("a long CPU reduction, a program and its gradient show their bars up to their totals (child process)", {
   script <- tempfile(fileext = ".R")
   writeLines(c(
     'library(rkeops)',
@@ -52,16 +52,21 @@ test_that("a long CPU reduction and a program show their bars up to their totals
     'program <- keops_program(list(v = step), iterations = 40, output = "v")',
     'cat("PROGRAM\n"); on <- program(list(x = x, y = x, v = rep(1, n)))',
     'options(rkeops.progress = FALSE); off <- program(list(x = x, y = x, v = rep(1, n)))',
-    'cat(sprintf("program_same=%s\n", identical(on, off)))'
+    'cat(sprintf("program_same=%s\n", identical(on, off)))',
+    'options(rkeops.progress = TRUE)',
+    'cat("GRADIENT\n"); on <- keops_program_grad(program, list(x = x, y = x, v = rep(1, n)), of = "v", wrt = "v")',
+    'options(rkeops.progress = FALSE); off <- keops_program_grad(program, list(x = x, y = x, v = rep(1, n)), of = "v", wrt = "v")',
+    'cat(sprintf("gradient_same=%s\n", identical(on, off)))'
   ), script)
   out <- suppressWarnings(system2(file.path(R.home("bin"), "Rscript"), script, stdout = TRUE, stderr = TRUE,
                                   env = c(paste0("R_LIBS=", paste(.libPaths(), collapse = ":")), "CLI_TICK_TIME=5"),
                                   timeout = 120))
   log <- paste(out, collapse = "\n")
-  at <- match(c("CPU", "PROGRAM"), out)
+  at <- match(c("CPU", "PROGRAM", "GRADIENT"), out)
   expect_false(anyNA(at), info = log)
   cpu <- bar_events(out[seq(at[1], at[2])])
-  program <- bar_events(out[-seq_len(at[2])])
+  program <- bar_events(out[seq(at[2], at[3])])
+  gradient <- bar_events(out[-seq_len(at[3])])
   expect_length(unique(cpu$id), 1)
   expect_bar_to_its_total(cpu, log)               # blocks of rows
   expect_length(unique(program$id), 1)
@@ -69,6 +74,10 @@ test_that("a long CPU reduction and a program show their bars up to their totals
   expect_equal(program$total[1], 40)              # iterations, not the steps' blocks of rows
   expect_true(any(out == "cpu_same=TRUE"), info = log)
   expect_true(any(out == "program_same=TRUE"), info = log)
+  expect_length(unique(gradient$id), 1)
+  expect_bar_to_its_total(gradient, log)
+  expect_equal(gradient$total[1], 80)             # the iterations forward, then backward
+  expect_true(any(out == "gradient_same=TRUE"), info = log)
 })
 
 gauss_sum <- function(x, b) {

@@ -92,9 +92,9 @@ pub struct RunOptions {
     /// normally (not when it fails or is interrupted). Called only where `interrupt` is asked, on the
     /// calling thread (never from a worker thread): about every 10 ms on the CPU, between the steps of
     /// a long reduction on a GPU, after each iteration of a program (whose steps then report
-    /// nothing). Not called for results kept on a device (their launches are queued), nor by the
-    /// gradient of a program (yet). A call may report only its end: the caller decides when a
-    /// report is worth showing.
+    /// nothing; the gradient of a program counts its iterations forward, then backward: twice
+    /// `iterations` in all). Not called for results kept on a device (their launches are queued). A
+    /// call may report only its end: the caller decides when a report is worth showing.
     pub progress: Option<fn(done: u64, total: u64)>,
     /// Block-sparse reduction: only these blocks of the matrix are visited (`ranges`).
     pub ranges: Option<Ranges>,

@@ -1,10 +1,11 @@
 //! `RunOptions::progress`: on the CPU, the report is called on the calling thread with `done`
 //! increasing up to `total` (the blocks of output rows), and the results do not change; a program
-//! reports its iterations, its steps nothing.
+//! reports its iterations, its steps nothing; its gradient twice its iterations (forward, backward).
 
 use std::sync::Mutex;
 
 use engine::program::{self, Buffer, Program, Step};
+use engine::program_gradient::gradient;
 use engine::{Backend, Input, Operator, Precision, RunOptions, SumScheme};
 
 use crate::common::random;
@@ -92,4 +93,11 @@ fn a_program_reports_its_iterations_not_its_steps() {
     assert_eq!(done, (1..=iterations as u64).chain([iterations as u64]).collect::<Vec<_>>());
     let without = program::run(&program, &options(None)).unwrap();
     assert_eq!(with.outputs, without.outputs);
+    // Its gradient: the iterations forward, then backward.
+    let with = gradient(&program, 1, None, &[1], &options(Some(record))).unwrap();
+    let seen = taken();
+    assert_eq!(check_reports(&seen), 2 * iterations as u64);
+    assert!(seen.len() >= 2 * iterations, "{seen:?}");
+    let without = gradient(&program, 1, None, &[1], &options(None)).unwrap();
+    assert_eq!(with.values, without.values);
 }

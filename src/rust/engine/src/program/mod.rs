@@ -101,7 +101,7 @@ pub fn run(program: &Program, options: &RunOptions) -> Result<Ran> {
     let shapes = check(program)?;
     let step_options = program.step_options(options);
     let gpu = crate::operator::chosen_gpu(options)?;
-    let run = Run { program, shapes: &shapes, step_options: &step_options, options };
+    let run = Run { program, shapes: &shapes, step_options: &step_options, options, passes: 1 };
     // float16 storage computes in float32: its results cannot be stored back in float16 on the
     // device without a rounding that a plain call would not make, so that program runs on host data;
     // so does a program of one iteration, which has nothing to keep on the device from one iteration
@@ -274,6 +274,9 @@ pub(crate) struct Run<'a> {
     pub shapes: &'a [(usize, usize)],
     pub step_options: &'a [RunOptions],
     pub options: &'a RunOptions,
+    /// Passes over the iterations that the progress report counts: 1, 2 for a gradient (forward
+    /// and backward).
+    pub passes: usize,
 }
 
 impl Run<'_> {
@@ -283,11 +286,9 @@ impl Run<'_> {
     }
 
     /// Tells `RunOptions::progress` that `done` iterations have run (all of them when the stopping
-    /// rule ended the loop).
+    /// rule ended the loop), out of `passes` times the program's iterations.
     pub(crate) fn report(&self, done: usize) {
-        if let Some(report) = self.options.progress {
-            report(done as u64, self.program.iterations as u64);
-        }
+        report(self.options, done, self.program.iterations * self.passes);
     }
 
     /// Each step a plain run on host data (the CPU, or a GPU in float16).
@@ -335,6 +336,13 @@ impl Run<'_> {
     ) -> Ran {
         let shapes = self.program.outputs.iter().map(|&b| self.shapes[b]).collect();
         Ran { outputs, shapes, iterations: done, trace, backend, timings: timings.0 }
+    }
+}
+
+/// Tells `options.progress`, if any, that `done` of `total` iterations have run.
+pub(crate) fn report(options: &RunOptions, done: usize, total: usize) {
+    if let Some(report) = options.progress {
+        report(done.min(total) as u64, total as u64);
     }
 }
 
