@@ -5,11 +5,46 @@
 # The settings of an engine call from the options in force: the precision, the threads (0: the
 # engine uses every core; parallel::detectCores() would cost a millisecond a call), the backend,
 # the devices, and the kernel cache directory ("" for the CPU backend, which compiles nothing).
+# `progress`: the seconds after which the engine makes a progress bar, -1 for none (progress_delay()).
 engine_options <- function() {
   opts <- .rkeops_env$options
   list(precision = opts$precision, threads = if (is.null(opts$ncore)) 0L else opts$ncore,
        backend = opts$backend, device = opts$device,
-       cache_dir = if (opts$backend == "CPU") "" else kernel_cache_dir())
+       cache_dir = if (opts$backend == "CPU") "" else kernel_cache_dir(), progress = progress_delay())
+}
+
+# Whether long calls show a progress bar: option `rkeops.progress`, NA (the default) in interactive
+# sessions only, TRUE always, FALSE never (documented in ?rkeops, section Progress bars).
+progress_wanted <- function() {
+  on <- getOption("rkeops.progress")
+  if (isTRUE(on)) TRUE else if (isFALSE(on)) FALSE else interactive()
+}
+
+# The engine's progress option: -1 (no bar) unless bars are wanted and no loop in R shows its own
+# (loop_progress()); else the seconds a call runs before the engine makes its bar (making one costs
+# about 0.2 ms, so calls shorter than 0.1 s make none; cli shows a bar only after
+# `cli.progress_show_after`, 2 s by default, anyway). About a microsecond a call.
+progress_delay <- function() {
+  if (!progress_wanted() || !is.null(.rkeops_env$progress_loop)) return(-1)
+  min(0.1, getOption("cli.progress_show_after", 2))
+}
+
+# A cli progress bar for a loop in R (the conjugate gradients, the evaluations of optim()): returns
+# list(set = function(done), done = function()); the caller ends it with on.exit(bar$done(), add =
+# TRUE) (cli also ends it when `env`, the caller's frame, exits). While it runs, the engine's calls
+# make no bar of their own. Functions that do nothing when bars are not wanted or another loop
+# already shows one.
+loop_progress <- function(total, name, env = parent.frame()) {
+  if (!is.null(.rkeops_env$progress_loop) || !progress_wanted()) {
+    return(list(set = function(done) invisible(), done = function() invisible()))
+  }
+  id <- cli::cli_progress_bar(name = name, total = total, .envir = env)
+  .rkeops_env$progress_loop <- id
+  list(set = function(done) cli::cli_progress_update(set = done, id = id, .envir = env),
+       done = function() {
+         if (identical(.rkeops_env$progress_loop, id)) .rkeops_env$progress_loop <- NULL
+         cli::cli_progress_done(id = id, .envir = env)
+       })
 }
 
 # Records an engine call (or several, summed): what computed it and the seconds of each phase, for

@@ -94,9 +94,14 @@ keops_landmarks <- function(q0, target, sigma, nt = 40, lambda, iter.max = 400) 
 
   problem <- landmarks_problem(q0, target, sigma, nt, lambda)
   loss <- numeric()
+  # (optim() makes at most about iter.max evaluations plus its line searches: the bar's total is not
+  # known)
+  bar <- loop_progress(NA, "keops_landmarks() evaluations")
+  on.exit(bar$done(), add = TRUE)
   fn <- function(x) {
     e <- problem$fn(x)
     loss <<- c(loss, e)
+    bar$set(length(loss))
     e
   }
   fit <- stats::optim(rep(0, length(q0)), fn, problem$gr, method = "L-BFGS-B",

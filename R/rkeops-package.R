@@ -49,6 +49,20 @@
 #' are shortcuts. Inputs and results are R doubles (integers for indices)
 #' whatever the precision.
 #'
+#' @section Progress bars:
+#' Calls that run long show a progress bar (package cli): the blocks of rows
+#' of a reduction on the CPU, the steps of a long reduction on a GPU (summed
+#' over several GPUs), the iterations of a program ([keops_program()],
+#' [keops_iterate()] and the algorithm functions built on them; a program's
+#' gradient counts them forward, then backward), the
+#' conjugate gradients of [solve()] and [keops_krige()], and the evaluations
+#' of [keops_landmarks()]. The option `rkeops.progress` chooses: `NA` (the
+#' default) shows them in interactive sessions only, `TRUE` always, `FALSE`
+#' never, e.g. `options(rkeops.progress = FALSE)`. cli shows a bar only after
+#' `getOption("cli.progress_show_after")` seconds (2 by default), so short
+#' calls show none; Ctrl-C interrupts as without a bar. The future path
+#' ([rkeops_use_future()]) reports its blocks through progressr instead.
+#'
 #' @section CPU and GPU:
 #' On the CPU, reductions run on all the cores (or `ncore` threads), with
 #' vector instructions chosen at run time; no compiler is needed. The default
@@ -95,6 +109,7 @@
 #'
 #' get_rkeops_options()
 #' @useDynLib rkeops, .registration = TRUE
+#' @importFrom cli cli_progress_bar
 "_PACKAGE"
 
 .onAttach <- function(libname, pkgname) {

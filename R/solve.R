@@ -209,8 +209,11 @@ conjugate_gradients <- function(op, prec, b, start, eps, maxiter, what) {
   rz <- colSums(r * z)
   p <- z
   breakdown <- FALSE
+  bar <- loop_progress(maxiter, paste(what, "conjugate gradients"))
+  on.exit(bar$done(), add = TRUE)
   while (!all(done) && iter < maxiter) {
     iter <- iter + 1L
+    bar$set(iter)
     Ap <- op(p)
     pAp <- colSums(p * Ap)
     if (any(!(pAp > 0) & !done)) {

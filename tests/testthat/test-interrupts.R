@@ -4,9 +4,11 @@
 # a fraction of a second and asks between them.
 
 # The child's script: `use` selects the backend; n x m pairs in float64.
-interrupt_child <- function(use, n, m) c(
+interrupt_child <- function(use, n, m, progress = FALSE) c(
   'library(rkeops)',
   use,
+  # (a progress bar forced, shown at once and updated every 5 ms: Ctrl-C works as without)
+  if (progress) 'options(rkeops.progress = TRUE, cli.progress_show_after = 0)',
   'rkeops_use_float64()',
   'op <- keops_kernel("Sum_Reduction(Exp(-SqDist(x,y))*b, 0)", c("x = Vi(3)", "y = Vj(3)", "b = Vj(1)"))',
   'set.seed(1)',
@@ -26,11 +28,11 @@ interrupt_child <- function(use, n, m) c(
   '            max(abs(small - exp(-d2) %*% b[1:29]))))'
 )
 
-expect_interrupted_within_a_second <- function(script_lines) {
+expect_interrupted_within_a_second <- function(script_lines, env = character()) {
   script <- tempfile(fileext = ".R")
   writeLines(script_lines, script)
   out <- suppressWarnings(system2(file.path(R.home("bin"), "Rscript"), script, stdout = TRUE, stderr = TRUE,
-                                  env = paste0("R_LIBS=", paste(.libPaths(), collapse = ":")),
+                                  env = c(paste0("R_LIBS=", paste(.libPaths(), collapse = ":")), env),
                                   timeout = 600))
   value <- function(key) {
     line <- grep(paste0("^", key, "="), out, value = TRUE)
@@ -47,6 +49,11 @@ expect_interrupted_within_a_second <- function(script_lines) {
 test_that("Ctrl-C stops a long CPU computation within a second, and R goes on", {
   # 1e11 pairs: a minute or more on any CPU, unless interrupted.
   expect_interrupted_within_a_second(interrupt_child("rkeops_use_cpu()", 5e4, 2e6))
+})
+
+test_that("Ctrl-C stops a long CPU computation within a second with a progress bar shown", {
+  expect_interrupted_within_a_second(interrupt_child("rkeops_use_cpu()", 5e4, 2e6, progress = TRUE),
+                                     env = "CLI_TICK_TIME=5")
 })
 
 test_that("Ctrl-C stops a long GPU computation within a second, and R goes on", {

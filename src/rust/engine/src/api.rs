@@ -86,6 +86,16 @@ pub struct RunOptions {
     /// Ctrl-C); when it returns true, the workers stop at their next tile and `run` returns
     /// `Error::Interrupted`. On a GPU, it is asked between the steps of a long reduction.
     pub interrupt: Option<fn() -> bool>,
+    /// Told how far a long call has got, `(done, total)` in units of the call's choosing (CPU: blocks
+    /// of output rows; one GPU: pairs (i, j) reduced; several GPUs: the sum of their pairs; a
+    /// program: iterations), `done` never decreasing and reaching `total` when the call ends
+    /// normally (not when it fails or is interrupted). Called only where `interrupt` is asked, on the
+    /// calling thread (never from a worker thread): about every 10 ms on the CPU, between the steps of
+    /// a long reduction on a GPU, after each iteration of a program (whose steps then report
+    /// nothing; the gradient of a program counts its iterations forward, then backward: twice
+    /// `iterations` in all). Not called for results kept on a device (their launches are queued). A
+    /// call may report only its end: the caller decides when a report is worth showing.
+    pub progress: Option<fn(done: u64, total: u64)>,
     /// Block-sparse reduction: only these blocks of the matrix are visited (`ranges`).
     pub ranges: Option<Ranges>,
     /// How the engine computes (never what): read from the environment by the caller

@@ -68,10 +68,10 @@ pub fn map<X: Copy + Sync, Y: Send>(src: &[X], dst: &mut [Y], f: impl Fn(X) -> Y
     });
 }
 
-/// Runs `work(t)` for t in `0..threads`, each on a new thread, while this one asks `interrupted`
-/// every few milliseconds (R's check for Ctrl-C may only run on R's thread) and sets `stop` when
-/// it says so; the workers look at `stop` and leave early.
-pub fn run_polling(threads: usize, work: impl Fn(usize) + Sync, interrupted: fn() -> bool, stop: &AtomicBool) {
+/// Runs `work(t)` for t in `0..threads`, each on a new thread, while this one calls `poll` (R's check
+/// for Ctrl-C, and the progress report: both may only run on R's thread) every few milliseconds and
+/// sets `stop` when it says it was interrupted; the workers look at `stop` and leave early.
+pub fn run_polling(threads: usize, work: impl Fn(usize) + Sync, mut poll: impl FnMut() -> bool, stop: &AtomicBool) {
     const POLL: std::time::Duration = std::time::Duration::from_millis(10);
     let caller = std::thread::current();
     // Counted before the wake-up (also when `work` panics): a thread that has unparked the caller
@@ -94,7 +94,7 @@ pub fn run_polling(threads: usize, work: impl Fn(usize) + Sync, interrupted: fn(
         }
         while done.load(Acquire) < threads {
             std::thread::park_timeout(POLL);
-            if !stop.load(Relaxed) && interrupted() {
+            if !stop.load(Relaxed) && poll() {
                 stop.store(true, Relaxed);
             }
         }

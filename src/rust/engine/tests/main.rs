@@ -17,6 +17,7 @@ mod gpu;
 mod gpu_shared_cache;
 mod interrupts;
 mod program;
+mod progress;
 mod ranges;
 mod reductions;
 mod tensor_cores;

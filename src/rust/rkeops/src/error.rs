@@ -76,6 +76,8 @@ impl<T> OrInput<T> for Option<T> {
 
 /// Runs `f`, turning a panic into an error list: nothing that happens here may crash R.
 pub fn guarded(f: impl FnOnce() -> Fallible) -> Robj {
+    // (the progress bar of the call ends with it: success, error, interrupt or panic)
+    let _bar = BarEnds;
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(robj)) => robj,
         Ok(Err(e)) => e.into_robj(),
@@ -84,5 +86,14 @@ pub fn guarded(f: impl FnOnce() -> Fallible) -> Robj {
             format!("internal error in rkeops (please report it): {}", engine::error::panic_message(panic.as_ref())),
         )
         .into_robj(),
+    }
+}
+
+/// Ends the progress bar of a `.Call` when dropped (`progress::finish`).
+struct BarEnds;
+
+impl Drop for BarEnds {
+    fn drop(&mut self) {
+        crate::progress::finish();
     }
 }

@@ -10,6 +10,7 @@ mod iterate;
 mod knn;
 mod plan;
 mod program;
+mod progress;
 mod results;
 mod sitrep;
 
@@ -175,7 +176,8 @@ fn sum_scheme(name: &str) -> Fallible<SumScheme> {
     )
 }
 
-/// The options of a run from R's settings, `list(precision, threads, backend, device, cache_dir)`
+/// The options of a run from R's settings, `list(precision, threads, backend, device, cache_dir,
+/// progress)` (`progress`: seconds before a progress bar is made, negative for none)
 /// (R's `engine_options()`; no ranges); `device`: the GPUs, as integers (several share each
 /// reduction, the first alone runs loops and holds device matrices).
 fn run_options(settings: &Robj, sum_scheme_name: &str) -> Fallible<RunOptions> {
@@ -196,6 +198,8 @@ fn run_options(settings: &Robj, sum_scheme_name: &str) -> Fallible<RunOptions> {
         _ => return Err(RError::input("device", "'device' must be GPU indices, whole numbers from 0")),
     };
     let device = gpus[0];
+    // (absent: no bar)
+    let progress = field("progress").and_then(|x| x.as_real()).unwrap_or(f64::NAN);
     Ok(RunOptions {
         precision: precision(&precision_name)?,
         sum_scheme: sum_scheme(sum_scheme_name)?,
@@ -216,6 +220,7 @@ fn run_options(settings: &Robj, sum_scheme_name: &str) -> Fallible<RunOptions> {
         cache_dir: (!cache_dir.is_empty()).then(|| cache_dir.into()),
         gpu_memory: None,
         interrupt: Some(interrupt_pending),
+        progress: progress::start(progress),
         ranges: None,
         // Read at each call, so that Sys.setenv() in the session takes effect (README, Options).
         tuning: engine::Tuning::from_env(),

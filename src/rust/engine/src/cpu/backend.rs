@@ -44,7 +44,7 @@ impl BackendDevice for Cpu {
         let (n_i, n_j) = call.sizes;
         let inputs = Inputs { data: converted.iter().map(|c| c.as_ref()).collect(), n_i, n_j };
         let settings =
-            Settings { scheme: options.sum_scheme, threads, interrupt: options.interrupt, isa: options.tuning.cpu_isa };
+            Settings { scheme: options.sum_scheme, threads, interrupt: options.interrupt, progress: options.progress, isa: options.tuning.cpu_isa };
         let rows = evaluate(call.formula, &inputs, &settings, call.ranges)?;
         timings.push(("CPU evaluation", clock.elapsed().as_secs_f64()));
         let (n_out, _) = call.out_and_reduced();

@@ -17,7 +17,7 @@ pub mod reducers;
 
 pub use backend::Cpu;
 
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
@@ -106,13 +106,15 @@ pub struct Inputs<'a, T> {
     pub n_j: usize,
 }
 
-/// How the CPU evaluates: the sum scheme, on how many threads, the interrupt check (called on the
-/// caller's thread while the workers compute) and the most capable instruction set allowed.
+/// How the CPU evaluates: the sum scheme, on how many threads, the interrupt check and the progress
+/// report (`RunOptions::progress`: blocks of output rows done; both called on the caller's thread
+/// while the workers compute) and the most capable instruction set allowed.
 #[derive(Clone, Copy)]
 pub struct Settings {
     pub scheme: SumScheme,
     pub threads: usize,
     pub interrupt: Option<fn() -> bool>,
+    pub progress: Option<fn(u64, u64)>,
     pub isa: IsaCap,
 }
 
@@ -136,7 +138,7 @@ fn evaluate_with<T: Real>(
     ranges: Option<&BlockRanges>,
     short_ranges: bool,
 ) -> Result<RowMajor> {
-    let Settings { scheme, threads, interrupt, isa } = *settings;
+    let Settings { scheme, threads, interrupt, progress, isa } = *settings;
     let red = &formula.reduction;
     let acc = formula.accumulator(scheme);
     let (n_out, n_red) = if red.axis == 0 { (inputs.n_i, inputs.n_j) } else { (inputs.n_j, inputs.n_i) };
@@ -163,6 +165,7 @@ fn evaluate_with<T: Real>(
     };
     let dense = BlockRanges::dense(n_out, n_red);
     let work = pieces(ranges.unwrap_or(&dense), n_out, rows_per_block);
+    let total = work.len() as u64;
     let (mut values, mut indices) = (&mut out.values[..], &mut out.indices[..]);
     let blocks = Mutex::new(work.into_iter().map(move |work| {
         let len = work.rows.len() * width;
@@ -181,19 +184,32 @@ fn evaluate_with<T: Real>(
         transposed: short.is_some(),
         level: isa::Level::detect(isa),
         stop: AtomicBool::new(false),
+        done: AtomicUsize::new(0),
     };
     let work = || isa::run(ctx.level, Worker { ctx: &ctx, blocks: &blocks });
-    match interrupt {
-        None if threads == 1 => work(),
-        None => std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(work);
+    if interrupt.is_none() && progress.is_none() {
+        match threads {
+            1 => work(),
+            _ => std::thread::scope(|s| {
+                for _ in 0..threads {
+                    s.spawn(work);
+                }
+            }),
+        }
+    } else {
+        let poll = || {
+            if let Some(report) = progress {
+                report(ctx.done.load(Relaxed) as u64, total);
             }
-        }),
-        Some(interrupted) => crate::parallel::run_polling(threads, |_| work(), interrupted, &ctx.stop),
+            interrupt.is_some_and(|interrupted| interrupted())
+        };
+        crate::parallel::run_polling(threads, |_| work(), poll, &ctx.stop);
     }
     if ctx.stop.load(Relaxed) {
         return Err(Error::Interrupted);
+    }
+    if let Some(report) = progress {
+        report(total, total);
     }
     Ok(out)
 }
@@ -223,6 +239,8 @@ struct Context<'a, T> {
     level: isa::Level,
     /// Set when the computation is interrupted: the workers leave at their next tile.
     stop: AtomicBool,
+    /// Blocks of output rows reduced (for `Settings::progress`).
+    done: AtomicUsize,
 }
 
 /// A block of output rows with the ranges it reduces over, and where its values and indices go
@@ -247,6 +265,7 @@ impl<'r, 'v, T: Real, B: Iterator<Item = Block<'r, 'v>>> isa::Kernel for Worker<
             } else {
                 ws.reduce_rows(self.ctx, &work, vals, idx, fma);
             }
+            self.ctx.done.fetch_add(1, Relaxed);
         }
     }
 }

@@ -220,7 +220,7 @@ mod tests {
         let converted: Vec<Vec<T>> = data.iter().map(|v| v.iter().map(|&x| T::from_f64(x)).collect()).collect();
         let (n_i, n_j) = if formula.reduction.axis == 0 { (n_out, n_red) } else { (n_red, n_out) };
         let inputs = Inputs { data: converted.iter().map(|v| v.as_slice()).collect(), n_i, n_j };
-        let settings = super::super::Settings { scheme, threads: 2, interrupt: None, isa: Default::default() };
+        let settings = super::super::Settings { scheme, threads: 2, interrupt: None, progress: None, isa: Default::default() };
         evaluate_with(formula, &inputs, &settings, ranges, short).unwrap()
     }
 

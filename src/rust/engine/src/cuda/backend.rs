@@ -52,8 +52,14 @@ impl BackendDevice for Device {
 
     fn evaluate<S: Stored, T: Real>(&self, call: &Call, timings: &mut Timings) -> Result<Columns> {
         let compiled = self.compile_timed(call, timings)?;
-        let stop = || call.options.interrupt.is_some_and(|interrupted| interrupted());
-        launch::evaluate::<S, T>(self, &compiled, call, &stop, None, timings)
+        let options = call.options;
+        let poll = |done, total| {
+            if let Some(report) = options.progress {
+                report(done, total);
+            }
+            options.interrupt.is_some_and(|interrupted| interrupted())
+        };
+        launch::evaluate::<S, T>(self, &compiled, call, &poll, None, timings)
     }
 }
 
@@ -72,6 +78,6 @@ impl ForPrecision for Into<'_> {
         let Into { device, call, kept, timings } = self;
         let compiled = device.compile_timed(call, timings)?;
         // (queued: the loop that queues it asks for interrupts)
-        launch::evaluate::<S, T>(device, &compiled, call, &|| false, Some(kept), timings).map(|_| ())
+        launch::evaluate::<S, T>(device, &compiled, call, &|_, _| false, Some(kept), timings).map(|_| ())
     }
 }

@@ -79,7 +79,7 @@ pub fn evaluate<S: Stored, T: Real>(
     device: &Device,
     compiled: &Compiled,
     call: &Call,
-    stop: &dyn Fn() -> bool,
+    poll: &dyn Fn(u64, u64) -> bool,
     kept: Option<Kept>,
     timings: &mut Vec<(&'static str, f64)>,
 ) -> Result<Columns> {
@@ -128,7 +128,7 @@ pub fn evaluate<S: Stored, T: Real>(
         geometry,
     };
     let mut times = Times::default();
-    let steps = Steps { data: &data, extent: &extent, blocks: &blocks, stop };
+    let steps = Steps { data: &data, extent: &extent, blocks: &blocks, poll };
     steps.run::<S, T>(workspace, &mut columns, &mut times, record)?;
     timings.extend([
         ("conversion", times.convert),
@@ -226,13 +226,14 @@ impl Columns {
     }
 }
 
-/// The steps of a call (`schedule::steps`), run one after the other; an interrupt is asked between
-/// steps (a kernel, once launched, runs to its end).
+/// The steps of a call (`schedule::steps`), run one after the other; `poll` is told the pairs (i, j)
+/// reduced so far and in all after each step, and says whether to stop (an interrupt: a kernel, once
+/// launched, runs to its end).
 struct Steps<'a> {
     data: &'a Data<'a>,
     extent: &'a Extent,
     blocks: &'a Blocks,
-    stop: &'a dyn Fn() -> bool,
+    poll: &'a dyn Fn(u64, u64) -> bool,
 }
 
 impl Steps<'_> {
@@ -246,15 +247,19 @@ impl Steps<'_> {
         let data = self.data;
         let (span_out, span_red) = self.extent.spans();
         let tile = data.compiled.kernel.tile;
-        let mut schedule = steps::Steps::new(span_out, span_red, self.blocks.clone(), tile, !self.extent.whole);
+        let mut schedule =
+            steps::Steps::new(span_out.clone(), span_red.clone(), self.blocks.clone(), tile, !self.extent.whole);
         while let Some(rows) = schedule.next() {
+            // (the rows before this block of output rows, all reduced, then this block's so far)
+            let done = (rows.out.start - span_out.start) as u64 * span_red.len() as u64
+                + (rows.red.end - span_red.start) as u64 * rows.out.len() as u64;
             let step = self.step(rows);
             let before = times.kernel;
             run_step::<S, T>(data, &step, workspace, columns, times, record.as_deref_mut())?;
             if data.target.is_some() {
                 continue; // (queued: the loop that queued it asks for interrupts)
             }
-            if (self.stop)() {
+            if (self.poll)(done, span_out.len() as u64 * span_red.len() as u64) {
                 return Err(Error::Interrupted);
             }
             schedule.took(times.kernel - before);

@@ -5,7 +5,7 @@
 //! merges its chunks, with the reduction's own merge (`Accumulator`).
 //! Ctrl-C is asked on the calling thread (R's) and passed to the devices, which stop between steps.
 
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -100,15 +100,22 @@ fn run_parts<S: Stored, T: Real>(
 ) -> Result<Vec<PartDone>> {
     let results: Vec<Mutex<Option<Result<PartDone>>>> = parts.iter().map(|_| Mutex::new(None)).collect();
     let stop = AtomicBool::new(false);
+    // The pairs (i, j) each part has reduced, and has in all: summed for `RunOptions::progress` on
+    // the calling thread.
+    let progress: Vec<[AtomicU64; 2]> = parts.iter().map(|_| [AtomicU64::new(0), AtomicU64::new(0)]).collect();
     let work = |t: usize| {
         let (device, compiled) = (&devices[t], &compiled[t]);
         let mut times = Vec::new();
         let done =
             device.ctx.bind_to_thread().map_err(|e| Error::Gpu(format!("binding the CUDA context: {e:?}"))).and_then(
                 |_| {
-                    let stopped = || stop.load(Relaxed);
+                    let poll = |done, total| {
+                        progress[t][0].store(done, Relaxed);
+                        progress[t][1].store(total, Relaxed);
+                        stop.load(Relaxed)
+                    };
                     let call = Call { part: Some(&parts[t]), ..*call };
-                    launch::evaluate::<S, T>(device, compiled, &call, &stopped, None, &mut times)
+                    launch::evaluate::<S, T>(device, compiled, &call, &poll, None, &mut times)
                 },
             );
         if done.is_err() {
@@ -119,14 +126,31 @@ fn run_parts<S: Stored, T: Real>(
             *slot = Some(done.map(|c| (c, times)));
         }
     };
-    match call.options.interrupt {
-        Some(interrupted) => crate::parallel::run_polling(parts.len(), work, interrupted, &stop),
-        None => std::thread::scope(|s| {
+    let (interrupt, report) = (call.options.interrupt, call.options.progress);
+    // (a part's total is known after its first step: reported once every part has one)
+    let sum = |i: usize| progress.iter().map(|p| p[i].load(Relaxed)).sum::<u64>();
+    let started = || progress.iter().all(|p| p[1].load(Relaxed) > 0);
+    if interrupt.is_none() && report.is_none() {
+        std::thread::scope(|s| {
             for t in 0..parts.len() {
                 let work = &work;
                 s.spawn(move || work(t));
             }
-        }),
+        });
+    } else {
+        let poll = || {
+            if let Some(report) = report {
+                if started() {
+                    let total = sum(1);
+                    report(sum(0).min(total), total);
+                }
+            }
+            interrupt.is_some_and(|interrupted| interrupted())
+        };
+        crate::parallel::run_polling(parts.len(), work, poll, &stop);
+        if let Some(report) = report.filter(|_| !stop.load(Relaxed) && started()) {
+            report(sum(1), sum(1));
+        }
     }
     let mut done = Vec::with_capacity(parts.len());
     let mut failure: Option<Error> = None;

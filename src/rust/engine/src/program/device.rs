@@ -135,7 +135,10 @@ impl DeviceLoop<'_> {
             if self.run.stops(done - 1, stop_values)? {
                 break;
             }
+            // (queued: the bar can run ahead of the device by the launches queued)
+            self.run.report(done);
         }
+        self.run.report(p.iterations);
         Ok((done, trace))
     }
 

@@ -101,7 +101,7 @@ pub fn run(program: &Program, options: &RunOptions) -> Result<Ran> {
     let shapes = check(program)?;
     let step_options = program.step_options(options);
     let gpu = crate::operator::chosen_gpu(options)?;
-    let run = Run { program, shapes: &shapes, step_options: &step_options, options };
+    let run = Run { program, shapes: &shapes, step_options: &step_options, options, passes: 1 };
     // float16 storage computes in float32: its results cannot be stored back in float16 on the
     // device without a rounding that a plain call would not make, so that program runs on host data;
     // so does a program of one iteration, which has nothing to keep on the device from one iteration
@@ -118,9 +118,15 @@ impl Program<'_> {
         self.buffers.iter().enumerate().filter_map(move |(b, x)| Some((b, x.schedule.as_ref()?.at(t))))
     }
 
-    /// The options of each step: `options` with the step's sum scheme and ranges.
+    /// The options of each step: `options` with the step's sum scheme and ranges (and no progress
+    /// report: the program reports its iterations).
     pub(crate) fn step_options(&self, options: &RunOptions) -> Vec<RunOptions> {
-        let with = |s: &Step| RunOptions { sum_scheme: s.sum_scheme, ranges: s.ranges.clone(), ..options.clone() };
+        let with = |s: &Step| RunOptions {
+            sum_scheme: s.sum_scheme,
+            ranges: s.ranges.clone(),
+            progress: None,
+            ..options.clone()
+        };
         self.steps.iter().map(with).collect()
     }
 }
@@ -268,12 +274,21 @@ pub(crate) struct Run<'a> {
     pub shapes: &'a [(usize, usize)],
     pub step_options: &'a [RunOptions],
     pub options: &'a RunOptions,
+    /// Passes over the iterations that the progress report counts: 1, 2 for a gradient (forward
+    /// and backward).
+    pub passes: usize,
 }
 
 impl Run<'_> {
     /// Whether to stop after iteration `t` (from 0), given the stopping buffer's values.
     pub(crate) fn stops(&self, t: usize, values: impl FnOnce() -> Result<Vec<f64>>) -> Result<bool> {
         self.program.stop.map_or(Ok(false), |stop| stop.ends(t + 1, values))
+    }
+
+    /// Tells `RunOptions::progress` that `done` iterations have run (all of them when the stopping
+    /// rule ended the loop), out of `passes` times the program's iterations.
+    pub(crate) fn report(&self, done: usize) {
+        report(self.options, done, self.program.iterations * self.passes);
     }
 
     /// Each step a plain run on host data (the CPU, or a GPU in float16).
@@ -304,7 +319,9 @@ impl Run<'_> {
             if self.stops(done - 1, || Ok(p.stop.map_or_else(Vec::new, |s| values[s.buffer].to_vec())))? {
                 break;
             }
+            self.report(done);
         }
+        self.report(p.iterations);
         let outputs = p.outputs.iter().map(|&b| values[b].to_vec()).collect();
         Ok(self.ran(outputs, done, trace, backend, timings))
     }
@@ -319,6 +336,13 @@ impl Run<'_> {
     ) -> Ran {
         let shapes = self.program.outputs.iter().map(|&b| self.shapes[b]).collect();
         Ran { outputs, shapes, iterations: done, trace, backend, timings: timings.0 }
+    }
+}
+
+/// Tells `options.progress`, if any, that `done` of `total` iterations have run.
+pub(crate) fn report(options: &RunOptions, done: usize, total: usize) {
+    if let Some(report) = options.progress {
+        report(done.min(total) as u64, total as u64);
     }
 }
 

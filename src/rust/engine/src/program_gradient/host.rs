@@ -9,7 +9,8 @@ pub(super) fn gradient(b: &Backward) -> Result<Gradients> {
     let p = b.program;
     let restores: Vec<bool> = (0..p.steps.len()).map(|s| b.restores(s)).collect();
     let mut timings = Summed::default();
-    let (mut values, mut tape, done, backend) = forward(p, &b.shapes, &b.step_options, &restores, &mut timings)?;
+    let (mut values, mut tape, done, backend) =
+        forward(p, &b.shapes, &b.step_options, &restores, &mut timings, b.options)?;
     let outputs = p.outputs.iter().map(|&x| values[x].clone()).collect();
     let mut adjoint: Vec<Vec<f64>> = (0..p.buffers.len()).map(|x| vec![0.0; b.len(x)]).collect();
     adjoint[b.of] = b.seed.clone();
@@ -40,7 +41,9 @@ pub(super) fn gradient(b: &Backward) -> Result<Gradients> {
                 }
             }
         }
+        program::report(b.options, p.iterations + done - t, 2 * p.iterations);
     }
+    program::report(b.options, 2 * p.iterations, 2 * p.iterations);
     let values = b.wrt.iter().map(|&x| std::mem::take(&mut adjoint[x])).collect();
     Ok(Gradients { values, outputs, shapes: b.output_shapes(), iterations: done, backend, timings: timings.0 })
 }
@@ -55,6 +58,7 @@ fn forward(
     step_options: &[RunOptions],
     restores: &[bool],
     timings: &mut Summed,
+    options: &RunOptions,
 ) -> Result<Forward> {
     let mut values: Vec<Vec<f64>> = p
         .buffers
@@ -92,6 +96,8 @@ fn forward(
                 break;
             }
         }
+        // (the progress report counts the iterations forward, then backward)
+        program::report(options, done, 2 * p.iterations);
     }
     Ok((values, tape, done, backend))
 }
