@@ -37,7 +37,7 @@
 #   make doc      regenerate NAMESPACE and man/ with roxygen2
 #   make site     build the pkgdown documentation site offline into docs/ (git-ignored) from the
 #                 package in ./lib: README as home page, reference grouped by _pkgdown.yml, the
-#                 vignettes as articles (tools/site.R; about 3.5 min on 2 cores, mostly knitting)
+#                 vignettes as articles (tools/site.R; 3 to 4 min on 2 cores, mostly knitting)
 #   make site-check  make site, then render pages of docs/ in headless chromium, save screenshots
 #                 in docs/_check/ and check their text (tools/check-site.sh); CI runs it after make test
 #   make vendor   bundle the crates of src/rust/Cargo.lock into src/rust/vendor.tar.xz (commit it)
