@@ -1,7 +1,7 @@
 # Developer entry points of the rkeops package.
 #
 #   make deps     check (and, as root, install with apt) R, testthat, roxygen2,
-#                 knitr, rmarkdown, pandoc; check that cargo is there
+#                 knitr, rmarkdown, pandoc, pkgdown, chromium; check that cargo is there
 #   make install  build and install the package into ./lib
 #   make demo     run inst/demo/demo.R against ./lib
 #   make test     clippy (warnings are errors), the engine's cargo tests, then the testthat suite
@@ -35,6 +35,11 @@
 #                 D = 64, against the FP32 kernel from R, then the torch peers (bench/tensor_cores.R,
 #                 bench/tensor_cores_peers.py; GPU only; REPS=3, FP32_REPS=1, SCALE=1, BENCH_OUT=file.md)
 #   make doc      regenerate NAMESPACE and man/ with roxygen2
+#   make site     build the pkgdown documentation site offline into docs/ (git-ignored) from the
+#                 package in ./lib: README as home page, reference grouped by _pkgdown.yml, the
+#                 vignettes as articles (tools/site.R; 3 to 4 min on 2 cores, mostly knitting)
+#   make site-check  make site, then render pages of docs/ in headless chromium, save screenshots
+#                 in docs/_check/ and check their text (tools/check-site.sh); CI runs it after make test
 #   make vendor   bundle the crates of src/rust/Cargo.lock into src/rust/vendor.tar.xz (commit it)
 #                 and list their authors and licences in inst/AUTHORS; run it after any change of
 #                 Cargo.lock (needs the network and the R package jsonlite). A source tarball or a
@@ -54,8 +59,8 @@ export CARGO_HOME := $(CURDIR)/src/rust/.cargo
 
 LIB_DIR := $(CURDIR)/lib
 APT_PKGS := r-base-dev r-cran-testthat r-cran-roxygen2 r-cran-knitr r-cran-rmarkdown pandoc \
-	r-cran-future r-cran-future.apply r-cran-progressr
-R_PKGS := testthat roxygen2 knitr rmarkdown future future.apply progressr
+	r-cran-future r-cran-future.apply r-cran-progressr r-cran-pkgdown chromium
+R_PKGS := testthat roxygen2 knitr rmarkdown future future.apply progressr pkgdown
 CARGO_MANIFEST := src/rust/Cargo.toml
 
 # make bench-cpu settings (see bench/cpu_compare.R).
@@ -71,7 +76,7 @@ SIZES ?=
 ITER_BUDGET ?= $(if $(filter command line,$(origin BUDGET)),$(BUDGET),60)
 ITER_REPS ?= $(if $(filter command line,$(origin REPS)),$(REPS),3)
 
-.PHONY: all deps install demo test fuzz check doc clean distclean bench-cpu bench-iterative bench-program bench-algorithms bench-ranges bench-solve bench-batch bench-future bench-gpus bench-tensor vendor
+.PHONY: all deps install demo test fuzz check doc site site-check clean distclean bench-cpu bench-iterative bench-program bench-algorithms bench-ranges bench-solve bench-batch bench-future bench-gpus bench-tensor vendor
 
 all: install
 
@@ -88,6 +93,7 @@ define missing_deps
 		missing="$$missing $(R_PKGS)"; \
 	fi; \
 	command -v pandoc >/dev/null 2>&1 || missing="$$missing pandoc"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	echo "$$missing"
 endef
 
@@ -232,8 +238,18 @@ vendor:
 doc: deps
 	Rscript -e 'roxygen2::roxygenise(load_code = roxygen2::load_source)'
 
+# The documentation site (pkgdown), offline, from the package installed in ./lib; docs/ is rebuilt
+# from scratch. Vignettes and examples run on the CPU (RKEOPS_SITE_GPU=1: as found).
+site: install
+	rm -rf docs
+	R_LIBS=$(LIB_DIR) Rscript tools/site.R docs
+
+# The site in a browser: headless chromium renders pages of docs/ (screenshots in docs/_check/).
+site-check: site
+	tools/check-site.sh docs
+
 clean:
-	rm -rf $(LIB_DIR) rkeops.Rcheck rkeops_*.tar.gz
+	rm -rf $(LIB_DIR) rkeops.Rcheck rkeops_*.tar.gz docs
 	rm -f src/*.o src/*.so src/*.dll src/rust/target/release/librkeops.a
 
 distclean: clean
