@@ -17,8 +17,9 @@ bar_events <- function(printed) {
 # What is printed while `expr` runs (output and messages), bars shown by the logger at once, with
 # the value of `expr`.
 progress_events <- function(expr, progress) {
-  withr::local_options(rkeops.progress = progress, cli.progress_show_after = 0, cli.progress_throttle = 0,
-                       cli.progress_handlers_only = "logger")
+  old <- options(rkeops.progress = progress, cli.progress_show_after = 0, cli.progress_throttle = 0,
+                 cli.progress_handlers_only = "logger")
+  on.exit(options(old), add = TRUE)
   printed <- utils::capture.output(messages <- utils::capture.output(value <- expr, type = "message"))
   printed <- c(printed, messages)
   list(value = value, events = bar_events(printed), printed = printed)
@@ -87,7 +88,7 @@ gauss_sum <- function(x, b) {
 
 test_that("no bar when the option is FALSE, nor by default in a non-interactive session", {
   old <- rkeops_use_cpu()
-  withr::defer(set_rkeops_options(backend = old$backend))
+  on.exit(set_rkeops_options(backend = old$backend), add = TRUE)
   set.seed(1)
   n <- 1e4
   x <- matrix(runif(3 * n), n, 3)
