@@ -1,7 +1,8 @@
-// Registration entry point of the package shared object, and the one service the Rust code asks
-// of R's C API directly.
+// Registration entry point of the package shared object, and the services the Rust code asks of
+// R's C API directly: interrupt checks and progress bars (cli's C API).
 #include <Rinternals.h>
 #include <R_ext/Utils.h>
+#include <cli/progress.h>
 
 // extendr-api generates `R_init_rkeops_extendr()` from the `extendr_module!`
 // block of src/rust/rkeops/src/lib.rs; it registers the `.Call` routines
@@ -17,10 +18,11 @@ static void check_interrupt(void *unused) {
     R_CheckUserInterrupt();
 }
 
-// Whether the user pressed Ctrl-C. R_CheckUserInterrupt jumps away when so; R_ToplevelExec catches
-// the jump here (and returns FALSE), so that it never crosses the Rust code that asks.
+// Set when the progress bar's R code failed (1), then when an interrupt check has said so (2).
 static int bar_failed;
 
+// Whether the user pressed Ctrl-C. R_CheckUserInterrupt jumps away when so; R_ToplevelExec catches
+// the jump here (and returns FALSE), so that it never crosses the Rust code that asks.
 int rkeops_interrupt_pending(void) {
     // (the progress bar's R code may have caught Ctrl-C first: see below)
     if (bar_failed == 1) {
@@ -36,7 +38,6 @@ int rkeops_interrupt_pending(void) {
 // code runs within R_ToplevelExec, so that no jump crosses the Rust code; when it fails (an
 // interrupt that its R code noticed first, or an error of cli), the bar is dropped for the rest of
 // the call and the next interrupt check says to stop, so that Ctrl-C is never lost.
-#include <cli/progress.h>
 
 static SEXP bar = NULL;
 static double bar_total = 0;
