@@ -1,7 +1,8 @@
-# Draws man/figures/kriging.png, the figure of README.md (and so of the site's home page): the 1-D
+# Draws the figures of README.md (and so of the site's home page): man/figures/kriging.png, the 1-D
 # kriging example of vignettes/kriging.Rmd, 10,000 noisy samples, fitted by solve() on a symbolic
-# Gaussian kernel matrix. Run by hand after a change (R_LIBS=lib Rscript tools/site-figure.R) and
-# commit the PNG (keep it under 100 KB).
+# Gaussian kernel matrix; man/figures/plots.png, the plot() methods of keops_kmeans(), keops_gmm()
+# and keops_sinkhorn(). Run by hand after a change (R_LIBS=lib Rscript tools/site-figure.R) and
+# commit the PNGs (keep each under 100 KB).
 library(rkeops, warn.conflicts = FALSE)
 set.seed(1)
 f <- function(x) sin(2 * pi * x) + 0.5 * cos(6 * pi * x)
@@ -28,5 +29,21 @@ labels <- c("samples (1,500 of 10,000)", "true function",
 legend("topright", labels, bg = "white",
        pch = c(16, NA, NA), lty = c(NA, 2, 1), lwd = c(NA, 1.5, 3),
        col = c("grey70", "black", "red3"), cex = 0.8)
+invisible(dev.off())
+message(out, ": ", file.size(out), " bytes")
+
+# The plot() methods: a clustering, a mixture's ellipses, a transport plan's strongest links.
+set.seed(2)
+blobs <- rbind(matrix(rnorm(600, 0, 1), 300), matrix(rnorm(600, 4, 0.7), 300),
+               cbind(rnorm(300, 4, 0.5), rnorm(300, -1, 1.5)))
+out <- "man/figures/plots.png"
+png(out, width = 900, height = 300, res = 96, type = "cairo", antialias = "none")
+par(mfrow = c(1, 3), mar = c(4, 4, 2, 0.5))
+plot(keops_kmeans(blobs, 3), blobs, main = "plot(keops_kmeans(x, 3), x)")
+plot(keops_gmm(blobs, 3, model = "VVV"), blobs, main = "plot(keops_gmm(x, 3, \"VVV\"), x)")
+u <- runif(150, 0, 2 * pi)
+ring <- cbind(cos(u), sin(u)) * (1 + rnorm(150, sd = 0.05))
+disc <- matrix(rnorm(200, sd = 0.35), 100)
+plot(keops_sinkhorn(ring, disc, blur = 0.05, potentials = TRUE), ring, disc, main = "transport plan (sinkhorn)")
 invisible(dev.off())
 message(out, ": ", file.size(out), " bytes")
