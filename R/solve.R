@@ -320,23 +320,24 @@ nystrom_preconditioner <- function(K, alpha, rank, eps, t_iteration, keep = !gpu
   S <- landmarks[seq_len(m)]
   R <- fac$R
   gamma <- fac$gamma
+  # C y and C' r: by BLAS with the columns kept, else as two reductions in float64.
   if (keep) {
     C <- columns$kept()
-    times_C <- function(y) base::`%*%`(C, y)
-    C_times <- function(r) crossprod(C, r)
+    C_times <- function(y) base::`%*%`(C, y)
+    Ct_times <- function(r) crossprod(C, r)
   } else {
-    times_C <- function(y) {
+    C_times <- function(y) {
       local_float64()
       kernel_columns_times(K, S, y)
     }
-    C_times <- function(r) {
+    Ct_times <- function(r) {
       local_float64()
       kernel_rows_times(K, S, r)
     }
   }
   list(rank = m, kept = keep, apply = function(r) {
-    y <- backsolve(R, backsolve(R, C_times(r), transpose = TRUE))
-    (r - times_C(y)) / gamma
+    y <- backsolve(R, backsolve(R, Ct_times(r), transpose = TRUE))
+    (r - C_times(y)) / gamma
   })
 }
 
