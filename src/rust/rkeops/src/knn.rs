@@ -1,21 +1,36 @@
 //! The pruned K-nearest-neighbour search for R/knn.R: the engine's plan (clouds sorted by cell,
 //! ranges of the block-sparse ArgKMin), and the results put back in the user's order.
 
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
 use engine::clustering::Points;
 use engine::knn::{knn_plan, Metric, Search};
+use engine::parallel;
 use extendr_api::prelude::*;
 
 use crate::clustering::{block_matrix, matrix, points};
+use crate::results::RElement;
 use crate::{guarded, Fallible, OrInput, RError};
 
-/// The rows of `x` in `order` (0-based), as a matrix.
+/// The rows of `x` in `order` (0-based), as a matrix (written once into R's vector, column by
+/// column on every core).
 fn sorted_rows(x: Points, order: &[usize]) -> Fallible {
-    let values: Vec<f64> = (0..x.d).flat_map(|c| order.iter().map(move |&i| x.values[c * x.n + i])).collect();
-    matrix(Robj::from(values), x.n, x.d)
+    let mut out = f64::r_vector(x.n * x.d);
+    let values = f64::elements(&mut out).ok_or_else(|| RError::of_kind("internal", "R did not allocate the result"))?;
+    parallel::for_each_block(values, x.n, |c, column| {
+        for (v, &i) in column.iter_mut().zip(order) {
+            *v = x.values[c * x.n + i];
+        }
+    });
+    matrix(out, x.n, x.d)
 }
 
-fn one_based(v: impl Iterator<Item = usize>) -> Robj {
-    Robj::from(v.map(|i| i as i32 + 1).collect::<Vec<i32>>())
+/// 0-based positions as R's 1-based integers.
+fn one_based(v: &[usize]) -> Fallible {
+    let mut out = i32::r_vector(v.len());
+    let ints = i32::elements(&mut out).ok_or_else(|| RError::of_kind("internal", "R did not allocate the result"))?;
+    parallel::map(v, ints, |i| i as i32 + 1);
+    Ok(out)
 }
 
 /// NULL where pruning would not pay, else `list(x, y, x_order, y_order, ranges_i, slices_i,
@@ -45,8 +60,8 @@ fn keops_knn_plan(
             [
                 sorted_rows(data, &plan.data_order)?,
                 sorted_rows(queries, &plan.query_order)?,
-                one_based(plan.data_order.iter().copied()),
-                one_based(plan.query_order.iter().copied()),
+                one_based(&plan.data_order)?,
+                one_based(&plan.query_order)?,
                 block_matrix(&r.blocks)?,
                 Robj::from(r.slices.iter().map(|&s| s as i32).collect::<Vec<i32>>()),
                 block_matrix(&r.reduced)?,
@@ -71,28 +86,47 @@ fn keops_knn_restore(values: Robj, indices: Robj, x_order: Robj, y_order: Robj) 
             return Err(RError::unnamed_input("keops_knn_restore: results and orders do not match"));
         }
         let k = values.len() / n;
-        let mut out_values = vec![0.0; n * k];
-        let mut out_indices = vec![0i32; n * k];
-        for c in 0..k {
-            for (r, &row) in y_order.iter().enumerate() {
-                let at = c * n + (row - 1) as usize;
-                out_values[at] = values[c * n + r];
-                let found = indices[c * n + r];
+        // Where each query of the user's order sits in the plan's: the results are then gathered
+        // column by column into R's vectors (written once, in order, on every core).
+        let mut sorted_at = vec![usize::MAX; n];
+        for (r, &row) in y_order.iter().enumerate() {
+            let slot = (row as usize).wrapping_sub(1);
+            *sorted_at
+                .get_mut(slot)
+                .or_input("y_order", "keops_knn_restore: 'y_order' is not an order of the queries")? = r;
+        }
+        if sorted_at.contains(&usize::MAX) {
+            return Err(RError::unnamed_input("keops_knn_restore: 'y_order' is not an order of the queries"));
+        }
+        let mut out_values = f64::r_vector(n * k);
+        let ov = f64::elements(&mut out_values)
+            .ok_or_else(|| RError::of_kind("internal", "R did not allocate the result"))?;
+        parallel::for_each_block(ov, n, |c, column| {
+            for (v, &r) in column.iter_mut().zip(&sorted_at) {
+                *v = values[c * n + r];
+            }
+        });
+        let out_of_range = AtomicBool::new(false);
+        let mut out_indices = i32::r_vector(n * k);
+        let oi = i32::elements(&mut out_indices)
+            .ok_or_else(|| RError::of_kind("internal", "R did not allocate the result"))?;
+        parallel::for_each_block(oi, n, |c, column| {
+            for (v, &r) in column.iter_mut().zip(&sorted_at) {
                 // (0: fewer than k data searched, the reduction's identity)
-                out_indices[at] = match found {
+                *v = match indices[c * n + r] {
                     0 => 0,
-                    _ => x_order
-                        .get((found - 1) as usize)
-                        .copied()
-                        .or_input("indices", "keops_knn_restore: index out of range")?,
+                    found => x_order.get((found as usize).wrapping_sub(1)).copied().unwrap_or_else(|| {
+                        out_of_range.store(true, Relaxed);
+                        0
+                    }),
                 };
             }
+        });
+        if out_of_range.load(Relaxed) {
+            return Err(RError::unnamed_input("keops_knn_restore: index out of range"));
         }
-        Ok(List::from_names_and_values(
-            ["values", "indices"],
-            [matrix(Robj::from(out_values), n, k)?, matrix(Robj::from(out_indices), n, k)?],
-        )?
-        .into())
+        Ok(List::from_names_and_values(["values", "indices"], [matrix(out_values, n, k)?, matrix(out_indices, n, k)?])?
+            .into())
     })
 }
 
