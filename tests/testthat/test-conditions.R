@@ -97,11 +97,14 @@ test_that("interrupts are rkeops errors and R interrupts", {
 })
 
 test_that("internal errors: a panic in the engine or the binding", {
-  # (an order with a 0 in it, which R never passes, makes the binding index out of bounds)
-  e <- condition_of(rkeops:::rust_result(.Call(rkeops:::wrap__keops_knn_restore, 1, 1L, 1L, 0L)))
+  # (the binding's panic on purpose: no input reaches a panic otherwise)
+  e <- condition_of(rkeops:::rust_result(.Call(rkeops:::wrap__panic_for_tests)))
   expect_s3_class(e, "rkeops_error_internal")
   expect_identical(class(e), c("rkeops_error_internal", "rkeops_error", "error", "condition"))
-  expect_match(conditionMessage(e), "^internal error in rkeops \\(please report it\\): index out of bounds")
+  expect_match(conditionMessage(e), "^internal error in rkeops \\(please report it\\): a panic on purpose")
+  # an order with a 0 in it, which R never passes, is an input error of the binding
+  e <- condition_of(rkeops:::rust_result(.Call(rkeops:::wrap__keops_knn_restore, 1, 1L, 1L, 0L)))
+  expect_s3_class(e, "rkeops_error_input")
 })
 
 test_that("the checks of R/checks.R: their messages and arguments", {

@@ -385,6 +385,13 @@ fn gpu_count() -> Robj {
     })
 }
 
+/// A panic on purpose, for the test of what R receives from one (tests/testthat/test-conditions.R):
+/// `guarded()` makes it an internal error; no input reaches a panic on purpose otherwise.
+#[extendr]
+fn panic_for_tests() -> Robj {
+    guarded(|| panic!("a panic on purpose (for the tests)"))
+}
+
 /// Empties the kernel cache in `dir`; returns the number of files removed.
 #[extendr]
 fn clean_cache(dir: &str) -> Robj {
@@ -410,6 +417,7 @@ extendr_module! {
     fn keops_run;
     fn gpu_status;
     fn gpu_count;
+    fn panic_for_tests;
     fn clean_cache;
     fn keops_device_put;
     fn keops_device_get;
