@@ -13,6 +13,11 @@ pub struct Points<'a> {
 }
 
 impl<'a> Points<'a> {
+    /// Whether `other` is these very points (the same memory and shape), not only equal ones.
+    pub fn same_as(&self, other: Points) -> bool {
+        std::ptr::eq(self.values, other.values) && self.n == other.n && self.d == other.d
+    }
+
     pub fn new(values: &'a [f64], n: usize, d: usize) -> Result<Self> {
         if values.len() != n * d {
             return Err(Error::Invalid(format!("points: {} values for {n} x {d}", values.len())));
@@ -188,10 +193,7 @@ pub fn cluster_summary(x: Points, labels: &[u32], clusters: usize, weights: Opti
         total[l as usize] += weight(i);
     }
     if let Some(c) = (0..clusters).find(|&c| counts[c] > 0 && total[c] <= 0.0) {
-        return Err(Error::Invalid(format!(
-            "'weights' sum to 0 in cluster {}: its centroid is not defined",
-            c + 1
-        )));
+        return Err(Error::Invalid(format!("'weights' sum to 0 in cluster {}: its centroid is not defined", c + 1)));
     }
     for k in 0..x.d {
         let sums = &mut centroids[k * clusters..(k + 1) * clusters];
@@ -208,6 +210,7 @@ pub fn cluster_summary(x: Points, labels: &[u32], clusters: usize, weights: Opti
         let d2: f64 = (0..x.d).map(|k| (x.values[k * x.n + i] - centroids[k * clusters + l]).powi(2)).sum();
         farthest[l] = farthest[l].max(d2);
     }
-    let radii = farthest.iter().zip(&counts).map(|(&d2, &count)| if count > 0 { d2.sqrt() } else { f64::NAN }).collect();
+    let radii =
+        farthest.iter().zip(&counts).map(|(&d2, &count)| if count > 0 { d2.sqrt() } else { f64::NAN }).collect();
     Ok(ClusterSummary { counts, centroids, weights: total, radii })
 }

@@ -92,7 +92,8 @@ pub fn knn_plan(
     let largest = |x: Points| x.values.iter().fold(0.0f64, |m, v| m.max(v.abs()));
     let margin = 1e-9 * (largest(data).max(largest(queries)) + size.iter().fold(0.0f64, |m, &s| m.max(s)));
     let data_cells = Cells::new(data, &size, margin)?;
-    let query_cells = Cells::new(queries, &size, margin)?;
+    // The queries are often the data themselves (keops_knn(x)): their cells are then the data's.
+    let query_cells = if data.same_as(queries) { data_cells.clone() } else { Cells::new(queries, &size, margin)? };
     let full: Vec<bool> = data_cells.rows.iter().map(|r| r.len() >= k).collect();
     if !full.iter().any(|&f| f) {
         return Ok(None);
@@ -231,6 +232,7 @@ fn bounded_cells(data_cells: &Cells, full: &[bool], metric: Metric, lo: &[f64], 
 }
 
 /// The cells of one cloud: its points sorted by cell, and the box of each cell.
+#[derive(Clone)]
 struct Cells {
     order: Vec<usize>,
     /// The cell of each point.

@@ -55,11 +55,15 @@ fn keops_knn_plan(
             return Ok(Robj::from(()));
         };
         let r = &plan.ranges;
+        let sorted_data = sorted_rows(data, &plan.data_order)?;
+        // (the queries being the data, sorted the same way: one R matrix for both)
+        let sorted_queries =
+            if data.same_as(queries) { sorted_data.clone() } else { sorted_rows(queries, &plan.query_order)? };
         Ok(List::from_names_and_values(
             ["x", "y", "x_order", "y_order", "ranges_i", "slices_i", "redranges_j", "reach"],
             [
-                sorted_rows(data, &plan.data_order)?,
-                sorted_rows(queries, &plan.query_order)?,
+                sorted_data,
+                sorted_queries,
                 one_based(&plan.data_order)?,
                 one_based(&plan.query_order)?,
                 block_matrix(&r.blocks)?,
