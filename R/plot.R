@@ -184,8 +184,7 @@ plot.keops_sinkhorn <- function(x, from, to, a = NULL, b = NULL, links = 1, whic
 # C_ij) / eps): the j of the smallest C_ij - g_j - eps log b_j, by one ArgKMin reduction over j.
 sinkhorn_links <- function(x, y, a, b, f, g, eps, p, links) {
   d <- ncol(x)
-  cost <- if (p == 2) "SqDist(x, y) / 2" else "Norm2(x - y)"
-  op <- keops_kernel(sprintf("ArgKMin_Reduction((%s - h) * s - lw, %d, 0)", cost, links),
+  op <- keops_kernel(sprintf("ArgKMin_Reduction((%s - h) * s - lw, %d, 0)", sinkhorn_cost_formula(p), links),
                      c(sprintf("x = Vi(%d)", d), sprintf("y = Vj(%d)", d), "h = Vj(1)", "lw = Vj(1)", "s = Pm(1)"))
   j <- matrix(op(list(x, y, matrix(g), matrix(log(b)), 1 / eps)), ncol = links)
   i <- rep(seq_len(nrow(x)), links)

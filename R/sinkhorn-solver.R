@@ -16,11 +16,14 @@
 # (Sinkhorn's alternate updates). `err` plus `off` is the stopping rule's buffer: `off` is huge in
 # the rows that must not stop.
 
+# The cost |x - y|^p / p between the variables x and y, as a formula.
+sinkhorn_cost_formula <- function(p) if (p == 2) "SqDist(x, y) / 2" else "Norm2(x - y)"
+
 # The operators, made once per dimension and exponent (their kernels are cached by the package).
 sinkhorn_operators <- function(d, p) {
   key <- paste(d, p)
   if (is.null(sinkhorn_cache$operators[[key]])) {
-    cost <- if (p == 2) "SqDist(x, y) / 2" else "Norm2(x - y)"
+    cost <- sinkhorn_cost_formula(p)
     grad <- if (p == 2) "x - y" else "Normalize(x - y)"
     xy <- c(sprintf("x = Vi(%d)", d), sprintf("y = Vj(%d)", d), "lw = Vj(1)", "h = Vj(1)")
     sinkhorn_cache$operators[[key]] <- list(

@@ -9,28 +9,25 @@ use engine::parallel;
 use extendr_api::prelude::*;
 
 use crate::clustering::{block_matrix, matrix, points};
-use crate::results::RElement;
+use crate::results::r_vector_with;
 use crate::{guarded, Fallible, OrInput, RError};
 
 /// The rows of `x` in `order` (0-based), as a matrix (written once into R's vector, column by
 /// column on every core).
 fn sorted_rows(x: Points, order: &[usize]) -> Fallible {
-    let mut out = f64::r_vector(x.n * x.d);
-    let values = f64::elements(&mut out).ok_or_else(|| RError::of_kind("internal", "R did not allocate the result"))?;
-    parallel::for_each_block(values, x.n, |c, column| {
-        for (v, &i) in column.iter_mut().zip(order) {
-            *v = x.values[c * x.n + i];
-        }
-    });
-    matrix(out, x.n, x.d)
+    let values = r_vector_with(x.n * x.d, |values: &mut [f64]| {
+        parallel::for_each_block(values, x.n, |c, column| {
+            for (v, &i) in column.iter_mut().zip(order) {
+                *v = x.values[c * x.n + i];
+            }
+        })
+    })?;
+    matrix(values, x.n, x.d)
 }
 
 /// 0-based positions as R's 1-based integers.
 fn one_based(v: &[usize]) -> Fallible {
-    let mut out = i32::r_vector(v.len());
-    let ints = i32::elements(&mut out).ok_or_else(|| RError::of_kind("internal", "R did not allocate the result"))?;
-    parallel::map(v, ints, |i| i as i32 + 1);
-    Ok(out)
+    r_vector_with(v.len(), |ints: &mut [i32]| parallel::map(v, ints, |i| i as i32 + 1))
 }
 
 /// NULL where pruning would not pay, else `list(x, y, x_order, y_order, ranges_i, slices_i,
@@ -102,30 +99,28 @@ fn keops_knn_restore(values: Robj, indices: Robj, x_order: Robj, y_order: Robj) 
         if sorted_at.contains(&usize::MAX) {
             return Err(RError::unnamed_input("keops_knn_restore: 'y_order' is not an order of the queries"));
         }
-        let mut out_values = f64::r_vector(n * k);
-        let ov = f64::elements(&mut out_values)
-            .ok_or_else(|| RError::of_kind("internal", "R did not allocate the result"))?;
-        parallel::for_each_block(ov, n, |c, column| {
-            for (v, &r) in column.iter_mut().zip(&sorted_at) {
-                *v = values[c * n + r];
-            }
-        });
+        let out_values = r_vector_with(n * k, |ov: &mut [f64]| {
+            parallel::for_each_block(ov, n, |c, column| {
+                for (v, &r) in column.iter_mut().zip(&sorted_at) {
+                    *v = values[c * n + r];
+                }
+            })
+        })?;
         let out_of_range = AtomicBool::new(false);
-        let mut out_indices = i32::r_vector(n * k);
-        let oi = i32::elements(&mut out_indices)
-            .ok_or_else(|| RError::of_kind("internal", "R did not allocate the result"))?;
-        parallel::for_each_block(oi, n, |c, column| {
-            for (v, &r) in column.iter_mut().zip(&sorted_at) {
-                // (0: fewer than k data searched, the reduction's identity)
-                *v = match indices[c * n + r] {
-                    0 => 0,
-                    found => x_order.get((found as usize).wrapping_sub(1)).copied().unwrap_or_else(|| {
-                        out_of_range.store(true, Relaxed);
-                        0
-                    }),
-                };
-            }
-        });
+        let out_indices = r_vector_with(n * k, |oi: &mut [i32]| {
+            parallel::for_each_block(oi, n, |c, column| {
+                for (v, &r) in column.iter_mut().zip(&sorted_at) {
+                    // (0: fewer than k data searched, the reduction's identity)
+                    *v = match indices[c * n + r] {
+                        0 => 0,
+                        found => x_order.get((found as usize).wrapping_sub(1)).copied().unwrap_or_else(|| {
+                            out_of_range.store(true, Relaxed);
+                            0
+                        }),
+                    };
+                }
+            })
+        })?;
         if out_of_range.load(Relaxed) {
             return Err(RError::unnamed_input("keops_knn_restore: index out of range"));
         }

@@ -35,6 +35,13 @@ impl RElement for i32 {
     }
 }
 
+/// A new R vector of `len` elements written by `fill` (once: R does not fill it first).
+pub fn r_vector_with<T: RElement>(len: usize, fill: impl FnOnce(&mut [T])) -> Fallible {
+    let mut x = T::r_vector(len);
+    fill(T::elements(&mut x).ok_or_else(|| RError::of_kind("internal", "R did not allocate the result"))?);
+    Ok(x)
+}
+
 /// `res` (`rows` rows, column-major) as an R array of dimensions `shape` (`shape[0] = rows`). With
 /// `members`, the rows are B members of `n = rows / B` rows laid end to end (a batch), and the
 /// array is R's `n x ... x B` one, `minus(v, members[m])` applied to member `m`'s values (its
@@ -45,22 +52,20 @@ pub fn r_array<T: RElement>(
     members: Option<&[i32]>,
     minus: impl Fn(T, i32) -> T + Sync,
 ) -> Fallible {
-    let mut x = T::r_vector(res.len());
-    let out = T::elements(&mut x).ok_or_else(|| RError::of_kind("internal", "R did not allocate the result"))?;
     let mut dims: Vec<i32> = shape.iter().map(|&d| d as i32).collect();
-    match members {
-        None => parallel::map(res, out, |v| v),
+    let mut x = match members {
+        None => r_vector_with(res.len(), |out| parallel::map(res, out, |v| v))?,
         Some(offsets) => {
             let rows = shape.first().copied().unwrap_or(0);
             let b = offsets.len();
             if b == 0 || rows % b != 0 {
                 return Err(RError::unnamed_input(format!("{rows} result rows are not {b} members of equal size")));
             }
-            unstack(res, out, rows / b, offsets, minus);
             dims[0] = (rows / b) as i32;
             dims.push(b as i32);
+            r_vector_with(res.len(), |out| unstack(res, out, rows / b, offsets, minus))?
         }
-    }
+    };
     // Set here, on a vector nothing else refers to yet: set in R, `dim<-` would copy it.
     x.set_attrib("dim", dims)?;
     Ok(x)
@@ -68,7 +73,13 @@ pub fn r_array<T: RElement>(
 
 /// Member `m`'s row `r`, column `c` of `res` (`n * offsets.len()` rows, column-major, member `m`'s
 /// rows at `m * n ..`) goes to `out[r + n * (c + cols * m)]`, as `minus(value, offsets[m])`.
-pub fn unstack<T: Copy + Send + Sync>(res: &[T], out: &mut [T], n: usize, offsets: &[i32], minus: impl Fn(T, i32) -> T + Sync) {
+pub fn unstack<T: Copy + Send + Sync>(
+    res: &[T],
+    out: &mut [T],
+    n: usize,
+    offsets: &[i32],
+    minus: impl Fn(T, i32) -> T + Sync,
+) {
     let rows = n * offsets.len();
     let cols = res.len().checked_div(rows).unwrap_or(0);
     parallel::for_each_block(out, n * cols, |m, member| {
@@ -98,7 +109,8 @@ mod tests {
     #[test]
     fn members_become_the_last_index() {
         // 2 members of 2 rows, 3 columns: res[(m n + r) + 4 c] = 100 m + 10 c + r
-        let res: Vec<i32> = (0..3).flat_map(|c| (0..2).flat_map(move |m| (0..2).map(move |r| 100 * m + 10 * c + r))).collect();
+        let res: Vec<i32> =
+            (0..3).flat_map(|c| (0..2).flat_map(move |m| (0..2).map(move |r| 100 * m + 10 * c + r))).collect();
         let mut out = vec![0; res.len()];
         unstack(&res, &mut out, 2, &[0, 100], |x, o| x - o);
         // out[r + 2 (c + 3 m)] = 10 c + r for both members (member 1 minus its offset 100)
