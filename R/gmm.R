@@ -65,6 +65,7 @@ keops_gmm <- function(x, G, model = "VVI", iter.max = 100, tol = 1e-6, init = NU
   c0 <- d / 2 * log(2 * pi)
   # On a GPU the points go there once for the program and the last E-step's two reductions.
   points <- if (gpu_in_use()) keops_device(x) else x
+  if (inherits(points, "keops_device_matrix")) on.exit(keops_device_free(points), add = TRUE)   # not left to gc
   input <- list(x = points, n = nrow(x), c0 = c0, mu = start$mu, is2 = 1 / start$var,
                 cst = matrix(gmm_vvi_constant(start$pro, start$var)), ll = 0)
   res <- gmm_program(d, iter.max, tol)(input)
