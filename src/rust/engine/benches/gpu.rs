@@ -102,6 +102,15 @@ fn main() {
             reps: 3,
         },
         Case {
+            name: "argkmin10_d10_f32",
+            formula: "ArgKMin_Reduction(SqDist(x,y), 10, 0)",
+            n: 1_000_000,
+            m: 1_000_000,
+            d: 10,
+            precision: Precision::F32,
+            reps: 3,
+        },
+        Case {
             name: "logsumexp_f32",
             formula: "LogSumExp_Reduction(b - SqDist(x,y) * 10, 0)",
             n: 1_000_000,
@@ -120,11 +129,7 @@ fn main() {
         let op = Operator::new(case.formula, &args).unwrap();
         let args_used = if case.formula.contains('b') { 3 } else { 2 };
         let (x, y, b) = (random(case.n * case.d, 1), random(case.m * case.d, 2), random(case.m, 3));
-        let inputs = [
-            Input::host(&x, case.n, case.d),
-            Input::host(&y, case.m, case.d),
-            Input::host(&b, case.m, 1),
-        ];
+        let inputs = [Input::host(&x, case.n, case.d), Input::host(&y, case.m, case.d), Input::host(&b, case.m, 1)];
         let inputs = &inputs[..args_used.max(op.formula.variables.len())];
         // The environment's tuning (RKEOPS_GPU_TENSOR=off: the FP32 kernel).
         let tuning = Tuning::from_env();
@@ -141,7 +146,8 @@ fn main() {
             (case.n * case.m) as f64 / kernel / 1e9
         );
         if case.name == "gauss_2d_f32" {
-            let force_1d = RunOptions { tuning: Tuning { force_1d: true, ..options.tuning.clone() }, ..options.clone() };
+            let force_1d =
+                RunOptions { tuning: Tuning { force_1d: true, ..options.tuning.clone() }, ..options.clone() };
             let (total_1d, kernel_1d) = time(&op, inputs, &force_1d, case.reps);
             println!(
                 "rkeops {:<14} N={:>8} M={:>9} D={:>3}  kernel {:>10.3} ms  total {:>10.3} ms  (1D scheme forced: 2D is {:.1} x faster)",
@@ -158,11 +164,7 @@ fn main() {
     let formula = format!("Sum_Reduction(Exp(-{}*SqDist(x,y))*b, 0)", 1.0 + std::process::id() as f64 / 1e7);
     let op = Operator::new(&formula, &args).unwrap();
     let (x, y, b) = (random(3000, 1), random(3000, 2), random(1000, 3));
-    let inputs = [
-        Input::host(&x, 1000, 3),
-        Input::host(&y, 1000, 3),
-        Input::host(&b, 1000, 1),
-    ];
+    let inputs = [Input::host(&x, 1000, 3), Input::host(&y, 1000, 3), Input::host(&b, 1000, 1)];
     let options = RunOptions { backend: Backend::Gpu(0), cache_dir: Some(dir.clone()), ..Default::default() };
     let clock = Instant::now();
     op.run(&inputs, &options).unwrap();
@@ -171,11 +173,7 @@ fn main() {
     // Cached calls of the engine alone: what an iterative algorithm pays per reduction.
     for n in [1000, 10_000] {
         let (x, y, b) = (random(3 * n, 1), random(3 * n, 2), random(n, 3));
-        let inputs = [
-            Input::host(&x, n, 3),
-            Input::host(&y, n, 3),
-            Input::host(&b, n, 1),
-        ];
+        let inputs = [Input::host(&x, n, 3), Input::host(&y, n, 3), Input::host(&b, n, 1)];
         op.run(&inputs, &options).unwrap();
         let cached: Vec<f64> = (0..200)
             .map(|_| {

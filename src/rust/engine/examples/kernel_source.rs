@@ -1,7 +1,7 @@
-//! Prints the CUDA source generated for a formula (float32, dense, local selections; the
+//! Prints the CUDA source generated for a formula (float32, dense, selections as for 10^6 reduced rows; the
 //! tensor-core variant where it applies, unless `RKEOPS_GPU_TENSOR=off`):
 //! `cargo run --release --example kernel_source -- "<formula>" "<arg>" ...`; with NVRTC on the
-//! library path, also the time of its compilation for sm_90.
+//! library path, also the time of its compilation for sm_90 (`RKEOPS_CUBIN=file` keeps the binary).
 use engine::cuda::codegen::{generate_variant, KernelOptions, Selection, Variant};
 use engine::cuda::dtype::Dtype;
 use engine::formula::Formula;
@@ -14,12 +14,20 @@ fn main() {
     let formula = Formula::parse(&formula, &args).unwrap_or_else(|e| panic!("{e}"));
     let tuning = Tuning::from_env();
     let variant = Variant::choose(&formula, Dtype::F32, None, (9, 0), &tuning);
-    let options = KernelOptions::new(Dtype::F32, SumScheme::Auto, variant, Selection::Local);
+    // Selections as for a reduction over 10^6 rows (RKEOPS_GPU_SELECTION forces one).
+    let selection = Selection::for_rows(&formula, 1e6, tuning.gpu_selection);
+    let options = KernelOptions::new(Dtype::F32, SumScheme::Auto, variant, selection);
     let kernel = generate_variant(&formula, &KernelOptions { unroll: tuning.unroll, ..options });
     println!("{}", kernel.source);
     let clock = std::time::Instant::now();
     match engine::cuda::device::compile_cubin(&kernel.source, "sm_90") {
-        Ok(cubin) => eprintln!("NVRTC: {} bytes in {:.3} s", cubin.len(), clock.elapsed().as_secs_f64()),
+        Ok(cubin) => {
+            eprintln!("NVRTC: {} bytes in {:.3} s", cubin.len(), clock.elapsed().as_secs_f64());
+            // RKEOPS_CUBIN=file keeps the binary, for `nvdisasm` or `cuobjdump -res-usage`.
+            if let Ok(path) = std::env::var("RKEOPS_CUBIN") {
+                std::fs::write(&path, &cubin).unwrap_or_else(|e| panic!("{path}: {e}"));
+            }
+        }
         Err(e) => eprintln!("not compiled: {e}"),
     }
 }

@@ -18,11 +18,12 @@ pub enum IsaCap {
     Baseline,
 }
 
-/// Where a GPU K-selection keeps its K best (`RKEOPS_GPU_SELECTION=local|registers`).
+/// Where a GPU K-selection keeps its K best (`RKEOPS_GPU_SELECTION=local|registers|filtered`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SelectionOverride {
     Local,
     Registers,
+    Filtered,
 }
 
 /// Which kernel block-sparse reductions run (`RKEOPS_GPU_RANGED=narrow|wide`).
@@ -85,6 +86,7 @@ impl Tuning {
             gpu_selection: match var("RKEOPS_GPU_SELECTION").as_str() {
                 "local" => Some(SelectionOverride::Local),
                 "registers" => Some(SelectionOverride::Registers),
+                "filtered" => Some(SelectionOverride::Filtered),
                 _ => None,
             },
             gpu_ranged: match var("RKEOPS_GPU_RANGED").as_str() {

@@ -20,4 +20,5 @@ mod program;
 mod progress;
 mod ranges;
 mod reductions;
+mod sifted_selections;
 mod tensor_cores;

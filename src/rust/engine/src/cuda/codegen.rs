@@ -11,6 +11,8 @@
 //! The numbers of the formula are not in the source: they are read from an array argument, so that
 //! formulas that differ only by their numbers (a loop over a bandwidth) share one compiled kernel.
 
+mod candidates;
+
 use std::fmt::Write;
 
 use super::dot_tiles::{self, DotTile};
@@ -22,6 +24,7 @@ use crate::ranges::BlockRanges;
 use crate::reduction::Accumulator;
 use crate::reduction::{ReductionKind, SumScheme};
 use crate::tuning::{RangedOverride, SelectionOverride, Tuning};
+use candidates::Filter;
 
 /// Static shared memory available to a block without opting in to more.
 const SHARED_BYTES: usize = 48 * 1024;
@@ -86,6 +89,11 @@ pub enum Selection {
     /// pays the whole network whenever one of its rows takes a value, but no memory access; pays
     /// when values enter often, on short reduced ranges (batches of small clouds).
     Registers,
+    /// `Local`, the pairs first sifted 32 indices at a time: one comparison per pair marks the
+    /// candidates, which are then computed again and inserted (`candidates`); a nearest-neighbour
+    /// search sifts with the expanded squared distance. For long reduced ranges of a selection of
+    /// one component.
+    Filtered,
 }
 
 /// Above this many reduced rows per output row and per selected value (K), selections stay in
@@ -102,16 +110,20 @@ impl Selection {
     pub fn for_rows(formula: &Formula, reduced: f64, forced: Option<SelectionOverride>) -> Selection {
         use ReductionKind::*;
         let red = &formula.reduction;
-        let selects = matches!(red.kind, Min | ArgMin | MinArgMin | KMin | ArgKMin | KMinArgKMin | Max | ArgMax | MaxArgMax);
-        let k = red.k.max(1);
-        if !selects || formula.output_dim() * k > REGISTER_SELECTION {
+        let selects =
+            matches!(red.kind, Min | ArgMin | MinArgMin | KMin | ArgKMin | KMinArgKMin | Max | ArgMax | MaxArgMax);
+        if !selects {
             return Selection::Local;
         }
+        let k = red.k.max(1);
+        let in_registers = formula.output_dim() * k <= REGISTER_SELECTION;
+        let sifted = if formula.output_dim() == 1 { Selection::Filtered } else { Selection::Local };
         match forced {
             Some(SelectionOverride::Local) => Selection::Local,
-            Some(SelectionOverride::Registers) => Selection::Registers,
-            _ if reduced <= REGISTERS_UP_TO_ROWS_PER_VALUE * k as f64 => Selection::Registers,
-            _ => Selection::Local,
+            Some(SelectionOverride::Registers) if in_registers => Selection::Registers,
+            Some(SelectionOverride::Filtered) => sifted,
+            _ if in_registers && reduced <= REGISTERS_UP_TO_ROWS_PER_VALUE * k as f64 => Selection::Registers,
+            _ => sifted,
         }
     }
 }
@@ -161,7 +173,13 @@ impl Variant {
     /// The kernel for `formula` on a device of compute capability `arch`: `for_ranges`, or
     /// `DotTiles` for a dense reduction that has a dot product to give to the tensor cores
     /// (TF32 `mma.sync` needs 8.0), unless the tuning turns the tensor cores off.
-    pub fn choose(formula: &Formula, dtype: Dtype, ranges: Option<&BlockRanges>, arch: (i32, i32), tuning: &Tuning) -> Variant {
+    pub fn choose(
+        formula: &Formula,
+        dtype: Dtype,
+        ranges: Option<&BlockRanges>,
+        arch: (i32, i32),
+        tuning: &Tuning,
+    ) -> Variant {
         let variant = Variant::for_ranges(ranges, tuning.gpu_ranged);
         let allowed = tuning.tensor_cores && arch.0 >= 8;
         match variant == Variant::Dense && allowed && DotTile::find(formula, &Plan::new(formula), dtype).is_some() {
@@ -208,7 +226,8 @@ pub fn generate_variant(formula: &Formula, options: &KernelOptions) -> Kernel {
         rows: layout.rows,
         state_len: acc.state_len(),
         width: acc.width(),
-        static_shared: layout.dots_shared_bytes() + if layout.shared { layout.tile_len * layout.shared_width * options.dtype.size() } else { 0 },
+        static_shared: layout.dots_shared_bytes()
+            + if layout.shared { layout.tile_len * layout.shared_width * options.dtype.size() } else { 0 },
         dynamic_shared: dots.map_or(0, |dots| dots.dynamic_shared_bytes()),
         prepare: dots.and_then(|dots| dots.prepare()),
     }
@@ -238,11 +257,13 @@ struct Layout {
     shared_offsets: Vec<Option<usize>>,
     /// Where it holds each hoisted term of the reduced index (node, offset), when it holds them.
     hoisted_offsets: Vec<(NodeId, usize)>,
+    /// How a sifted selection (`Selection::Filtered`) sifts its pairs.
+    filter: Option<Filter>,
 }
 
 impl Layout {
     fn new(formula: &Formula, options: &KernelOptions) -> Layout {
-        let KernelOptions { dtype, scheme, variant, .. } = *options;
+        let KernelOptions { dtype, scheme, variant, selection, .. } = *options;
         let narrow = variant == Variant::RangedNarrow;
         let plan = Plan::new(formula);
         let acc = formula.accumulator(scheme);
@@ -266,7 +287,9 @@ impl Layout {
         // The tensor-core dots take their part of the shared memory first.
         let free_bytes = SHARED_BYTES - dots.map_or(0, |dots| dots.shared_floats() * 4);
         let fits_width = |t: usize, width: usize| t * width * dtype.size() <= free_bytes;
-        let hoisted = match plan.inner.iter().any(|&id| live[id]) && fits_width(if narrow { 64 } else { 128 }, width_of(&hoisted)) {
+        let hoisted = match plan.inner.iter().any(|&id| live[id])
+            && fits_width(if narrow { 64 } else { 128 }, width_of(&hoisted))
+        {
             true => hoisted,
             false => vec![],
         };
@@ -281,12 +304,39 @@ impl Layout {
         };
         let (tile_len, tile_name) = if dots.is_some() { (dot_tiles::COLUMNS, "RK_COLUMNS") } else { (tile, "TILE") };
         let shared = fits(tile_len) && shared_width > 0;
-        let rows = if narrow || dots.is_some() { 1 } else { rows_per_thread(formula, &plan, &acc, dtype) };
         let (shared_offsets, hoisted_offsets) = match shared {
             true => tile_offsets(formula, &inner_vars, &hoisted),
             false => (vec![None; formula.variables.len()], vec![]),
         };
-        Layout { plan, acc, dots, live, inner_vars, tile, rows, tile_len, tile_name, shared, shared_width, shared_offsets, hoisted_offsets }
+        // The expanded distance reads `y` from the tile (a tile of TILE indices: not with the dots).
+        let y_offset = |y: NodeId| match (&formula.graph.nodes[y].op, dots) {
+            (Op::Input(p), None) => {
+                hoisted_offsets.iter().find(|&&(id, _)| id == y).map(|&(_, off)| off).or(shared_offsets[*p])
+            }
+            _ => None,
+        };
+        let filter = (selection == Selection::Filtered).then(|| Filter::choose(formula, &plan, dtype, y_offset));
+        let rows = match (narrow || dots.is_some(), &filter) {
+            (true, _) => 1,
+            (false, Some(filter)) => sifted_rows_per_thread(formula, &plan, filter, dtype),
+            (false, None) => rows_per_thread(formula, &plan, &acc, dtype),
+        };
+        Layout {
+            plan,
+            acc,
+            dots,
+            live,
+            inner_vars,
+            tile,
+            rows,
+            tile_len,
+            tile_name,
+            shared,
+            shared_width,
+            shared_offsets,
+            hoisted_offsets,
+            filter,
+        }
     }
 
     /// Bytes of static shared memory the tensor-core dots declare.
@@ -311,7 +361,11 @@ fn inner_inputs(formula: &Formula, plan: &Plan, live: &[bool]) -> Vec<usize> {
 
 /// The offsets in the shared tile of the inputs of the reduced index (when nothing is hoisted),
 /// then of the hoisted terms.
-fn tile_offsets(formula: &Formula, inner_vars: &[usize], hoisted: &[NodeId]) -> (Vec<Option<usize>>, Vec<(NodeId, usize)>) {
+fn tile_offsets(
+    formula: &Formula,
+    inner_vars: &[usize],
+    hoisted: &[NodeId],
+) -> (Vec<Option<usize>>, Vec<(NodeId, usize)>) {
     let mut shared_offsets = vec![None; formula.variables.len()];
     let mut hoisted_offsets = Vec::new();
     let mut offset = 0;
@@ -343,6 +397,9 @@ impl Gen<'_> {
             dots.functions(&mut self.src);
         }
         finish::functions(&mut self.src, &layout.acc, self.dtype.c_type());
+        if let Some(filter) = &layout.filter {
+            filter.functions(&mut self.src, &layout.acc, self.dtype);
+        }
         self.signature(ranged);
     }
 
@@ -357,13 +414,18 @@ impl Gen<'_> {
             self.line("  const int row0 = blockIdx.x * (TILE * ROWS) + threadIdx.x;\n  const int row_end = n_out;");
         }
         for q in 0..layout.rows {
-            self.line(&format!("  const int row_{q} = row0 + {q} * TILE; const int r_{q} = row_{q} < row_end ? row_{q} : 0;"));
+            self.line(&format!(
+                "  const int row_{q} = row0 + {q} * TILE; const int r_{q} = row_{q} < row_end ? row_{q} : 0;"
+            ));
         }
         if let Some(dots) = &layout.dots {
             self.src.push_str(&dots.block_start());
         }
         if layout.shared {
             let _ = writeln!(self.src, "  __shared__ T tile[{} * {}];", layout.tile_name, layout.shared_width);
+        }
+        if let Some(filter) = &layout.filter {
+            filter.block_start(self);
         }
     }
 
@@ -390,6 +452,9 @@ impl Gen<'_> {
                 self.node(id);
             }
             reducer.init(self);
+            if let Some(filter) = &layout.filter {
+                filter.row_start(self);
+            }
         }
     }
 
@@ -414,7 +479,11 @@ impl Gen<'_> {
         if layout.shared {
             self.line("    {");
             self.line("      const int j = j0 + threadIdx.x;");
-            self.line(if layout.dots.is_some() { "      if (j < j_end && threadIdx.x < RK_COLUMNS) {" } else { "      if (j < j_end) {" });
+            self.line(if layout.dots.is_some() {
+                "      if (j < j_end && threadIdx.x < RK_COLUMNS) {"
+            } else {
+                "      if (j < j_end) {"
+            });
             if layout.hoisted_offsets.is_empty() {
                 for &p in &layout.inner_vars {
                     let off = layout.shared_offsets[p].unwrap_or(0);
@@ -428,6 +497,9 @@ impl Gen<'_> {
                     self.line(&format!("        for (int k = 0; k < {d}; k++) tile[({off} + k) * {tile_name} + threadIdx.x] = v{id}[k];"));
                 }
             }
+            if let Some(filter) = &layout.filter {
+                filter.load_tile(self);
+            }
             self.line("      }");
             self.line("    }");
             self.line("    __syncthreads();");
@@ -440,7 +512,10 @@ impl Gen<'_> {
     /// The loop over the indices of the tile: the terms of the index (from the tile, or computed),
     /// then per row slot the pairs' terms and the reduction's step.
     fn loop_over_tile(&mut self, reducer: &Reducer, unroll: usize) {
-        let (formula, layout) = (self.formula, self.layout);
+        let layout = self.layout;
+        if let Some(filter) = &layout.filter {
+            return filter.loop_over_tile(self, reducer);
+        }
         self.line("    if (row0 < row_end) {");
         self.line(&format!("      const int len = min({}, j_end - j0);", layout.tile_name));
         for q in 0..layout.rows {
@@ -453,18 +528,10 @@ impl Gen<'_> {
         // Tuning::unroll (RKEOPS_GPU_UNROLL=n) forces n (benchmarks).
         self.line(&format!("      #pragma unroll {unroll}\n      for (int jj = 0; jj < len; jj++) {{"));
         self.line("        const int j = j0 + jj;");
-        if layout.hoisted_offsets.is_empty() {
-            self.inner_terms();
-        }
-        for &(id, off) in &layout.hoisted_offsets {
-            let d = formula.graph.dim(id);
-            self.line(&format!("        T v{id}[{d}]; for (int k = 0; k < {d}; k++) v{id}[k] = tile[({off} + k) * {} + jj];", layout.tile_name));
-        }
+        self.index_terms();
         for q in 0..layout.rows {
             self.q = q;
-            for &id in layout.plan.pair.iter().filter(|&&id| layout.live[id]) {
-                self.node(id);
-            }
+            self.pair_nodes();
             reducer.accumulate(self);
         }
         self.line("      }");
@@ -473,6 +540,30 @@ impl Gen<'_> {
             reducer.tile_end(self);
         }
         self.line("    }");
+    }
+
+    /// The terms of the reduced index `j` (tile index `jj`): computed from its inputs, or read
+    /// from the tile that holds them.
+    fn index_terms(&mut self) {
+        let layout = self.layout;
+        if layout.hoisted_offsets.is_empty() {
+            self.inner_terms();
+        }
+        for &(id, off) in &layout.hoisted_offsets {
+            let d = self.formula.graph.dim(id);
+            self.line(&format!(
+                "        T v{id}[{d}]; for (int k = 0; k < {d}; k++) v{id}[k] = tile[({off} + k) * {} + jj];",
+                layout.tile_name
+            ));
+        }
+    }
+
+    /// The terms of the pair (row slot `q`, index `j`).
+    fn pair_nodes(&mut self) {
+        let layout = self.layout;
+        for &id in layout.plan.pair.iter().filter(|&&id| layout.live[id]) {
+            self.node(id);
+        }
     }
 
     /// Closes the loops over the tiles and over the ranges (or the chunk).
@@ -524,6 +615,19 @@ fn rows_per_thread(formula: &Formula, plan: &Plan, acc: &Accumulator, dtype: Dty
     let words = dtype.size() / 4;
     let per_row: usize = plan.outer.iter().chain(&plan.pair).map(|&id| formula.graph.dim(id)).sum::<usize>() * words
         + 2 * acc.state_len();
+    match per_row {
+        0..=24 => 4,
+        25..=64 => 2,
+        _ => 1,
+    }
+}
+
+/// Rows per thread of a sifted selection, whose K best stay in local memory: as many as the
+/// registers of the rows' values and sifting allow, at most 4.
+fn sifted_rows_per_thread(formula: &Formula, plan: &Plan, filter: &Filter, dtype: Dtype) -> usize {
+    let words = dtype.size() / 4;
+    let per_row: usize = plan.outer.iter().chain(&plan.pair).map(|&id| formula.graph.dim(id)).sum::<usize>() * words
+        + filter.row_registers();
     match per_row {
         0..=24 => 4,
         25..=64 => 2,
@@ -686,20 +790,62 @@ impl Gen<'_> {
             args: node.args.iter().map(|&x| (self.name(x), formula.graph.dim(x))).collect(),
         };
         let body = match node.op {
-            _ if layout.dots.is_some_and(|dots| dots.node == id) => layout.dots.map(|dots| dots.read(&o.out)).unwrap_or_default(),
+            _ if layout.dots.is_some_and(|dots| dots.node == id) => {
+                layout.dots.map(|dots| dots.read(&o.out)).unwrap_or_default()
+            }
             Op::Input(_) => return,
             Op::Constant(_) => {
                 let slot = self.constant_nodes.iter().position(|&c| c == id).expect("every number has a slot");
                 format!("{}[0] = rk_consts[{slot}];", o.out)
             }
-            Op::Neg | Op::Abs | Op::Acos | Op::Asin | Op::Atan | Op::Cos | Op::Sin | Op::Exp | Op::Log | Op::Floor | Op::Sqrt
-            | Op::Inv | Op::Square | Op::ReLU | Op::Rsqrt | Op::Sign | Op::Step | Op::SinXDivX | Op::XLogX | Op::Round(_)
-            | Op::Pow(_) | Op::ClampInt(..) => self.one_argument(node, &o),
-            Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Atan2 | Op::Powf | Op::Equal | Op::NotEqual | Op::LessThan
-            | Op::LessOrEqual | Op::Clamp | Op::IfElse | Op::Mod => self.several_arguments(node, &o),
-            Op::Sum | Op::SqNorm2 | Op::Dot | Op::Max | Op::Min | Op::ArgMax | Op::ArgMin => Gen::over_components(node, &o),
-            Op::Elem(_) | Op::ElemT(..) | Op::Extract(..) | Op::ExtractT(..) | Op::Concat | Op::OneHot(_) | Op::SumT(_)
-            | Op::MatVecMult | Op::VecMatMult | Op::TensorProd => self.reshaping(node, &o),
+            Op::Neg
+            | Op::Abs
+            | Op::Acos
+            | Op::Asin
+            | Op::Atan
+            | Op::Cos
+            | Op::Sin
+            | Op::Exp
+            | Op::Log
+            | Op::Floor
+            | Op::Sqrt
+            | Op::Inv
+            | Op::Square
+            | Op::ReLU
+            | Op::Rsqrt
+            | Op::Sign
+            | Op::Step
+            | Op::SinXDivX
+            | Op::XLogX
+            | Op::Round(_)
+            | Op::Pow(_)
+            | Op::ClampInt(..) => self.one_argument(node, &o),
+            Op::Add
+            | Op::Sub
+            | Op::Mul
+            | Op::Div
+            | Op::Atan2
+            | Op::Powf
+            | Op::Equal
+            | Op::NotEqual
+            | Op::LessThan
+            | Op::LessOrEqual
+            | Op::Clamp
+            | Op::IfElse
+            | Op::Mod => self.several_arguments(node, &o),
+            Op::Sum | Op::SqNorm2 | Op::Dot | Op::Max | Op::Min | Op::ArgMax | Op::ArgMin => {
+                Gen::over_components(node, &o)
+            }
+            Op::Elem(_)
+            | Op::ElemT(..)
+            | Op::Extract(..)
+            | Op::ExtractT(..)
+            | Op::Concat
+            | Op::OneHot(_)
+            | Op::SumT(_)
+            | Op::MatVecMult
+            | Op::VecMatMult
+            | Op::TensorProd => self.reshaping(node, &o),
         };
         let indent = if matches!(layout.plan.roles[id], Some(Role::Inner | Role::Pair)) { "        " } else { "  " };
         // A number's value stays out of the source (it is in rk_consts).
@@ -741,10 +887,9 @@ impl Gen<'_> {
                 elementwise(format!("{}({} * {p}) / {p}", m("round"), at(0, "k")))
             }
             Op::Pow(n) => elementwise(format!("rk_powi({}, {n})", at(0, "k"))),
-            Op::ClampInt(lo, hi) => elementwise(format!(
-                "({0} < (T){lo}) ? (T){lo} : (({0} > (T){hi}) ? (T){hi} : {0})",
-                at(0, "k")
-            )),
+            Op::ClampInt(lo, hi) => {
+                elementwise(format!("({0} < (T){lo}) ? (T){lo} : (({0} > (T){hi}) ? (T){hi} : {0})", at(0, "k")))
+            }
             op => unreachable!("{op:?} is not an operation of one argument"),
         }
     }
@@ -794,8 +939,12 @@ impl Gen<'_> {
         let at = |i: usize, k: &str| o.at(i, k);
         let (out, a) = (&o.out, &o.args);
         match node.op {
-            Op::Sum => format!("{out}[0] = {}; for (int k = 1; k < {}; k++) {out}[0] += {};", at(0, "0"), a[0].1, at(0, "k")),
-            Op::SqNorm2 => format!("{out}[0] = (T)0; for (int k = 0; k < {}; k++) {out}[0] += {1} * {1};", a[0].1, at(0, "k")),
+            Op::Sum => {
+                format!("{out}[0] = {}; for (int k = 1; k < {}; k++) {out}[0] += {};", at(0, "0"), a[0].1, at(0, "k"))
+            }
+            Op::SqNorm2 => {
+                format!("{out}[0] = (T)0; for (int k = 0; k < {}; k++) {out}[0] += {1} * {1};", a[0].1, at(0, "k"))
+            }
             Op::Dot => format!(
                 "{out}[0] = (T)0; for (int k = 0; k < {}; k++) {out}[0] += {} * {};",
                 a[0].1.max(a[1].1),
@@ -916,7 +1065,8 @@ const REGISTER_SELECTION: usize = 64;
 /// an infinite or NaN value.
 fn selection_network(fv: &str, c: usize, k: usize, cmp: &str, fabs: &str) -> String {
     let (first, last) = (c * k, c * k + k - 1);
-    let general = |s: usize| format!("(best_j@[{s}] == -1 || x {cmp} best@[{s}] || (rk_isnan(x) && !rk_isnan(best@[{s}])))");
+    let general =
+        |s: usize| format!("(best_j@[{s}] == -1 || x {cmp} best@[{s}] || (rk_isnan(x) && !rk_isnan(best@[{s}])))");
     let plain = |s: usize| format!("(x {cmp} best@[{s}])");
     let network = |goes_before: &dyn Fn(usize) -> String| {
         let mut code = format!("            bool c{last} = true;\n");
@@ -940,6 +1090,20 @@ fn selection_network(fv: &str, c: usize, k: usize, cmp: &str, fabs: &str) -> Str
         enters = general(last),
         plain = network(&plain),
         general = network(&general),
+    )
+}
+
+/// The insertion of `x`, of index `j`, into the sorted list `b`, `bj` of `k` values and indices,
+/// as the CPU accumulator does it: NaN wins, equal values keep index order. A value that does not
+/// enter (`worst` is the last of the list and `full` whether it holds `k`) does `skip`.
+fn sorted_insertion(k: usize, cmp: &str, worst: &str, full: &str, skip: &str) -> String {
+    let last = k - 1;
+    format!(
+        "          if ({full} && !(x {cmp} {worst} || (rk_isnan(x) && !rk_isnan({worst})))) {skip};\n\
+         \x20         int p = {last};\n\
+         \x20         while (p > 0 && (bj[p - 1] == -1 || x {cmp} b[p - 1] || (rk_isnan(x) && !rk_isnan(b[p - 1])))) {{ b[p] = b[p - 1]; bj[p] = bj[p - 1]; p--; }}\n\
+         \x20         b[p] = x; bj[p] = j;\n\
+         \x20         {worst} = b[{last}]; {full} = bj[{last}] != -1;\n"
     )
 }
 
@@ -1044,19 +1208,17 @@ impl Reducer<'_> {
                     }
                     return;
                 }
-                // Sorted insertion, as the CPU accumulator: NaN wins, equal values keep index order.
+                // A sifted selection calls its one insertion function (`candidates`).
+                if self.selection == Selection::Filtered {
+                    return emit(g, &format!("        rk_insert(best@, best_j@, {fv}[0], j, worst@, full@);"));
+                }
                 emit(g, &format!(
                     "        #pragma unroll\n\
                      \x20       for (int c = 0; c < {d}; c++) {{\n\
-                     \x20         T x = {fv}[c];\n\
-                     \x20         if (full@[c] && !(x {cmp} worst@[c] || (rk_isnan(x) && !rk_isnan(worst@[c])))) continue;\n\
-                     \x20         T* b = best@ + c * {kk}; int* bj = best_j@ + c * {kk};\n\
-                     \x20         int p = {last};\n\
-                     \x20         while (p > 0 && (bj[p - 1] == -1 || x {cmp} b[p - 1] || (rk_isnan(x) && !rk_isnan(b[p - 1])))) {{ b[p] = b[p - 1]; bj[p] = bj[p - 1]; p--; }}\n\
-                     \x20         b[p] = x; bj[p] = j;\n\
-                     \x20         worst@[c] = b[{last}]; full@[c] = bj[{last}] != -1;\n\
+                     \x20         T x = {fv}[c]; T* b = best@ + c * {kk}; int* bj = best_j@ + c * {kk};\n\
+                     {insertion}\
                      \x20       }}",
-                    last = kk - 1
+                    insertion = sorted_insertion(kk, cmp, "worst@[c]", "full@[c]", "continue")
                 ));
             }
             LogSumExp | LogSumExpWeight | SumSoftMaxWeight => {
@@ -1146,20 +1308,91 @@ mod tests {
     use super::Selection;
     use crate::formula::Formula;
     use crate::ranges::Ranges;
+    use crate::tuning::SelectionOverride;
 
     #[test]
     fn selections_go_to_registers_on_short_reduced_ranges_only() {
         let args = ["x = Vi(3)".to_string(), "y = Vj(3)".to_string()];
         let knn = |k: usize| Formula::parse(&format!("ArgKMin_Reduction(SqDist(x, y), {k}, 0)"), &args).unwrap();
         assert_eq!(Selection::for_rows(&knn(40), 2048.0, None), Selection::Registers);
-        assert_eq!(Selection::for_rows(&knn(10), 1e6, None), Selection::Local);
-        // Too many values for registers, and a reduction that selects nothing.
-        assert_eq!(Selection::for_rows(&knn(100), 2048.0, None), Selection::Local);
+        assert_eq!(Selection::for_rows(&knn(10), 1e6, None), Selection::Filtered);
+        // Too many values for registers: sifted; a reduction that selects nothing; selections of
+        // several components (not sifted), and forced choices.
+        assert_eq!(Selection::for_rows(&knn(100), 2048.0, None), Selection::Filtered);
         let sum = Formula::parse("Sum_Reduction(SqDist(x, y), 0)", &args).unwrap();
         assert_eq!(Selection::for_rows(&sum, 10.0, None), Selection::Local);
+        let wide = Formula::parse("KMin_Reduction(x - y, 3, 0)", &args).unwrap();
+        assert_eq!(Selection::for_rows(&wide, 1e6, None), Selection::Local);
+        assert_eq!(Selection::for_rows(&wide, 1e6, Some(SelectionOverride::Filtered)), Selection::Local);
+        assert_eq!(Selection::for_rows(&knn(10), 1e6, Some(SelectionOverride::Local)), Selection::Local);
+        assert_eq!(Selection::for_rows(&knn(10), 1e6, Some(SelectionOverride::Registers)), Selection::Registers);
+        assert_eq!(Selection::for_rows(&knn(10), 100.0, Some(SelectionOverride::Filtered)), Selection::Filtered);
         // Two blocks of 2 and 3 rows against 10 and 4 reduced rows: (2 * 10 + 3 * 4) / 5.
         let ranges = Ranges::from_block_pairs(&[0..2, 2..5], &[0..10, 10..14], &[(0, 0), (1, 1)]).unwrap();
         assert!((ranges.i.mean_reduced() - 6.4).abs() < 1e-12);
+    }
+
+    /// Sifted selections: nearest neighbours (either axis, float32 and float16 storage) sifted
+    /// with the expanded distance of centred points, other minima and maxima (and float64) with
+    /// their own value; candidates marked by a predicated OR, inserted by one function.
+    #[test]
+    fn sifted_selections_mark_candidates_then_insert_them() {
+        use super::{generate_variant, KernelOptions, Variant};
+        use crate::cuda::dtype::Dtype;
+        use crate::reduction::SumScheme;
+        let args = ["x = Vi(3)".to_string(), "y = Vj(3)".to_string(), "b = Vj(1)".to_string()];
+        let source = |text: &str, dtype: Dtype| {
+            let f = Formula::parse(text, &args).unwrap();
+            generate_variant(&f, &KernelOptions::new(dtype, SumScheme::Auto, Variant::Dense, Selection::Filtered))
+                .source
+        };
+        for (text, dtype) in [
+            ("ArgKMin_Reduction(SqDist(x, y), 10, 0)", Dtype::F32),
+            ("KMin_ArgKMin_Reduction(SqDist(y, x), 4, 1)", Dtype::F32),
+            ("Min_ArgMin_Reduction(SqDist(x, y), 0)", Dtype::F16),
+        ] {
+            let src = source(text, dtype);
+            let (_, kernel) = src.split_once("void __launch_bounds__").unwrap();
+            assert!(
+                src.contains("__device__ __noinline__ void rk_insert(")
+                    && src.contains("rk_sift_threshold(float worst"),
+                "{src}"
+            );
+            assert!(
+                kernel.contains("rk_yc[k * TILE + threadIdx.x] = v;") && kernel.contains("rk_ny[threadIdx.x] ="),
+                "{text}: {kernel}"
+            );
+            assert!(
+                kernel.contains("e = a_0[k] * yv[k] + e; rk_mark(mask_0, e, thr_0, 1u << jb);"),
+                "{text}: {kernel}"
+            );
+            assert!(
+                kernel.contains("rk_insert(best_3, best_j_3, ")
+                    && kernel.contains("thr_3 = rk_sift_threshold(worst_3[0], full_3[0], x2_3);"),
+                "{kernel}"
+            );
+            // The insertion is not written out in the kernel, and no pair is computed in full before
+            // it is marked.
+            assert!(!kernel.contains("while (p > 0"), "{kernel}");
+            let (sift, insert) = kernel.split_once("mask_0 &= valid;").unwrap();
+            assert!(!sift.contains("SqNorm2") && insert.contains("SqNorm2"), "{kernel}");
+        }
+        for (text, dtype, compare) in [
+            ("Max_ArgMax_Reduction(SqDist(x, y), 0)", Dtype::F32, "setp.le.f32"),
+            ("ArgKMin_Reduction(SqDist(x, y) * b, 3, 0)", Dtype::F32, "setp.ge.f32"),
+            ("ArgKMin_Reduction(SqDist(x, y), 3, 0)", Dtype::F64, "setp.ge.f64"),
+        ] {
+            let src = source(text, dtype);
+            assert!(
+                src.contains(compare) && !src.contains("rk_sift_threshold") && !src.contains("rk_ny"),
+                "{text}: {src}"
+            );
+            assert!(src.contains("T thr_0 = full_0[0] ? worst_0[0] : __int_as_float(0x7fc00000);"), "{text}: {src}");
+            assert!(
+                src.contains("rk_mark(mask_0, v") && src.contains("rk_insert(best_0, best_j_0, v"),
+                "{text}: {src}"
+            );
+        }
     }
 
     /// Terms of the reduced index alone are computed where the tile is loaded, once per index, and
@@ -1171,7 +1404,10 @@ mod tests {
         use crate::reduction::SumScheme;
         let args = ["x = Vi(10)".to_string(), "y = Vj(10)".to_string()];
         let cosine = Formula::parse("ArgKMin_Reduction(SqDist(Normalize(x), Normalize(y)), 10, 0)", &args).unwrap();
-        let source = |f: &Formula| generate_variant(f, &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::Dense, Selection::Local)).source;
+        let source = |f: &Formula| {
+            generate_variant(f, &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::Dense, Selection::Local))
+                .source
+        };
         let src = source(&cosine);
         let (load, pairs) = src.split_once("for (int jj = 0; jj < len; jj++)").expect("a loop over the tile");
         // Normalize's Rsqrt for x before the loop, for y in the tile load, never per pair.
@@ -1180,18 +1416,21 @@ mod tests {
         assert!(load.contains("__shared__ T tile[TILE * 10]"), "{load}");
         // Without such terms, the tile holds the inputs, read in the loop as before.
         let gauss = Formula::parse("Sum_Reduction(Exp(-SqDist(x, y)), 0)", &args).unwrap();
-        let (_, pairs) = source(&gauss).split_once("for (int jj = 0; jj < len; jj++)").map(|(a, b)| (a.to_string(), b.to_string())).unwrap();
+        let (_, pairs) = source(&gauss)
+            .split_once("for (int jj = 0; jj < len; jj++)")
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .unwrap();
         assert!(pairs.contains("= tile[(0 + k) * TILE + jj]"), "{pairs}");
     }
 
     #[test]
     fn large_dot_products_go_to_the_tensor_cores() {
         use super::{generate_variant, KernelOptions, Variant};
-        use crate::cuda::dtype::Dtype;
         use crate::cuda::dot_tiles::DotTile;
-        use crate::tuning::Tuning;
+        use crate::cuda::dtype::Dtype;
         use crate::plan::Plan;
         use crate::reduction::SumScheme;
+        use crate::tuning::Tuning;
         let parse = |text: &str, d: usize| {
             let args = [format!("x = Vi({d})"), format!("y = Vj({d})"), "b = Vj(1)".into(), "p = Pm(40)".into()];
             Formula::parse(text, &args).unwrap()
@@ -1210,35 +1449,65 @@ mod tests {
         // TF32 needs compute capability 8.0; block-sparse reductions and the switch keep FP32.
         assert_eq!(Variant::choose(&knn, Dtype::F32, None, (9, 0), &Tuning::default()), Variant::DotTiles);
         assert_eq!(Variant::choose(&knn, Dtype::F32, None, (7, 5), &Tuning::default()), Variant::Dense);
-        assert_eq!(Variant::choose(&knn, Dtype::F32, None, (9, 0), &Tuning { tensor_cores: false, ..Tuning::default() }), Variant::Dense);
+        assert_eq!(
+            Variant::choose(&knn, Dtype::F32, None, (9, 0), &Tuning { tensor_cores: false, ..Tuning::default() }),
+            Variant::Dense
+        );
         // The pairs read the dots (NaN, for a distance below 1/8 of the norms: computed again), and y is
         // neither loaded into the tile nor into registers per pair.
-        let src = generate_variant(&knn, &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local)).source;
+        let src = generate_variant(
+            &knn,
+            &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local),
+        )
+        .source;
         let (load, pairs) = src.split_once("for (int jj = 0; jj < len; jj++)").expect("a loop over the tile");
         assert!(load.contains("rk_dot_tile(rk_split, rk_split_norms, j0, rk_dynamic, rk_smem, rk_norms);"), "{load}");
         assert!(pairs.contains("= rk_smem[threadIdx.x * (64 + 1) + jj];"), "{pairs}");
-        assert!(pairs.contains("if (rk_isnan(v3_0[0])) v3_0[0] = rk_sqdist(in0, in1, n_out, n_red, r_0, j);"), "{pairs}");
+        assert!(
+            pairs.contains("if (rk_isnan(v3_0[0])) v3_0[0] = rk_sqdist(in0, in1, n_out, n_red, r_0, j);"),
+            "{pairs}"
+        );
         assert!(!src.contains("T v1[40]") && !src.contains("__shared__ T tile"), "{src}");
         // Other terms of j still go through the shared tile, of the dots' 64 columns.
         let gauss = parse("Sum_Reduction(Exp(-SqDist(x, y)) * b, 0)", 40);
-        let src = generate_variant(&gauss, &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local)).source;
+        let src = generate_variant(
+            &gauss,
+            &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local),
+        )
+        .source;
         assert!(src.contains("__shared__ T tile[RK_COLUMNS * 1]") && src.contains("threadIdx.x < RK_COLUMNS"), "{src}");
         // Up to 128 dimensions, the block's rows stay in shared memory and a kernel run first splits
         // y for the tensor cores; above, both are staged per tile.
-        let kernel = generate_variant(&knn, &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local));
+        let kernel = generate_variant(
+            &knn,
+            &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local),
+        );
         let prepare = kernel.prepare.expect("a preparation");
         assert_eq!((prepare.outer, prepare.inner, prepare.split_bytes, prepare.rows(65)), (0, 1, 40 * 8, 128));
         assert!(kernel.source.contains("rk_split, const float* __restrict__ rk_split_norms) {"));
         assert_eq!(kernel.dynamic_shared, (40 * 128 + 128 * 65) * 4);
         let wide = parse("ArgKMin_Reduction(SqDist(x, y), 10, 0)", 129);
-        let kernel = generate_variant(&wide, &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local));
+        let kernel = generate_variant(
+            &wide,
+            &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local),
+        );
         assert!(kernel.prepare.is_none() && kernel.dynamic_shared == 0);
-        assert!(kernel.source.contains("rk_dot_tile(in0, in1, n_out, n_red, blockIdx.x * 128, j0, j_end, rk_smem, rk_norms, rk_centre);"));
+        assert!(kernel.source.contains(
+            "rk_dot_tile(in0, in1, n_out, n_red, blockIdx.x * 128, j0, j_end, rk_smem, rk_norms, rk_centre);"
+        ));
         // The streamed variant (for GPUs whose blocks cannot hold resident rows) at any dimension.
-        let kernel = generate_variant(&knn, &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::StreamedDotTiles, Selection::Local));
+        let kernel = generate_variant(
+            &knn,
+            &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::StreamedDotTiles, Selection::Local),
+        );
         assert!(kernel.prepare.is_none() && kernel.dynamic_shared == 0 && kernel.static_shared > 30_000);
-        assert!(kernel.source.contains("rk_dot_tile(in0, in1, n_out, n_red, blockIdx.x * 128, j0, j_end, rk_smem, rk_norms, rk_centre);"));
-        let kernel = generate_variant(&gauss, &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local));
+        assert!(kernel.source.contains(
+            "rk_dot_tile(in0, in1, n_out, n_red, blockIdx.x * 128, j0, j_end, rk_smem, rk_norms, rk_centre);"
+        ));
+        let kernel = generate_variant(
+            &gauss,
+            &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local),
+        );
         assert_eq!(kernel.static_shared, (128 + 64) * 4);
     }
 }
