@@ -121,9 +121,11 @@ fn main() {
         },
         Case { name: "gauss_2d_f32", formula: gauss, n: 100, m: 10_000_000, d: 3, precision: Precision::F32, reps: 5 },
     ];
-    // An argument keeps only the cases whose name contains it (e.g. `logsumexp` for a profile).
+    // An argument keeps only the cases whose `name@N` contains it (`logsumexp` or `gauss_f32@1000000`
+    // for a profile).
     let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));
-    for case in cases.iter().filter(|c| only.as_ref().is_none_or(|o| c.name.contains(o.as_str()))) {
+    let wanted = |c: &&Case| only.as_ref().is_none_or(|o| format!("{}@{}", c.name, c.n).contains(o.as_str()));
+    for case in cases.iter().filter(wanted) {
         let args: Vec<String> =
             [format!("x = Vi({})", case.d), format!("y = Vj({})", case.d), "b = Vj(1)".into()].into();
         let op = Operator::new(case.formula, &args).unwrap();

@@ -18,12 +18,13 @@ pub enum IsaCap {
     Baseline,
 }
 
-/// Where a GPU K-selection keeps its K best (`RKEOPS_GPU_SELECTION=local|registers|filtered`).
+/// Where a GPU K-selection keeps its K best (`RKEOPS_GPU_SELECTION=local|registers|filtered|filtered-registers`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SelectionOverride {
     Local,
     Registers,
     Filtered,
+    FilteredRegisters,
 }
 
 /// Which kernel block-sparse reductions run (`RKEOPS_GPU_RANGED=narrow|wide`).
@@ -87,6 +88,7 @@ impl Tuning {
                 "local" => Some(SelectionOverride::Local),
                 "registers" => Some(SelectionOverride::Registers),
                 "filtered" => Some(SelectionOverride::Filtered),
+                "filtered-registers" => Some(SelectionOverride::FilteredRegisters),
                 _ => None,
             },
             gpu_ranged: match var("RKEOPS_GPU_RANGED").as_str() {

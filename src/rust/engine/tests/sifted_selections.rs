@@ -1,10 +1,11 @@
 //! Sifted K-selections on the GPU (`Selection::Filtered`: candidates marked 32 indices at a time,
 //! nearest neighbours sifted with the expanded distance): the same values and indices as the
-//! unsifted kernel (`Local`), bit for bit, and K-NN within float32 of float64 brute force; on
+//! unsifted kernel (`Local`), bit for bit, with the lists in local memory and in registers, and K-NN within float32 of float64 brute force; on
 //! uniform, clustered, far-from-origin and nearly tied points, with NaN and infinite coordinates,
-//! both axes, K = 1 to 10, ties of equal values (`Floor`), sizes that are not multiples of the tiles or of the groups of 32, maxima
-//! and other formulas (sifted with their own value), float32, float16 storage and float64. Needs
-//! a GPU; elsewhere the test says so and checks nothing else.
+//! both axes, K = 1 to 10, ties of equal values (`Floor`), sizes that are not multiples of the
+//! tiles or of the groups of 32, maxima and other formulas (sifted with their own value), float32
+//! (at D = 40, with the tensor-core dots), float16 storage and float64. Needs a GPU; elsewhere the
+//! test says so and checks nothing else.
 
 use engine::cuda::device;
 use engine::tuning::SelectionOverride;
@@ -69,7 +70,7 @@ fn sifted_selections_equal_the_unsifted_kernel_and_float64() {
         "Max_ArgMax_Reduction(Sum(x - y), 1)",
         "ArgKMin_Reduction(Floor(8 * SqDist(x, y)), 6, 1)",
     ];
-    for (n, m, d) in [(1031, 20011, 3), (517, 7001, 10), (300, 4099, 1), (70, 33, 3)] {
+    for (n, m, d) in [(1031, 20011, 3), (517, 7001, 10), (300, 4099, 1), (70, 33, 3), (300, 5003, 40)] {
         for kind in ["uniform", "clustered", "far", "tied"] {
             let x = cloud(if kind == "tied" { "uniform" } else { kind }, n, d, 1, &none);
             let y = cloud(kind, m, d, 2, &x);
@@ -77,16 +78,28 @@ fn sifted_selections_equal_the_unsifted_kernel_and_float64() {
                 let copy = |c: &Cloud| Cloud { values: c.values.clone(), n: c.n, d: c.d };
                 let (xs, ys) = if special { (with_specials(&x), with_specials(&y)) } else { (copy(&x), copy(&y)) };
                 let inputs = [Input::host(&xs.values, n, d), Input::host(&ys.values, m, d)];
-                for text in knn_formulas.iter().chain(&other_formulas) {
-                    for precision in [Precision::F32, Precision::F16, Precision::F64] {
+                // Every formula and precision in D = 3; elsewhere (each dimension compiles its own
+                // kernels), float32 and the nearest neighbours.
+                let (formulas, precisions) = match d {
+                    3 => (
+                        knn_formulas.iter().chain(&other_formulas).collect::<Vec<_>>(),
+                        &[Precision::F32, Precision::F16, Precision::F64][..],
+                    ),
+                    _ => (knn_formulas.iter().collect(), &[Precision::F32][..]),
+                };
+                for text in formulas {
+                    for &precision in precisions {
                         let case = format!(
                             "{text}, {kind}{}, N = {n}, M = {m}, D = {d}, {precision:?}",
                             if special { " with NaN and infinities" } else { "" }
                         );
-                        let sifted = run(text, d, &inputs, precision, SelectionOverride::Filtered);
                         let local = run(text, d, &inputs, precision, SelectionOverride::Local);
-                        assert_same(&format!("{case}, values"), &sifted.values, &local.values);
-                        assert_eq!(sifted.indices, local.indices, "{case}, indices");
+                        let in_registers = run(text, d, &inputs, precision, SelectionOverride::FilteredRegisters);
+                        let sifted = run(text, d, &inputs, precision, SelectionOverride::Filtered);
+                        for (lists, out) in [("local memory", &sifted), ("registers", &in_registers)] {
+                            assert_same(&format!("{case}, lists in {lists}, values"), &out.values, &local.values);
+                            assert_eq!(out.indices, local.indices, "{case}, lists in {lists}, indices");
+                        }
                         if !special
                             && precision == Precision::F32
                             && text.starts_with("KMin_ArgKMin")

@@ -12,6 +12,7 @@
 //! formulas that differ only by their numbers (a loop over a bandwidth) share one compiled kernel.
 
 mod candidates;
+mod exponentials;
 
 use std::fmt::Write;
 
@@ -94,6 +95,8 @@ pub enum Selection {
     /// search sifts with the expanded squared distance. For long reduced ranges of a selection of
     /// one component.
     Filtered,
+    /// `Filtered`, the lists in registers as `Registers` keeps them.
+    FilteredRegisters,
 }
 
 /// Above this many reduced rows per output row and per selected value (K), selections stay in
@@ -122,6 +125,9 @@ impl Selection {
             Some(SelectionOverride::Local) => Selection::Local,
             Some(SelectionOverride::Registers) if in_registers => Selection::Registers,
             Some(SelectionOverride::Filtered) => sifted,
+            Some(SelectionOverride::FilteredRegisters) if in_registers && sifted == Selection::Filtered => {
+                Selection::FilteredRegisters
+            }
             _ if in_registers && reduced <= REGISTERS_UP_TO_ROWS_PER_VALUE * k as f64 => Selection::Registers,
             _ => sifted,
         }
@@ -257,8 +263,9 @@ struct Layout {
     shared_offsets: Vec<Option<usize>>,
     /// Where it holds each hoisted term of the reduced index (node, offset), when it holds them.
     hoisted_offsets: Vec<(NodeId, usize)>,
-    /// How a sifted selection (`Selection::Filtered`) sifts its pairs.
+    /// How a sifted selection (`Selection::Filtered`) sifts its pairs, and where its lists live.
     filter: Option<Filter>,
+    lists_in_registers: bool,
 }
 
 impl Layout {
@@ -315,10 +322,14 @@ impl Layout {
             }
             _ => None,
         };
-        let filter = (selection == Selection::Filtered).then(|| Filter::choose(formula, &plan, dtype, y_offset));
+        let sifted = matches!(selection, Selection::Filtered | Selection::FilteredRegisters);
+        let filter = sifted.then(|| Filter::choose(formula, &plan, dtype, y_offset));
         let rows = match (narrow || dots.is_some(), &filter) {
             (true, _) => 1,
-            (false, Some(filter)) => sifted_rows_per_thread(formula, &plan, filter, dtype),
+            (false, Some(filter)) => {
+                let lists = if selection == Selection::FilteredRegisters { 2 * acc.state_len() } else { 0 };
+                sifted_rows_per_thread(formula, &plan, filter.row_registers() + lists, dtype)
+            }
             (false, None) => rows_per_thread(formula, &plan, &acc, dtype),
         };
         Layout {
@@ -336,6 +347,7 @@ impl Layout {
             shared_offsets,
             hoisted_offsets,
             filter,
+            lists_in_registers: selection == Selection::FilteredRegisters,
         }
     }
 
@@ -398,7 +410,7 @@ impl Gen<'_> {
         }
         finish::functions(&mut self.src, &layout.acc, self.dtype.c_type());
         if let Some(filter) = &layout.filter {
-            filter.functions(&mut self.src, &layout.acc, self.dtype);
+            filter.functions(&mut self.src, &layout.acc, self.dtype, layout.lists_in_registers);
         }
         self.signature(ranged);
     }
@@ -516,6 +528,12 @@ impl Gen<'_> {
         if let Some(filter) = &layout.filter {
             return filter.loop_over_tile(self, reducer);
         }
+        if matches!(
+            reducer.acc.kind,
+            ReductionKind::LogSumExp | ReductionKind::LogSumExpWeight | ReductionKind::SumSoftMaxWeight
+        ) {
+            return exponentials::loop_over_tile(self, reducer);
+        }
         self.line("    if (row0 < row_end) {");
         self.line(&format!("      const int len = min({}, j_end - j0);", layout.tile_name));
         for q in 0..layout.rows {
@@ -622,12 +640,12 @@ fn rows_per_thread(formula: &Formula, plan: &Plan, acc: &Accumulator, dtype: Dty
     }
 }
 
-/// Rows per thread of a sifted selection, whose K best stay in local memory: as many as the
-/// registers of the rows' values and sifting allow, at most 4.
-fn sifted_rows_per_thread(formula: &Formula, plan: &Plan, filter: &Filter, dtype: Dtype) -> usize {
+/// Rows per thread of a sifted selection: as many as the registers of the rows' values, of their
+/// sifting (and of their lists, in registers) allow, at most 4.
+fn sifted_rows_per_thread(formula: &Formula, plan: &Plan, registers: usize, dtype: Dtype) -> usize {
     let words = dtype.size() / 4;
-    let per_row: usize = plan.outer.iter().chain(&plan.pair).map(|&id| formula.graph.dim(id)).sum::<usize>() * words
-        + filter.row_registers();
+    let per_row: usize =
+        plan.outer.iter().chain(&plan.pair).map(|&id| formula.graph.dim(id)).sum::<usize>() * words + registers;
     match per_row {
         0..=24 => 4,
         25..=64 => 2,
@@ -1201,16 +1219,12 @@ impl Reducer<'_> {
             },
             Min | ArgMin | MinArgMin | KMin | ArgKMin | KMinArgKMin | Max | ArgMax | MaxArgMax => {
                 let cmp = if matches!(self.acc.kind, Max | ArgMax | MaxArgMax) { ">" } else { "<" };
-                if self.selection == Selection::Registers && d * kk <= REGISTER_SELECTION {
+                if matches!(self.selection, Selection::Registers | Selection::FilteredRegisters) && d * kk <= REGISTER_SELECTION {
                     let fabs = g.math("fabs");
                     for c in 0..d {
                         emit(g, &selection_network(&fv, c, kk, cmp, &fabs));
                     }
                     return;
-                }
-                // A sifted selection calls its one insertion function (`candidates`).
-                if self.selection == Selection::Filtered {
-                    return emit(g, &format!("        rk_insert(best@, best_j@, {fv}[0], j, worst@, full@);"));
                 }
                 emit(g, &format!(
                     "        #pragma unroll\n\
@@ -1225,30 +1239,10 @@ impl Reducer<'_> {
                 // mt is a reference, not the exact maximum: a value up to RK_LAZY above it adds a
                 // term of at most exp(RK_LAZY), so the sums are rescaled only when a value passes it by
                 // more (a few times per row) and the usual step is a subtraction, one ex2 and the
-                // adds, without divergence. The other step is the exact online maximum: it also takes
-                // infinities (x - mt is NaN for x = mt = +inf) and NaN, which never compares larger,
-                // so that exp(NaN) carries it into the sums.
-                // Terms below 2^-126 (values more than 87 below the reference, whose term is 1) are
-                // flushed to 0 but for LogSumExpWeight, whose weights may be 0 at every larger term.
-                let plain = self.acc.kind != LogSumExpWeight;
-                let e = if plain { "rk_exp_ftz" } else { "rk_exp" };
-                let gdim = self.acc.gdim;
-                let mut grow = String::new();
-                let mut add = String::new();
-                let mut slot = 0;
-                if plain {
-                    grow.push_str("ts@[0] = ts@[0] * sc + (T)1; ");
-                    add.push_str("ts@[0] += e; ");
-                    slot = 1;
-                }
-                if let Some(gid) = self.g {
-                    let gv = g.name(gid);
-                    let w = |c: usize| if gdim == 1 { format!("{gv}[0]") } else { format!("{gv}[{c}]") };
-                    for c in 0..gdim {
-                        let _ = write!(grow, "ts@[{}] = ts@[{}] * sc + {}; ", slot + c, slot + c, w(c));
-                        let _ = write!(add, "ts@[{}] += e * {}; ", slot + c, w(c));
-                    }
-                }
+                // adds. The other step is the exact online maximum: it also takes infinities (x - mt
+                // is NaN for x = mt = +inf) and NaN, which never compares larger, so that exp(NaN)
+                // carries it into the sums. (`exponentials` takes most values a group at a time.)
+                let (e, add, grow) = self.log_sum_exp_terms(g, "ts@");
                 emit(g, &format!(
                     "        {{ T x = {fv}[0]; T dx = x - mt@;\n\
                      \x20         if (dx <= (T)RK_LAZY) {{ T e = {e}(dx); {add}}}\n\
@@ -1257,6 +1251,33 @@ impl Reducer<'_> {
                 ));
             }
         }
+    }
+
+    /// The exponential of a log-sum-exp step, and the code that adds its term `e` to the sums
+    /// `sums` (and that rescales them by `sc` for a new reference, adding the term 1). Terms below
+    /// 2^-126 (values more than 87 below the reference, whose term is 1) are flushed to 0 but for
+    /// LogSumExpWeight, whose weights may be 0 at every larger term.
+    fn log_sum_exp_terms(&self, g: &Gen, sums: &str) -> (&'static str, String, String) {
+        let plain = self.acc.kind != ReductionKind::LogSumExpWeight;
+        let e = if plain { "rk_exp_ftz" } else { "rk_exp" };
+        let gdim = self.acc.gdim;
+        let mut grow = String::new();
+        let mut add = String::new();
+        let mut slot = 0;
+        if plain {
+            let _ = write!(grow, "{sums}[0] = {sums}[0] * sc + (T)1; ");
+            let _ = write!(add, "{sums}[0] += e; ");
+            slot = 1;
+        }
+        if let Some(gid) = self.g {
+            let gv = g.name(gid);
+            let w = |c: usize| if gdim == 1 { format!("{gv}[0]") } else { format!("{gv}[{c}]") };
+            for c in 0..gdim {
+                let _ = write!(grow, "{sums}[{}] = {sums}[{}] * sc + {}; ", slot + c, slot + c, w(c));
+                let _ = write!(add, "{sums}[{}] += e * {}; ", slot + c, w(c));
+            }
+        }
+        (e, add, grow)
     }
 
     fn tile_end(&self, g: &mut Gen) {
@@ -1334,28 +1355,27 @@ mod tests {
 
     /// Sifted selections: nearest neighbours (either axis, float32 and float16 storage) sifted
     /// with the expanded distance of centred points, other minima and maxima (and float64) with
-    /// their own value; candidates marked by a predicated OR, inserted by one function.
+    /// their own value; candidates marked by a predicated OR, inserted by one function (lists in
+    /// local memory) or by the network of selects (lists in registers).
     #[test]
     fn sifted_selections_mark_candidates_then_insert_them() {
         use super::{generate_variant, KernelOptions, Variant};
         use crate::cuda::dtype::Dtype;
         use crate::reduction::SumScheme;
         let args = ["x = Vi(3)".to_string(), "y = Vj(3)".to_string(), "b = Vj(1)".to_string()];
-        let source = |text: &str, dtype: Dtype| {
+        let source = |text: &str, dtype: Dtype, selection: Selection| {
             let f = Formula::parse(text, &args).unwrap();
-            generate_variant(&f, &KernelOptions::new(dtype, SumScheme::Auto, Variant::Dense, Selection::Filtered))
-                .source
+            generate_variant(&f, &KernelOptions::new(dtype, SumScheme::Auto, Variant::Dense, selection)).source
         };
         for (text, dtype) in [
             ("ArgKMin_Reduction(SqDist(x, y), 10, 0)", Dtype::F32),
             ("KMin_ArgKMin_Reduction(SqDist(y, x), 4, 1)", Dtype::F32),
             ("Min_ArgMin_Reduction(SqDist(x, y), 0)", Dtype::F16),
         ] {
-            let src = source(text, dtype);
+            let src = source(text, dtype, Selection::Filtered);
             let (_, kernel) = src.split_once("void __launch_bounds__").unwrap();
             assert!(
-                src.contains("__device__ __noinline__ void rk_insert(")
-                    && src.contains("rk_sift_threshold(float worst"),
+                src.contains("__device__ __noinline__ T rk_insert(") && src.contains("rk_sift_threshold(float worst"),
                 "{src}"
             );
             assert!(
@@ -1366,33 +1386,58 @@ mod tests {
                 kernel.contains("e = a_0[k] * yv[k] + e; rk_mark(mask_0, e, thr_0, 1u << jb);"),
                 "{text}: {kernel}"
             );
-            assert!(
-                kernel.contains("rk_insert(best_3, best_j_3, ")
-                    && kernel.contains("thr_3 = rk_sift_threshold(worst_3[0], full_3[0], x2_3);"),
-                "{kernel}"
-            );
+            assert!(kernel.contains("thr_3 = rk_insert(best_3, best_j_3, v"), "{kernel}");
             // The insertion is not written out in the kernel, and no pair is computed in full before
             // it is marked.
-            assert!(!kernel.contains("while (p > 0"), "{kernel}");
+            assert!(!kernel.contains("while (p > 0") && !kernel.contains("bool c0"), "{kernel}");
             let (sift, insert) = kernel.split_once("mask_0 &= valid;").unwrap();
             assert!(!sift.contains("SqNorm2") && insert.contains("SqNorm2"), "{kernel}");
+            // Lists in registers: the network in the kernel, no function.
+            let src = source(text, dtype, Selection::FilteredRegisters);
+            let (_, insert) = src.split_once("mask_0 &= valid;").unwrap();
+            assert!(!src.contains("rk_insert") && insert.contains("bool c0"), "{src}");
+            assert!(insert.contains("thr_0 = rk_sift_threshold(best_0["), "{src}");
         }
         for (text, dtype, compare) in [
             ("Max_ArgMax_Reduction(SqDist(x, y), 0)", Dtype::F32, "setp.le.f32"),
             ("ArgKMin_Reduction(SqDist(x, y) * b, 3, 0)", Dtype::F32, "setp.ge.f32"),
             ("ArgKMin_Reduction(SqDist(x, y), 3, 0)", Dtype::F64, "setp.ge.f64"),
         ] {
-            let src = source(text, dtype);
+            let src = source(text, dtype, Selection::Filtered);
+            assert!(src.contains(compare) && !src.contains("rk_ny"), "{text}: {src}");
+            assert!(src.contains("{ return full ? worst : __int_as_float(0x7fc00000); }"), "{text}: {src}");
             assert!(
-                src.contains(compare) && !src.contains("rk_sift_threshold") && !src.contains("rk_ny"),
-                "{text}: {src}"
-            );
-            assert!(src.contains("T thr_0 = full_0[0] ? worst_0[0] : __int_as_float(0x7fc00000);"), "{text}: {src}");
-            assert!(
-                src.contains("rk_mark(mask_0, v") && src.contains("rk_insert(best_0, best_j_0, v"),
+                src.contains("rk_mark(mask_0, v") && src.contains("thr_0 = rk_insert(best_0, best_j_0, v"),
                 "{text}: {src}"
             );
         }
+    }
+
+    /// Log-sum-exp reductions add a group's terms without a test, then take the group again with
+    /// the exact online step where a term was too large; the end of a tile takes the exact step.
+    #[test]
+    fn log_sum_exps_take_groups_of_terms_then_check_them() {
+        use super::{generate_variant, KernelOptions, Variant};
+        use crate::cuda::dtype::Dtype;
+        use crate::reduction::SumScheme;
+        let args = ["x = Vi(3)".to_string(), "y = Vj(3)".to_string(), "b = Vj(2)".to_string()];
+        let source = |text: &str| {
+            let f = Formula::parse(text, &args).unwrap();
+            generate_variant(&f, &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::Dense, Selection::Local))
+                .source
+        };
+        let src = source("LogSumExp_Reduction(-SqDist(x, y), 0)");
+        let (group, checks) = src.split_once("if (!(gs_0[0] <= (T)32 * (T)2981)) {").expect("a check of the group");
+        assert!(group.contains("{ T dx = v4_0[0] - mt_0; T e = rk_exp_ftz(dx); gs_0[0] += e; }"), "{group}");
+        assert!(!group.split_once("for (int jb = 0; jb < 32; jb++)").unwrap().1.contains("RK_LAZY"), "{group}");
+        assert!(checks.contains("if (dx <= (T)RK_LAZY)") && checks.contains("ts_0[k] += gs_0[k];"), "{checks}");
+        assert!(checks.contains("for (int jb = 0; jb < len - g0; jb++)"), "{checks}");
+        // Weights: their sums too; without the plain sum, the largest exponent is checked.
+        let src = source("SumSoftMaxWeight_Reduction(-SqDist(x, y), b, 0)");
+        assert!(src.contains("gs_0[0] += e; gs_0[1] += e * v") && src.contains("gs_0[2] += e * v"), "{src}");
+        let src = source("LogSumExpWeight_Reduction(-SqDist(x, y), b, 0)");
+        assert!(src.contains("T e = rk_exp(dx); gs_0[0] += e * v") && src.contains("gm_0 = fmaxf(gm_0, dx);"), "{src}");
+        assert!(src.contains("if (!(gm_0 <= (T)RK_LAZY)) {"), "{src}");
     }
 
     /// Terms of the reduced index alone are computed where the tile is loaded, once per index, and

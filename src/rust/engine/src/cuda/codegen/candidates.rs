@@ -24,7 +24,7 @@
 //!   pass and are computed again: the sifting costs time there, never exactness. A row or a point
 //!   with a non-finite (or overflowing) square norm sifts nothing out (NaN threshold, NaN `ny`).
 
-use super::{emit, sorted_insertion, Gen, Reducer};
+use super::{emit, selection_network, sorted_insertion, Gen, Reducer, Selection, REGISTER_SELECTION};
 use crate::cuda::dtype::Dtype;
 use crate::formula::{Category, Formula, NodeId, Op};
 use crate::plan::{Plan, Role};
@@ -109,17 +109,33 @@ impl Filter {
         (8 * dim + 32) as f64 * f64::powi(2.0, -149)
     }
 
-    /// The insertion of a candidate (one function, called from every row slot: each inlined copy
-    /// would cost compile time and nothing at run time, insertions being rare) and the row's
-    /// threshold.
-    pub(super) fn functions(&self, src: &mut String, acc: &Accumulator, dtype: Dtype) {
+    /// The row's threshold from its K-th best (`rk_sift_threshold`), the mark of a candidate and,
+    /// for lists in local memory, the insertion (one function, called from every row slot: each
+    /// inlined copy would cost compile time and nothing at run time, insertions being rare).
+    pub(super) fn functions(&self, src: &mut String, acc: &Accumulator, dtype: Dtype, lists_in_registers: bool) {
         let maximum = matches!(acc.kind, ReductionKind::Max | ReductionKind::ArgMax | ReductionKind::MaxArgMax);
-        src.push_str(&format!(
-            "// Inserts x, of index j, into the row's sorted list of its {k} best.\n\
-             __device__ __noinline__ void rk_insert(T* b, int* bj, T x, int j, T* worst, bool* full) {{\n{insertion}}}\n",
-            k = acc.k,
-            insertion = sorted_insertion(acc.k, if maximum { ">" } else { "<" }, "worst[0]", "full[0]", "return")
-        ));
+        let nan = "__int_as_float(0x7fc00000)";
+        match self {
+            Filter::Exact => src.push_str(&format!(
+                "// The threshold of a row whose K-th best is worst (NaN, letting everything through,\n\
+                 // while the row has fewer than K).\n\
+                 __device__ __forceinline__ T rk_sift_threshold(T worst, bool full, T x2) {{ return full ? worst : {nan}; }}\n"
+            )),
+            Filter::Expanded(e) => {
+                let c = Filter::margin(e.dim);
+                src.push_str(&format!(
+                    "// The threshold of the expanded distance |y'|^2 - 2 x'.y' of a row whose K-th best is worst\n\
+                     // (NaN, letting everything through, while the row has fewer than K or |x'|^2 is not finite).\n\
+                     __device__ __forceinline__ float rk_sift_threshold(float worst, bool full, float x2) {{\n\
+                     \x20 if (!full || !(x2 < RK_INF)) return {nan};\n\
+                     \x20 return __double2float_ru((double)worst * {up:?} - (double)x2 * {down:?} + {tiny:?});\n\
+                     }}\n",
+                    up = 1.0 + c,
+                    down = 1.0 - c,
+                    tiny = Filter::underflow(e.dim),
+                ));
+            }
+        }
         // `!(v >= thr)` (`<=` for maxima: NaN passes) as a compare and a predicated OR, which the
         // compiler writes as selects and adds otherwise.
         let (passes, (ptx, reg)) =
@@ -129,19 +145,8 @@ impl Filter {
              \x20 asm(\"{{ .reg .pred p; setp.{passes}.{ptx} p, %1, %2; @!p or.b32 %0, %0, %3; }}\" : \"+r\"(mask) : \"{reg}\"(v), \"{reg}\"(thr), \"r\"(bit));\n\
              }}\n"
         ));
-        if let Filter::Expanded(e) = self {
-            let c = Filter::margin(e.dim);
-            src.push_str(&format!(
-                "// The threshold of the expanded distance |y|^2 - 2 x.y of a row whose K-th best is worst\n\
-                 // (NaN, letting everything through, while the row has fewer than K or |x|^2 is not finite).\n\
-                 __device__ __forceinline__ float rk_sift_threshold(float worst, bool full, float x2) {{\n\
-                 \x20 if (!full || !(x2 < RK_INF)) return __int_as_float(0x7fc00000);\n\
-                 \x20 return __double2float_ru((double)worst * {up:?} - (double)x2 * {down:?} + {tiny:?});\n\
-                 }}\n",
-                up = 1.0 + c,
-                down = 1.0 - c,
-                tiny = Filter::underflow(e.dim),
-            ));
+        if !lists_in_registers {
+            src.push_str(&insert_function(acc.k, if maximum { ">" } else { "<" }, dtype));
         }
     }
 
@@ -175,7 +180,7 @@ impl Filter {
     /// After the row's selection is set up: its threshold (and for `Expanded`, `-2 x'` and `|x'|^2`).
     pub(super) fn row_start(&self, g: &mut Gen) {
         match self {
-            Filter::Exact => emit(g, "  T thr@ = full@[0] ? worst@[0] : __int_as_float(0x7fc00000);"),
+            Filter::Exact => emit(g, "  const T x2@ = (T)0; T thr@ = rk_sift_threshold(worst@[0], full@[0], x2@);"),
             Filter::Expanded(e) => {
                 let x = g.name(e.x);
                 emit(g, &format!(
@@ -210,8 +215,18 @@ impl Filter {
             g.line("        const int jj = g0 + jb; const int j = j0 + jj;");
             g.index_terms();
             g.pair_nodes();
-            reducer.accumulate(g);
-            self.update_threshold(g);
+            match reducer.selection {
+                // (the network of selects, on the row's registers)
+                Selection::FilteredRegisters => {
+                    reducer.accumulate(g);
+                    let last = reducer.acc.k - 1;
+                    emit(g, &format!("        thr@ = rk_sift_threshold(best@[{last}], best_j@[{last}] != -1, x2@);"));
+                }
+                _ => {
+                    let f = g.name(reducer.f);
+                    emit(g, &format!("        thr@ = rk_insert(best@, best_j@, {f}[0], j, x2@);"));
+                }
+            }
             g.line("      }");
         }
         g.line("      }");
@@ -246,13 +261,37 @@ impl Filter {
             }
         }
     }
+}
 
-    fn update_threshold(&self, g: &mut Gen) {
-        match self {
-            Filter::Exact => emit(g, "        thr@ = full@[0] ? worst@[0] : __int_as_float(0x7fc00000);"),
-            Filter::Expanded(_) => emit(g, "        thr@ = rk_sift_threshold(worst@[0], full@[0], x2@);"),
-        }
-    }
+/// `rk_insert`: the insertion of `x`, of index `j`, into a row's sorted list in local memory, and
+/// the row's new threshold. Up to REGISTER_SELECTION values, the list is read into registers at
+/// once and the value put in place by the network of selects of `Selection::Registers` (the loads
+/// overlap; a shifting loop waits on each of its loads and stores: on an H200 it was 45 % of the
+/// stall samples of a 10-NN search, the other warps of the block waiting at its barriers).
+fn insert_function(k: usize, cmp: &str, dtype: Dtype) -> String {
+    let last = k - 1;
+    let body = if k <= REGISTER_SELECTION {
+        format!(
+            "  T best_[{k}]; int best_j_[{k}];\n\
+             \x20 #pragma unroll\n\
+             \x20 for (int p = 0; p < {k}; p++) {{ best_[p] = b[p]; best_j_[p] = bj[p]; }}\n\
+             \x20 const T xv[1] = {{x}};\n\
+             {network}\n\
+             \x20 #pragma unroll\n\
+             \x20 for (int p = 0; p < {k}; p++) {{ b[p] = best_[p]; bj[p] = best_j_[p]; }}\n\
+             \x20 return rk_sift_threshold(best_[{last}], best_j_[{last}] != -1, x2);\n",
+            network = selection_network("xv", 0, k, cmp, &dtype.math("fabs")).replace('@', "_"),
+        )
+    } else {
+        format!(
+            "  T worst = b[{last}]; bool full = bj[{last}] != -1;\n{insertion}\x20 return rk_sift_threshold(worst, full, x2);\n",
+            insertion = sorted_insertion(k, cmp, "worst", "full", "return rk_sift_threshold(worst, full, x2)")
+        )
+    };
+    format!(
+        "// Inserts x, of index j, into the row's sorted list of its {k} best; returns its threshold.\n\
+         __device__ __noinline__ T rk_insert(T* b, int* bj, T x, int j, T x2) {{\n{body}}}\n"
+    )
 }
 
 #[cfg(test)]

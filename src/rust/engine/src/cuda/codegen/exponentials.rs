@@ -1,0 +1,83 @@
+//! Log-sum-exp reductions (LogSumExp, SumSoftMaxWeight, LogSumExpWeight) a group of 32 indices at
+//! a time: each pair adds its term `exp(x - mt)`, against the row's reference `mt` (fixed for the
+//! group), to the group's own sums, with no test and no branch. After the group, its sums go into
+//! the tile's if no term was too large (the group's plain sum at most 32 exp(RK_LAZY), or where
+//! there is no plain sum, every `x - mt` at most RK_LAZY); else the group is taken again with the
+//! exact online step (`Reducer::accumulate`), which moves the reference: at the first group of a
+//! row, and when a value passes the reference by more than RK_LAZY (a few times per row). NaN
+//! values reach the sums either way (NaN terms, which no test catches); infinite ones make the
+//! group be taken again. The end of a tile (fewer than 32 indices) takes the exact step.
+
+use super::{emit, Gen, Reducer};
+use crate::reduction::ReductionKind;
+
+/// Indices per group.
+const GROUP: usize = 32;
+
+/// The loop over a tile of a log-sum-exp reduction.
+pub(super) fn loop_over_tile(g: &mut Gen, reducer: &Reducer) {
+    let rows = g.layout.rows;
+    let sums = reducer.acc.state_len() - 1;
+    let plain = reducer.acc.kind != ReductionKind::LogSumExpWeight;
+    g.line("    if (row0 < row_end) {");
+    g.line(&format!("      const int len = min({}, j_end - j0);", g.layout.tile_name));
+    for q in 0..rows {
+        g.q = q;
+        reducer.tile_begin(g);
+    }
+    g.line(&format!("      for (int g0 = 0; g0 < len; g0 += {GROUP}) {{\n      if (g0 + {GROUP} <= len) {{"));
+    for q in 0..rows {
+        g.q = q;
+        emit(g, &format!("      T gs@[{sums}]; for (int k = 0; k < {sums}; k++) gs@[k] = (T)0;"));
+        if !plain {
+            emit(g, "      T gm@ = -RK_INF;");
+        }
+    }
+    g.line(&format!("      #pragma unroll\n      for (int jb = 0; jb < {GROUP}; jb++) {{"));
+    g.line("        const int jj = g0 + jb; const int j = j0 + jj;");
+    g.index_terms();
+    for q in 0..rows {
+        g.q = q;
+        g.pair_nodes();
+        let (e, add, _) = reducer.log_sum_exp_terms(g, "gs@");
+        let f = g.name(reducer.f);
+        let largest = if plain { String::new() } else { format!("gm@ = {}(gm@, dx); ", g.math("fmax")) };
+        emit(g, &format!("        {{ T dx = {f}[0] - mt@; T e = {e}(dx); {add}{largest}}}"));
+    }
+    g.line("      }");
+    // 32 terms of at most exp(RK_LAZY) (a single larger term passes it too, as +inf does).
+    let too_large = if plain { "!(gs@[0] <= (T)32 * (T)2981)" } else { "!(gm@ <= (T)RK_LAZY)" };
+    for q in 0..rows {
+        g.q = q;
+        emit(g, &format!("      if ({too_large}) {{\n      for (int jb = 0; jb < {GROUP}; jb++) {{"));
+        exact_step(g, reducer);
+        emit(
+            g,
+            &format!(
+                "      }}\n      }} else {{\n        for (int k = 0; k < {sums}; k++) ts@[k] += gs@[k];\n      }}"
+            ),
+        );
+    }
+    g.line("      } else {\n      for (int jb = 0; jb < len - g0; jb++) {");
+    g.line("        const int jj = g0 + jb; const int j = j0 + jj;");
+    g.index_terms();
+    for q in 0..rows {
+        g.q = q;
+        g.pair_nodes();
+        reducer.accumulate(g);
+    }
+    g.line("      }\n      }\n      }");
+    for q in 0..rows {
+        g.q = q;
+        reducer.tile_end(g);
+    }
+    g.line("    }");
+}
+
+/// Index `g0 + jb` of the tile for row slot `g.q`, with the exact online step.
+fn exact_step(g: &mut Gen, reducer: &Reducer) {
+    g.line("        const int jj = g0 + jb; const int j = j0 + jj;");
+    g.index_terms();
+    g.pair_nodes();
+    reducer.accumulate(g);
+}
