@@ -19,15 +19,21 @@ fn main() {
     let options = KernelOptions::new(Dtype::F32, SumScheme::Auto, variant, selection);
     let kernel = generate_variant(&formula, &KernelOptions { unroll: tuning.unroll, ..options });
     println!("{}", kernel.source);
+    // The reduction's program and the merge's, on two threads as the engine compiles them.
     let clock = std::time::Instant::now();
-    match engine::cuda::device::compile_cubin(&kernel.source, "sm_90") {
-        Ok(cubin) => {
+    let compile = |source: &str| engine::cuda::device::compile_cubin(source, "sm_90");
+    let (cubin, merge) = std::thread::scope(|s| {
+        let merge = s.spawn(|| compile(&kernel.merge_source));
+        (compile(&kernel.source), merge.join().expect("the merge's compilation"))
+    });
+    match (cubin, merge) {
+        (Ok(cubin), Ok(_)) => {
             eprintln!("NVRTC: {} bytes in {:.3} s", cubin.len(), clock.elapsed().as_secs_f64());
             // RKEOPS_CUBIN=file keeps the binary, for `nvdisasm` or `cuobjdump -res-usage`.
             if let Ok(path) = std::env::var("RKEOPS_CUBIN") {
                 std::fs::write(&path, &cubin).unwrap_or_else(|e| panic!("{path}: {e}"));
             }
         }
-        Err(e) => eprintln!("not compiled: {e}"),
+        (Err(e), _) | (_, Err(e)) => eprintln!("not compiled: {e}"),
     }
 }

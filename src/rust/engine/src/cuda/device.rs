@@ -318,31 +318,43 @@ impl Device {
         }
     }
 
-    /// The compiled kernels: from memory, else from the disk cache, else compiled now (and cached).
+    /// The compiled kernels: from memory, else from the disk cache, else compiled now (and cached),
+    /// the reduction's program and the merge's on two threads.
     pub fn functions(&self, kernel: &Kernel, cache: Option<&DiskCache>) -> Result<Functions> {
         let arch = format!("sm_{}{}", self.arch.0, self.arch.1);
         let versions =
             format!("engine {} nvrtc {}.{}", env!("CARGO_PKG_VERSION"), self.nvrtc_version.0, self.nvrtc_version.1);
-        let key = cache::key(&[kernel.source.as_bytes(), arch.as_bytes(), versions.as_bytes()]);
+        let key_of = |source: &str| cache::key(&[source.as_bytes(), arch.as_bytes(), versions.as_bytes()]);
+        let (key, merge_key) = (key_of(&kernel.source), key_of(&kernel.merge_source));
         if let Some(f) = self.functions.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok(f);
         }
-        let cubin = match cache.and_then(|c| c.load(&key)) {
-            Some(bytes) => bytes,
+        let cubin = |source: &str, key: &str| match cache.and_then(|c| c.load(key)) {
+            Some(bytes) => Ok(bytes),
             None => {
-                let bytes = compile_cubin(&kernel.source, &arch)?;
+                let bytes = compile_cubin(source, &arch)?;
                 if let Some(c) = cache {
                     // A cache that cannot be written only costs a compilation next time.
-                    let _ = c.store(&key, &bytes);
+                    let _ = c.store(key, &bytes);
                 }
-                bytes
+                Ok(bytes)
             }
         };
+        let (reduce_cubin, merge_cubin) = std::thread::scope(|s| {
+            let merge = s.spawn(|| cubin(&kernel.merge_source, &merge_key));
+            let reduce = cubin(&kernel.source, &key);
+            let merge =
+                merge.join().unwrap_or_else(|_| Err(Error::Gpu("the merge kernel's compilation failed".into())));
+            (reduce, merge)
+        });
+        let (reduce_cubin, merge_cubin): (Vec<u8>, Vec<u8>) = (reduce_cubin?, merge_cubin?);
         let f = guarded("loading the compiled kernel", || {
-            let module = self
-                .ctx
-                .load_module(Ptx::from_binary(cubin))
-                .map_err(|e| driver_error(&format!("loading the kernel on device {}", self.ordinal), e))?;
+            let load = |cubin| {
+                self.ctx
+                    .load_module(Ptx::from_binary(cubin))
+                    .map_err(|e| driver_error(&format!("loading the kernel on device {}", self.ordinal), e))
+            };
+            let (module, merge_module) = (load(reduce_cubin)?, load(merge_cubin)?);
             let find = |name| module.load_function(name).map_err(|e| driver_error("finding the kernel", e));
             let reduce = find(kernel.name)?;
             if kernel.dynamic_shared > 0 {
@@ -353,7 +365,9 @@ impl Device {
                     .map_err(|e| driver_error("allowing the kernel its shared memory", e))?;
             }
             let prepare = kernel.prepare.map(|p| find(p.name)).transpose()?;
-            Ok(Functions { reduce, merge: find(kernel.merge_name)?, prepare })
+            let merge =
+                merge_module.load_function(kernel.merge_name).map_err(|e| driver_error("finding the kernel", e))?;
+            Ok(Functions { reduce, merge, prepare })
         })?;
         if let Ok(mut m) = self.functions.lock() {
             m.insert(key, f.clone());

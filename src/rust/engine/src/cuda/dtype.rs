@@ -33,6 +33,13 @@ impl Dtype {
             Dtype::F64 => "double",
         }
     }
+    /// The C expressions of +infinity and of the largest finite number of the arithmetic type.
+    pub(super) fn infinity_and_max(self) -> (&'static str, &'static str) {
+        match self {
+            Dtype::F16 | Dtype::F32 => ("__int_as_float(0x7f800000)", "3.40282347e+38f"),
+            Dtype::F64 => ("__longlong_as_double(0x7ff0000000000000LL)", "1.7976931348623157e+308"),
+        }
+    }
     /// Type of the inputs in device memory.
     pub(super) fn storage_type(self) -> &'static str {
         match self {

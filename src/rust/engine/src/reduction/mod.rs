@@ -91,6 +91,12 @@ impl ReductionKind {
         use ReductionKind::*;
         matches!(self, KMin | ArgKMin | KMinArgKMin)
     }
+
+    /// Whether the reduction keeps the best values of a row (minima, maxima, K-th of them).
+    pub fn selects(self) -> bool {
+        use ReductionKind::*;
+        matches!(self, Min | ArgMin | MinArgMin | KMin | ArgKMin | KMinArgKMin | Max | ArgMax | MaxArgMax)
+    }
 }
 
 /// How sums are accumulated. `Auto` is `BlockSum`.
