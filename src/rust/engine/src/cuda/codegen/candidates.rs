@@ -58,13 +58,19 @@ pub(super) struct Expanded {
     pub y_offset: usize,
 }
 
-/// The dimension of the points of a squared distance `SqNorm2(x - y)` that the reduction reduces
-/// (whatever the roles of `x` and `y`).
-pub(super) fn distance_dim(formula: &Formula) -> Option<usize> {
+/// The two vectors of the squared distance `SqNorm2(a - b)` that the reduction reduces, if it
+/// reduces one (whatever the roles of `a` and `b`).
+fn distance_operands(formula: &Formula) -> Option<(NodeId, NodeId)> {
     let graph = &formula.graph;
     let node = &graph.nodes[formula.reduction.f];
     let sub = &graph.nodes[*node.args.first()?];
-    (node.op == Op::SqNorm2 && sub.op == Op::Sub).then(|| graph.dim(sub.args[0]))
+    let (a, b) = (*sub.args.first()?, *sub.args.get(1)?);
+    (node.op == Op::SqNorm2 && sub.op == Op::Sub && graph.dim(a) == graph.dim(b)).then_some((a, b))
+}
+
+/// The dimension of the points of that squared distance.
+pub(super) fn distance_dim(formula: &Formula) -> Option<usize> {
+    distance_operands(formula).map(|(a, _)| formula.graph.dim(a))
 }
 
 impl Filter {
@@ -82,19 +88,13 @@ impl Filter {
         let graph = &formula.graph;
         let input = |id: NodeId, role: Role| matches!(graph.nodes[id].op, Op::Input(p) if plan.roles[id] == Some(role) && formula.variables[p].category != Category::Param);
         let expanded = || {
-            let node = &graph.nodes[red.f];
-            let sub = &graph.nodes[*node.args.first()?];
-            if node.op != Op::SqNorm2 || sub.op != Op::Sub || graph.dim(sub.args[0]) != graph.dim(sub.args[1]) {
-                return None;
-            }
-            let (a, b) = (sub.args[0], sub.args[1]);
+            let (a, b) = distance_operands(formula)?;
             let (x, y) = if input(a, Role::Outer) && input(b, Role::Inner) { (a, b) } else { (b, a) };
-            if !(input(x, Role::Outer) && input(y, Role::Inner)) {
+            let dim = graph.dim(x);
+            if !(input(x, Role::Outer) && input(y, Role::Inner)) || dim > MAX_DIM {
                 return None;
             }
             let Op::Input(x_input) = graph.nodes[x].op else { return None };
-            let dim = graph.dim(x);
-            (dim <= MAX_DIM).then_some(())?;
             Some(Expanded { x, x_input, dim, y_offset: y_offset(y)? })
         };
         match (minimum && dtype != Dtype::F64).then(expanded).flatten() {
@@ -111,7 +111,7 @@ impl Filter {
         }
     }
 
-    /// The relative margin `c` of the expanded distance (see the module's notes).
+    /// The relative margin `m` of the expanded distance (see the module's notes).
     fn margin(dim: usize) -> f64 {
         (4 * dim + 16) as f64 * f64::powi(2.0, -24)
     }
@@ -135,7 +135,7 @@ impl Filter {
                  __device__ __forceinline__ T rk_sift_threshold(T worst, bool full, T x2) {{ return full ? worst : {nan}; }}\n"
             )),
             Filter::Expanded(e) => {
-                let c = Filter::margin(e.dim);
+                let m = Filter::margin(e.dim);
                 src.push_str(&format!(
                     "// The threshold of the expanded distance |y'|^2 - 2 x'.y' of a row whose K-th best is worst\n\
                      // (NaN, letting everything through, while the row has fewer than K or |x'|^2 is not finite).\n\
@@ -143,8 +143,8 @@ impl Filter {
                      \x20 if (!full || !(x2 < RK_INF)) return {nan};\n\
                      \x20 return __double2float_ru((double)worst * {up:?} - (double)x2 * {down:?} + {tiny:?});\n\
                      }}\n",
-                    up = 1.0 + c,
-                    down = 1.0 - c,
+                    up = 1.0 + m,
+                    down = 1.0 - m,
                     tiny = Filter::underflow(e.dim),
                 ));
             }
@@ -344,13 +344,13 @@ mod tests {
     }
 
     fn sifted(x: &[f32], y: &[f32], centre: &[f32], worst: f32) -> (f32, f32) {
-        let c = Filter::margin(x.len());
+        let m = Filter::margin(x.len());
         let moved = |v: &[f32]| v.iter().zip(centre).map(|(a, b)| a - b).collect::<Vec<f32>>();
         let (x, y) = (moved(x), moved(y));
-        let ny = y.iter().fold(0.0f32, |s, v| v.mul_add(*v, s)) * (1.0 - c) as f32;
+        let ny = y.iter().fold(0.0f32, |s, v| v.mul_add(*v, s)) * (1.0 - m) as f32;
         let x2 = x.iter().fold(0.0f32, |s, v| v.mul_add(*v, s));
         let e = x.iter().zip(&y).fold(ny, |e, (a, b)| (-2.0 * a).mul_add(*b, e));
-        (e, round_up(worst as f64 * (1.0 + c) - x2 as f64 * (1.0 - c) + Filter::underflow(x.len())))
+        (e, round_up(worst as f64 * (1.0 + m) - x2 as f64 * (1.0 - m) + Filter::underflow(x.len())))
     }
 
     /// Every pair whose direct distance is below the row's K-th best passes the sifting, for
