@@ -73,9 +73,9 @@ keops_knn <- function(x, y = x, k, metric = c("euclidean", "manhattan", "cosine"
   pruned <- if (isFALSE(prune) || d > 8L || is.na(prune) && (nrow(x) < 4L * cell_points || gpu_in_use())) NULL else
     knn_pruned(x, y, k, op, metric, cell_points, force = isTRUE(prune))
   res <- if (is.null(pruned)) op(list(y, x)) else pruned
-  values <- matrix(res$values, ncol = k)
-  structure(list(index = matrix(res$indices, ncol = k),
-                 distance = switch(metric, euclidean = sqrt(values), manhattan = values, cosine = values / 2)),
+  # (both come as nrow(y) x k matrices: matrix() would copy 10^7 numbers for 10^6 queries)
+  structure(list(index = res$indices,
+                 distance = switch(metric, euclidean = sqrt(res$values), manhattan = res$values, cosine = res$values / 2)),
             class = "keops_knn")
 }
 
