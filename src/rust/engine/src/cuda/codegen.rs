@@ -278,7 +278,7 @@ struct Layout {
 
 impl Layout {
     fn new(formula: &Formula, options: &KernelOptions) -> Layout {
-        let KernelOptions { dtype, scheme, variant, selection, .. } = *options;
+        let KernelOptions { dtype, scheme, variant, .. } = *options;
         let narrow = variant == Variant::RangedNarrow;
         let plan = Plan::new(formula);
         let acc = formula.accumulator(scheme);
@@ -323,24 +323,11 @@ impl Layout {
             true => tile_offsets(formula, &inner_vars, &hoisted),
             false => (vec![None; formula.variables.len()], vec![]),
         };
-        // The expanded distance reads `y` from the tile (a tile of TILE indices: not with the dots).
-        let y_offset = |y: NodeId| match (&formula.graph.nodes[y].op, dots) {
-            (Op::Input(p), None) => {
-                hoisted_offsets.iter().find(|&&(id, _)| id == y).map(|&(_, off)| off).or(shared_offsets[*p])
-            }
-            _ => None,
-        };
-        // (a sifted selection of several components, or a reduction that selects nothing, is not)
-        let sifted = matches!(selection, Selection::Filtered | Selection::FilteredRegisters)
-            && formula.reduction.kind.selects()
-            && formula.output_dim() == 1;
-        let filter = sifted.then(|| Filter::choose(formula, &plan, dtype, y_offset));
+        let (filter, lists_in_registers) =
+            sifting(formula, &plan, options, dots.is_some(), &shared_offsets, &hoisted_offsets);
         let rows = match (narrow || dots.is_some(), &filter) {
             (true, _) => 1,
-            (false, Some(filter)) => {
-                let lists = if selection == Selection::FilteredRegisters { 2 * acc.state_len() } else { 0 };
-                sifted_rows_per_thread(formula, &plan, filter.row_registers() + lists, dtype)
-            }
+            (false, Some(filter)) => sifted_rows_per_thread(formula, &plan, &acc, filter, lists_in_registers, dtype),
             (false, None) => rows_per_thread(formula, &plan, &acc, dtype),
         };
         Layout {
@@ -358,7 +345,7 @@ impl Layout {
             shared_offsets,
             hoisted_offsets,
             filter,
-            lists_in_registers: sifted && selection == Selection::FilteredRegisters,
+            lists_in_registers,
         }
     }
 
@@ -366,6 +353,32 @@ impl Layout {
     fn dots_shared_bytes(&self) -> usize {
         self.dots.map_or(0, |dots| dots.shared_floats() * 4)
     }
+}
+
+/// How a sifted selection sifts (`Filter`) and whether its lists are in registers; `None` for
+/// the other selections (and for a sifted one of several components, or a reduction that selects
+/// nothing). The expanded distance reads `y` from the tile (a tile of TILE indices: not with the
+/// tensor-core dots).
+fn sifting(
+    formula: &Formula,
+    plan: &Plan,
+    options: &KernelOptions,
+    dots: bool,
+    shared_offsets: &[Option<usize>],
+    hoisted_offsets: &[(NodeId, usize)],
+) -> (Option<Filter>, bool) {
+    let selection = options.selection;
+    let sifted = matches!(selection, Selection::Filtered | Selection::FilteredRegisters)
+        && formula.reduction.kind.selects()
+        && formula.output_dim() == 1;
+    let y_offset = |y: NodeId| match (&formula.graph.nodes[y].op, dots) {
+        (Op::Input(p), false) => {
+            hoisted_offsets.iter().find(|&&(id, _)| id == y).map(|&(_, off)| off).or(shared_offsets[*p])
+        }
+        _ => None,
+    };
+    let filter = sifted.then(|| Filter::choose(formula, plan, options.dtype, y_offset));
+    (filter, sifted && selection == Selection::FilteredRegisters)
 }
 
 /// The positions of the inputs of the reduced index that the kernel reads.
@@ -653,10 +666,19 @@ fn rows_per_thread(formula: &Formula, plan: &Plan, acc: &Accumulator, dtype: Dty
 
 /// Rows per thread of a sifted selection: as many as the registers of the rows' values, of their
 /// sifting (and of their lists, in registers) allow, at most 4.
-fn sifted_rows_per_thread(formula: &Formula, plan: &Plan, registers: usize, dtype: Dtype) -> usize {
+fn sifted_rows_per_thread(
+    formula: &Formula,
+    plan: &Plan,
+    acc: &Accumulator,
+    filter: &Filter,
+    lists_in_registers: bool,
+    dtype: Dtype,
+) -> usize {
     let words = dtype.size() / 4;
-    let per_row: usize =
-        plan.outer.iter().chain(&plan.pair).map(|&id| formula.graph.dim(id)).sum::<usize>() * words + registers;
+    let lists = if lists_in_registers { 2 * acc.state_len() } else { 0 };
+    let per_row: usize = plan.outer.iter().chain(&plan.pair).map(|&id| formula.graph.dim(id)).sum::<usize>() * words
+        + filter.row_registers()
+        + lists;
     match per_row {
         0..=24 => 4,
         25..=64 => 2,
