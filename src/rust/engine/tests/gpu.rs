@@ -7,8 +7,8 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::common_formulas::{GPU_ARGS as ARGS, OPERATIONS, REDUCTIONS};
 use engine::cuda::codegen::{self, KernelOptions, Selection, Variant};
-use engine::cuda::device;
 use engine::cuda::dtype::Dtype;
+use engine::cuda::device;
 use engine::formula::Formula;
 use engine::{Backend, BlockRanges, Input, Operator, Precision, Ranges, RunOptions, SumScheme};
 
@@ -28,6 +28,7 @@ fn sharing_the_gpu() -> RwLockReadGuard<'static, ()> {
 fn alone_on_the_gpu() -> RwLockWriteGuard<'static, ()> {
     GPU_MEMORY.write().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
 
 fn args() -> Vec<String> {
     ARGS.iter().map(|s| s.to_string()).collect()
@@ -81,6 +82,7 @@ fn generated_kernels_compile_with_nvrtc() {
         return;
     }
     let mut compiled = 0;
+    let mut merges = std::collections::HashSet::new();
     for formula in all_formulas() {
         for axis in ["0", "1"] {
             let text = formula.replace("AXIS", axis);
@@ -91,9 +93,14 @@ fn generated_kernels_compile_with_nvrtc() {
                         continue;
                     }
                     let kernel = codegen::generate(&f, dtype, scheme);
-                    for source in [&kernel.source, &kernel.merge_source] {
-                        if let Err(e) = device::compile_cubin(source, "sm_90") {
-                            panic!("{text} ({dtype:?}, {scheme:?}) does not compile:\n{e}\n{source}");
+                    if let Err(e) = device::compile_cubin(&kernel.source, "sm_90") {
+                        panic!("{text} ({dtype:?}, {scheme:?}) does not compile:\n{e}\n{}", kernel.source);
+                    }
+                    compiled += 1;
+                    // The merge's program, which depends on the reduction only: each one once.
+                    if merges.insert(kernel.merge_source.clone()) {
+                        if let Err(e) = device::compile_cubin(&kernel.merge_source, "sm_90") {
+                            panic!("{text} ({dtype:?}, {scheme:?}): the merge does not compile:\n{e}\n{}", kernel.merge_source);
                         }
                         compiled += 1;
                     }
@@ -101,19 +108,14 @@ fn generated_kernels_compile_with_nvrtc() {
                     if REDUCTIONS.contains(&formula.as_str()) && scheme == SumScheme::Auto {
                         // (and the selections in registers, sifted)
                         let variants = [Variant::Dense, Variant::Ranged, Variant::RangedNarrow];
-                        let selections =
-                            [Selection::Local, Selection::Registers, Selection::Filtered, Selection::FilteredRegisters];
+                        let selections = [Selection::Local, Selection::Registers, Selection::Filtered, Selection::FilteredRegisters];
                         for (variant, selection) in variants.into_iter().flat_map(|v| selections.map(|s| (v, s))) {
                             if (variant, selection) == (Variant::Dense, Selection::Local) {
                                 continue;
                             }
-                            let kernel =
-                                codegen::generate_variant(&f, &KernelOptions::new(dtype, scheme, variant, selection));
+                            let kernel = codegen::generate_variant(&f, &KernelOptions::new(dtype, scheme, variant, selection));
                             if let Err(e) = device::compile_cubin(&kernel.source, "sm_90") {
-                                panic!(
-                                    "{text} ({dtype:?}, {variant:?}, {selection:?}) does not compile:\n{e}\n{}",
-                                    kernel.source
-                                );
+                                panic!("{text} ({dtype:?}, {variant:?}, {selection:?}) does not compile:\n{e}\n{}", kernel.source);
                             }
                             compiled += 1;
                         }
@@ -206,8 +208,7 @@ fn gpu_block_sparse_equals_cpu() {
     let ranges = Ranges { i: random_ranges(n, m, 31), j: random_ranges(m, n, 32) };
     each_reduction(|text, op| {
         for precision in [Precision::F64, Precision::F32, Precision::F16] {
-            let options =
-                |backend| RunOptions { precision, backend, ranges: Some(ranges.clone()), ..Default::default() };
+            let options = |backend| RunOptions { precision, backend, ranges: Some(ranges.clone()), ..Default::default() };
             let g = op.run(&inputs, &options(Backend::Gpu(0))).unwrap_or_else(|e| panic!("{text}: {e}"));
             let c = op.run(&inputs, &options(Backend::Cpu)).unwrap();
             assert!(g.backend.starts_with("GPU"), "{text} ran on {}", g.backend);
@@ -229,12 +230,8 @@ fn gpu_block_sparse_equals_cpu() {
         assert_eq!(variant, if rows < 512 { Variant::RangedNarrow } else { Variant::Ranged });
         each_reduction(|text, op| {
             let dense = run(op, &inputs, Precision::F64, Backend::Gpu(0), SumScheme::Auto);
-            let options = RunOptions {
-                precision: Precision::F64,
-                backend: Backend::Gpu(0),
-                ranges: Some(ranges.clone()),
-                ..Default::default()
-            };
+            let options =
+                RunOptions { precision: Precision::F64, backend: Backend::Gpu(0), ranges: Some(ranges.clone()), ..Default::default() };
             let sparse = op.run(&inputs, &options).unwrap();
             compare(&format!("{text}, ranges keeping everything ({variant:?})"), &sparse, &dense, Precision::F64);
         });
@@ -246,8 +243,7 @@ fn gpu_block_sparse_equals_cpu() {
 /// several, else GPU 0 twice (its parts then share it: the splitting and merging are the same).
 fn several_gpus() -> Vec<usize> {
     if let Ok(list) = std::env::var("RKEOPS_TEST_GPUS") {
-        let gpus: Vec<usize> =
-            list.split(',').map(|d| d.trim().parse().expect("RKEOPS_TEST_GPUS: ordinals, e.g. 0,1")).collect();
+        let gpus: Vec<usize> = list.split(',').map(|d| d.trim().parse().expect("RKEOPS_TEST_GPUS: ordinals, e.g. 0,1")).collect();
         assert!(gpus.len() >= 2, "RKEOPS_TEST_GPUS lists {gpus:?}: at least two");
         return gpus;
     }
@@ -359,15 +355,13 @@ fn gpu_log_sum_exp_rescales_lazily_and_keeps_infinities() {
         with_inf[j] = f64::INFINITY;
     }
     let w: Vec<f64> = (0..2 * m).map(|k| (k % 13) as f64 * 0.25 - 1.0).collect();
-    for (name, y) in
-        [("climbs by 0.7", climbs(0.7)), ("climbs by 9", climbs(9.0)), ("spiky", spiky), ("with +inf", with_inf)]
-    {
-        let inputs = [Input::host(&x, x.len(), 1), Input::host(&y, m, 1), Input::host(&w, m, 2)];
-        for red in [
-            "LogSumExp_Reduction(x + y, 0)",
-            "LogSumExpWeight_Reduction(x + y, w, 0)",
-            "SumSoftMaxWeight_Reduction(x + y, w, 0)",
-        ] {
+    for (name, y) in [("climbs by 0.7", climbs(0.7)), ("climbs by 9", climbs(9.0)), ("spiky", spiky), ("with +inf", with_inf)] {
+        let inputs = [
+            Input::host(&x, x.len(), 1),
+            Input::host(&y, m, 1),
+            Input::host(&w, m, 2),
+        ];
+        for red in ["LogSumExp_Reduction(x + y, 0)", "LogSumExpWeight_Reduction(x + y, w, 0)", "SumSoftMaxWeight_Reduction(x + y, w, 0)"] {
             let op = Operator::new(red, &args).unwrap();
             for precision in [Precision::F64, Precision::F32] {
                 let g = run(&op, &inputs, precision, Backend::Gpu(0), SumScheme::Auto);
@@ -446,7 +440,12 @@ fn gpu_long_reductions_in_steps_equal_the_cpu() {
         "ArgKMin_Reduction(Floor(8 * SqDist(x,y)), 6, 0)",
     ] {
         let op = Operator::new(text, &args).unwrap();
-        let inputs = [Input::host(&x, n, 3), Input::host(&a, n, 2), Input::host(&y, m, 3), Input::host(&b, m, 1)];
+        let inputs = [
+            Input::host(&x, n, 3),
+            Input::host(&a, n, 2),
+            Input::host(&y, m, 3),
+            Input::host(&b, m, 1),
+        ];
         let g = run(&op, &inputs, Precision::F64, Backend::Gpu(0), SumScheme::Auto);
         let outer_i = op.formula.reduction.axis == 0;
         let n_out = if outer_i { n } else { m };
@@ -608,7 +607,8 @@ fn gpu_out_of_memory_and_failed_launches_leave_it_usable() {
         let clock = std::time::Instant::now();
         let decl: Vec<String> = decl.iter().map(|s| s.to_string()).collect();
         let (u, v) = (random(rows[0] * dims[0], 25), random(rows[1] * dims[1], 26));
-        let big_inputs = [Input::host(&u, rows[0], dims[0]), Input::host(&v, rows[1], dims[1])];
+        let big_inputs =
+            [Input::host(&u, rows[0], dims[0]), Input::host(&v, rows[1], dims[1])];
         let big = Operator::new(text, &decl).unwrap();
         for precision in [Precision::F32, Precision::F64] {
             let options = RunOptions { precision, backend: Backend::Gpu(0), ..Default::default() };
@@ -829,26 +829,14 @@ fn gpu_loops_equal_the_cpu_loop() {
         let steps = [
             Step {
                 operator: &g_op,
-                inputs: vec![
-                    Source::Host(xi),
-                    Source::Host(yi),
-                    Source::Host(input(&lmu, 1)),
-                    Source::State(0),
-                    Source::Host(par),
-                ],
+                inputs: vec![Source::Host(xi), Source::Host(yi), Source::Host(input(&lmu, 1)), Source::State(0), Source::Host(par)],
                 output: 1,
                 sum_scheme: SumScheme::Auto,
                 ranges: ranges.clone(),
             },
             Step {
                 operator: &f_op,
-                inputs: vec![
-                    Source::Host(xi),
-                    Source::Host(yi),
-                    Source::Host(input(&lnu, 1)),
-                    Source::State(1),
-                    Source::Host(par),
-                ],
+                inputs: vec![Source::Host(xi), Source::Host(yi), Source::Host(input(&lnu, 1)), Source::State(1), Source::Host(par)],
                 output: 0,
                 sum_scheme: SumScheme::Auto,
                 ranges: ranges.clone(),
@@ -895,11 +883,8 @@ fn gpu_long_reductions_stop_when_interrupted() {
     let x = random(3 * n, 21);
     let y = random(3 * m, 22);
     let b = random(m, 23);
-    let op = Operator::new(
-        "Sum_Reduction(Exp(-SqDist(x,y))*w, 0)",
-        &["x = Vi(3)", "y = Vj(3)", "w = Vj(1)"].map(String::from),
-    )
-    .unwrap();
+    let op = Operator::new("Sum_Reduction(Exp(-SqDist(x,y))*w, 0)", &["x = Vi(3)", "y = Vj(3)", "w = Vj(1)"].map(String::from))
+        .unwrap();
     let inputs = [Input::host(&x, n, 3), Input::host(&y, m, 3), Input::host(&b, m, 1)];
     // On one GPU and shared by several (blocks of rows), then by several with a shorter output (parts of
     // the reduced range: 1e12 pairs, seconds).
@@ -917,11 +902,7 @@ fn gpu_long_reductions_stop_when_interrupted() {
         let got = op.run(&inputs, &options);
         let took = start.elapsed();
         let what = format!("GPUs {gpus:?}, {n} x {m}");
-        assert!(
-            matches!(got, Err(engine::Error::Interrupted)),
-            "{what}: not interrupted: {:?}",
-            got.map(|o| o.timings)
-        );
+        assert!(matches!(got, Err(engine::Error::Interrupted)), "{what}: not interrupted: {:?}", got.map(|o| o.timings));
         assert!(took < Duration::from_millis(1500), "{what}: interrupted after {took:?} (asked at 0.5 s)");
         // The next call, small, is right.
         let (xs, ys, bs) = (&x[..3 * 7], &y[..3 * 29], &b[..29]);

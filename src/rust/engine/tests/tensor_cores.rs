@@ -5,8 +5,8 @@
 //! capability >= 8.0; elsewhere the test says why and checks nothing else.
 
 use engine::cuda::codegen::Variant;
-use engine::cuda::device;
 use engine::cuda::dtype::Dtype;
+use engine::cuda::device;
 use engine::formula::Formula;
 use engine::{Backend, Input, Operator, RunOptions, Tuning};
 
@@ -90,10 +90,7 @@ pub fn check_knn(what: &str, out: &engine::Output, a: &Cloud, b: &Cloud, k: usiz
             let (value, index) = (values[i + a.n * s], indices[i + a.n * s]);
             assert!((value - want).abs() <= tol, "{what}: row {i}, rank {s}: value {value}, float64 {want}");
             let of_index = sqdist(a, i, b, index as usize - 1);
-            assert!(
-                (of_index - want).abs() <= tol,
-                "{what}: row {i}, rank {s}: index {index} at {of_index}, float64 {want}"
-            );
+            assert!((of_index - want).abs() <= tol, "{what}: row {i}, rank {s}: index {index} at {of_index}, float64 {want}");
         }
     }
 }
@@ -124,22 +121,16 @@ fn tensor_core_dots_match_float64() {
         }
     };
     if arch.0 < 8 {
-        println!(
-            "compute capability {}.{}: no TF32 tensor cores, their dot products are not tested here",
-            arch.0, arch.1
-        );
+        println!("compute capability {}.{}: no TF32 tensor cores, their dot products are not tested here", arch.0, arch.1);
         return;
     }
     let none = Cloud { values: vec![], n: 0, d: 0 };
-    for (n, m, d) in
-        [(1031, 2017, 16), (1031, 2017, 37), (1031, 2017, 100), (37, 20011, 100), (500, 700, 128), (300, 1000, 784)]
-    {
+    for (n, m, d) in [(1031, 2017, 16), (1031, 2017, 37), (1031, 2017, 100), (37, 20011, 100), (500, 700, 128), (300, 1000, 784)] {
         for kind in ["uniform", "clustered", "far", "tied"] {
             let x = cloud(if kind == "tied" { "uniform" } else { kind }, n, d, 1, &none);
             let y = cloud(kind, m, d, 2, &x);
             let b = random(m, 3);
-            let nearest: f64 =
-                (0..n.min(50)).map(|i| (0..m).map(|j| sqdist(&x, i, &y, j)).fold(f64::INFINITY, f64::min)).sum();
+            let nearest: f64 = (0..n.min(50)).map(|i| (0..m).map(|j| sqdist(&x, i, &y, j)).fold(f64::INFINITY, f64::min)).sum();
             let g = [1.0 / (nearest / n.min(50) as f64).max(1e-6)];
             let inputs = [
                 Input::host(&x.values, n, d),
@@ -165,10 +156,7 @@ fn tensor_core_dots_match_float64() {
                     let want: f64 = (0..n).map(|i| dot(&x, i, &y, j)).sum();
                     let scale: f64 = (0..n).map(|i| dot(&x, i, &x, i).sqrt() * dot(&y, j, &y, j).sqrt()).sum();
                     let tol = 1e-5 * scale;
-                    assert!(
-                        (value - want).abs() <= tol,
-                        "{case}, dot sum ({path}): column {j}: {value} against float64 {want}"
-                    );
+                    assert!((value - want).abs() <= tol, "{case}, dot sum ({path}): column {j}: {value} against float64 {want}");
                 }
             }
         }
@@ -202,21 +190,18 @@ fn tensor_core_dots_in_blocks_on_the_device_and_in_loops() {
         let y = cloud("clustered", m, d, 6, &none);
         let b = random(m, 7);
         let g = [0.5];
-        let inputs =
-            [Input::host(&x.values, n, d), Input::host(&y.values, m, d), Input::host(&b, m, 1), Input::host(&g, 1, 1)];
+        let inputs = [
+            Input::host(&x.values, n, d),
+            Input::host(&y.values, m, d),
+            Input::host(&b, m, 1),
+            Input::host(&g, 1, 1),
+        ];
         let knn = Operator::new("KMin_ArgKMin_Reduction(SqDist(x, y), 7, 0)", &args(d)).unwrap();
         let gauss = Operator::new("Sum_Reduction(Exp(-g * SqDist(x, y)) * b, 0)", &args(d)).unwrap();
         // 1 MB: a few blocks of rows on both sides.
         let blocked = RunOptions { backend: Backend::Gpu(0), gpu_memory: Some(1_000_000), ..Default::default() };
         check_knn(&format!("D = {d}, K-NN in blocks"), &knn.run(&inputs, &blocked).unwrap(), &x, &y, 7);
-        check_gaussian(
-            &format!("D = {d}, Gaussian sum in blocks"),
-            &gauss.run(&inputs, &blocked).unwrap(),
-            &x,
-            &y,
-            &b,
-            g[0],
-        );
+        check_gaussian(&format!("D = {d}, Gaussian sum in blocks"), &gauss.run(&inputs, &blocked).unwrap(), &x, &y, &b, g[0]);
         let kept_x = DeviceMatrix::new(dev.clone(), &x.values, n, d, Precision::F32).unwrap();
         let kept_y = DeviceMatrix::new(dev.clone(), &y.values, m, d, Precision::F32).unwrap();
         let mut on_device = inputs;
@@ -250,26 +235,14 @@ fn tensor_core_dots_in_blocks_on_the_device_and_in_loops() {
     let steps = [
         Step {
             operator: &g_op,
-            inputs: vec![
-                Source::Host(xi),
-                Source::Host(yi),
-                Source::Host(input(&lmu, 1)),
-                Source::State(0),
-                Source::Host(par),
-            ],
+            inputs: vec![Source::Host(xi), Source::Host(yi), Source::Host(input(&lmu, 1)), Source::State(0), Source::Host(par)],
             output: 1,
             sum_scheme: SumScheme::Auto,
             ranges: None,
         },
         Step {
             operator: &f_op,
-            inputs: vec![
-                Source::Host(xi),
-                Source::Host(yi),
-                Source::Host(input(&lnu, 1)),
-                Source::State(1),
-                Source::Host(par),
-            ],
+            inputs: vec![Source::Host(xi), Source::Host(yi), Source::Host(input(&lnu, 1)), Source::State(1), Source::Host(par)],
             output: 0,
             sum_scheme: SumScheme::Auto,
             ranges: None,
