@@ -27,6 +27,10 @@ use crate::reduction::{ReductionKind, SumScheme};
 use crate::tuning::{RangedOverride, SelectionOverride, Tuning};
 use candidates::Filter;
 
+/// How far above a log-sum-exp row's reference maximum a value may be before its sums are
+/// rescaled (`RK_LAZY` in the kernels).
+const LAZY: u32 = 8;
+
 /// Static shared memory available to a block without opting in to more.
 const SHARED_BYTES: usize = 48 * 1024;
 
@@ -746,7 +750,7 @@ impl Gen<'_> {
              #define RK_MAX {max}\n\
              // How far above the reference maximum of a log-sum-exp row a value may be before its\n\
              // sums are rescaled.\n\
-             #define RK_LAZY 8\n\
+             #define RK_LAZY {LAZY}\n\
              // Integer power by repeated squaring, as the CPU evaluator computes it.\n\
              __device__ __forceinline__ T rk_powi(T x, int n) {{\n\
              \x20 bool inv = n < 0; unsigned int e = inv ? -(unsigned int)n : n; T r = 1;\n\
@@ -1182,7 +1186,7 @@ impl Reducer<'_> {
             },
             Min | ArgMin | MinArgMin | KMin | ArgKMin | KMinArgKMin | Max | ArgMax | MaxArgMax => {
                 let n = d * k;
-                let init = if matches!(self.acc.kind, Max | ArgMax | MaxArgMax) { "-RK_INF" } else { "RK_INF" };
+                let init = if self.acc.kind.keeps_maxima() { "-RK_INF" } else { "RK_INF" };
                 // (unrolled: the selection networks keep these arrays in registers)
                 emit(g, &format!("  T best@[{n}]; int best_j@[{n}];\n  #pragma unroll\n  for (int k = 0; k < {n}; k++) {{ best@[k] = {init}; best_j@[k] = -1; }}"));
                 // The last of the K best of each component and whether there are K, in registers:
@@ -1248,7 +1252,7 @@ impl Reducer<'_> {
                 SumScheme::Auto | SumScheme::BlockSum => emit(g, &format!("        for (int k = 0; k < {d}; k++) part@[k] += {fv}[k];")),
             },
             Min | ArgMin | MinArgMin | KMin | ArgKMin | KMinArgKMin | Max | ArgMax | MaxArgMax => {
-                let cmp = if matches!(self.acc.kind, Max | ArgMax | MaxArgMax) { ">" } else { "<" };
+                let cmp = if self.acc.kind.keeps_maxima() { ">" } else { "<" };
                 if matches!(self.selection, Selection::Registers | Selection::FilteredRegisters) && d * kk <= REGISTER_SELECTION {
                     let fabs = g.math("fabs");
                     for c in 0..d {

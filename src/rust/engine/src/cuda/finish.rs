@@ -53,7 +53,7 @@ pub fn functions(src: &mut String, acc: &Accumulator, t: &str) {
         format!("  for (int k = 0; k < {len}; k++) s[k] += o[k];")
     } else if is_selection(kind) {
         let (k, half) = (acc.k, len / 2);
-        let max = matches!(kind, Max | ArgMax | MaxArgMax);
+        let max = kind.keeps_maxima();
         let (cmp, empty) = if max { (">", "-RK_INF") } else { ("<", "RK_INF") };
         // Two sorted lists merged into the first; on ties `s` wins: it covers the earlier indices.
         format!(

@@ -92,6 +92,12 @@ impl ReductionKind {
         matches!(self, KMin | ArgKMin | KMinArgKMin)
     }
 
+    /// Whether a selection keeps the largest values (not the smallest).
+    pub fn keeps_maxima(self) -> bool {
+        use ReductionKind::*;
+        matches!(self, Max | ArgMax | MaxArgMax)
+    }
+
     /// Whether the reduction keeps the best values of a row (minima, maxima, K-th of them).
     pub fn selects(self) -> bool {
         use ReductionKind::*;

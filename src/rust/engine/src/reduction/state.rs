@@ -84,7 +84,7 @@ impl Accumulator {
                 }
             }
             Min | Max | ArgMin | ArgMax | MinArgMin | MaxArgMax | KMin | ArgKMin | KMinArgKMin => {
-                let max = matches!(self.kind, Max | ArgMax | MaxArgMax);
+                let max = self.kind.keeps_maxima();
                 let empty = if max { f64::NEG_INFINITY } else { f64::INFINITY };
                 let (k, half) = (self.k, state.len() / 2);
                 let mut merged = vec![(empty, -1.0); k];

@@ -24,12 +24,11 @@
 //!   pass and are computed again: the sifting costs time there, never exactness. A row or a point
 //!   with a non-finite (or overflowing) square norm sifts nothing out (NaN threshold, NaN `ny`).
 
-use super::{emit, selection_network, sorted_insertion, Gen, Reducer, Selection, REGISTER_SELECTION};
+use super::{emit, selection_network, sorted_insertion, Gen, Reducer, REGISTER_SELECTION};
 use crate::cuda::dtype::Dtype;
 use crate::formula::{Category, Formula, NodeId, Op};
 use crate::plan::{Plan, Role};
 use crate::reduction::Accumulator;
-use crate::reduction::ReductionKind;
 
 /// Indices sifted per mask.
 const GROUP: usize = 32;
@@ -82,9 +81,8 @@ impl Filter {
         dtype: Dtype,
         y_offset: impl Fn(NodeId) -> Option<usize>,
     ) -> Filter {
-        use ReductionKind::*;
-        let red = &formula.reduction;
-        let minimum = matches!(red.kind, Min | ArgMin | MinArgMin | KMin | ArgKMin | KMinArgKMin);
+        let kind = formula.reduction.kind;
+        let minimum = kind.selects() && !kind.keeps_maxima();
         let graph = &formula.graph;
         let input = |id: NodeId, role: Role| matches!(graph.nodes[id].op, Op::Input(p) if plan.roles[id] == Some(role) && formula.variables[p].category != Category::Param);
         let expanded = || {
@@ -126,7 +124,7 @@ impl Filter {
     /// for lists in local memory, the insertion (one function, called from every row slot: each
     /// inlined copy would cost compile time and nothing at run time, insertions being rare).
     pub(super) fn functions(&self, src: &mut String, acc: &Accumulator, dtype: Dtype, lists_in_registers: bool) {
-        let maximum = matches!(acc.kind, ReductionKind::Max | ReductionKind::ArgMax | ReductionKind::MaxArgMax);
+        let maximum = acc.kind.keeps_maxima();
         let nan = "__int_as_float(0x7fc00000)";
         match self {
             Filter::Exact => src.push_str(&format!(
@@ -240,14 +238,14 @@ impl Filter {
             g.line("        const int jj = g0 + jb; const int j = j0 + jj;");
             g.index_terms();
             g.pair_nodes();
-            match reducer.selection {
+            match g.layout.lists_in_registers {
                 // (the network of selects, on the row's registers)
-                Selection::FilteredRegisters => {
+                true => {
                     reducer.accumulate(g);
                     let last = reducer.acc.k - 1;
                     emit(g, &format!("        thr@ = rk_sift_threshold(best@[{last}], best_j@[{last}] != -1, x2@);"));
                 }
-                _ => {
+                false => {
                     let f = g.name(reducer.f);
                     emit(g, &format!("        thr@ = rk_insert(best@, best_j@, {f}[0], j, x2@);"));
                 }

@@ -8,7 +8,7 @@
 //! values reach the sums either way (NaN terms, which no test catches); infinite ones make the
 //! group be taken again. The end of a tile (fewer than 32 indices) takes the exact step.
 
-use super::{emit, Gen, Reducer};
+use super::{emit, Gen, Reducer, LAZY};
 use crate::reduction::ReductionKind;
 
 /// Indices per group.
@@ -46,7 +46,8 @@ pub(super) fn loop_over_tile(g: &mut Gen, reducer: &Reducer) {
     }
     g.line("      }");
     // 32 terms of at most exp(RK_LAZY) (a single larger term passes it too, as +inf does).
-    let too_large = if plain { "!(gs@[0] <= (T)32 * (T)2981)" } else { "!(gm@ <= (T)RK_LAZY)" };
+    let limit = (LAZY as f64).exp().ceil();
+    let too_large = if plain { format!("!(gs@[0] <= (T){GROUP} * (T){limit})") } else { "!(gm@ <= (T)RK_LAZY)".into() };
     for q in 0..rows {
         g.q = q;
         emit(g, &format!("      if ({too_large}) {{\n      for (int jb = 0; jb < {GROUP}; jb++) {{"));
