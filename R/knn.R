@@ -10,7 +10,8 @@
 #' others are searched again among the cells that may hold a neighbour: the
 #' `k`-th neighbour of a query is no farther than the largest distance from
 #' its cell to a cell of at least `k` data points. The engine plans the
-#' searches, which run on the CPU or the GPU as any reduction. The result is the
+#' searches and runs them on the CPU or the GPU in one call, the results written
+#' once in the order of the queries. The result is the
 #' brute-force result: the same neighbours whatever the data (ties between
 #' equal distances aside). Where pruning would not pay (more than 8
 #' dimensions, few points, or cells that keep most pairs), the search is the
@@ -24,8 +25,10 @@
 #' @param metric `"euclidean"`, `"manhattan"` (sum of absolute differences)
 #'   or `"cosine"` (the distance is `1 - cos` of the angle between the rows;
 #'   rows of zeros are not allowed).
-#' @param prune `NA` (the default) prunes where it pays (on the CPU), `TRUE`
-#'   always (if `x` has at most 8 columns), `FALSE` never.
+#' @param prune `NA` (the default) prunes where it pays, `TRUE` always (if
+#'   `x` has at most 8 columns), `FALSE` never. Under [rkeops_use_future()],
+#'   the search is the brute-force reduction, split among the futures as any
+#'   reduction.
 #' @param cell_points The number of points per cell of the grid aimed at
 #'   (cells of about this many data points on average).
 #' @return `list(index, distance)`: `nrow(y) x k` matrices of the 1-based rows
@@ -47,8 +50,10 @@
 #' all(nn$index == t(apply(D2, 1, order))[, 1:5])
 keops_knn <- function(x, y = x, k, metric = c("euclidean", "manhattan", "cosine"), prune = NA,
                       cell_points = 128) {
+  # (the queries being the data: one matrix, which the engine sorts and plans once)
+  same <- missing(y)
   x <- knn_points(x, "x")
-  y <- knn_points(y, "y")
+  y <- if (same) x else knn_points(y, "y")
   if (ncol(y) != ncol(x)) {
     rkeops_abort("keops_knn(): 'y' must have the columns of 'x' (", ncol(x), "), not ", ncol(y),
                  kind = "input", arg = "y")
@@ -61,25 +66,35 @@ keops_knn <- function(x, y = x, k, metric = c("euclidean", "manhattan", "cosine"
   check_flag(prune, "prune", "keops_knn", na_ok = TRUE)
   if (metric == "cosine") {
     x <- knn_unit_rows(x, "x")
-    y <- knn_unit_rows(y, "y")
+    y <- if (same) x else knn_unit_rows(y, "y")
+  }
+  # Grid cells prune nothing in many dimensions, and cost more than they save for few points.
+  if (ncol(x) > 8L || is.na(prune) && nrow(x) < 4L * cell_points) prune <- FALSE
+  # Under rkeops_use_future(), the brute-force reduction, split into blocks of queries as any other.
+  if (!is.null(.rkeops_env$future)) return(knn_reduction(x, y, k, metric))
+  res <- rust_result(.Call(wrap__keops_knn_search, x, y, as.integer(k), metric, as.double(cell_points), prune,
+                           engine_options()), "keops_knn")
+  record_run(res$backend, res$timings, pruned = res$pruned, redone = res$redone)
+  structure(list(index = res$index, distance = res$distance), class = "keops_knn")
+}
+
+# The K-NN as a KMin_ArgKMin reduction (the queries' rows may then be split among futures).
+knn_reduction <- function(x, y, k, metric) {
+  if (!all(is.finite(x)) || !all(is.finite(y))) {
+    arg <- if (all(is.finite(x))) "y" else "x"
+    rkeops_abort("keops_knn(): '", arg, "' must not hold NA, NaN or infinite values", kind = "input", arg = arg)
   }
   d <- ncol(x)
   distance <- if (metric == "manhattan") "Sum(Abs(q - p))" else "SqDist(q, p)"
-  formula <- sprintf("KMin_ArgKMin_Reduction(%s, %d, 0)", distance, k)
-  op <- lazy_operator(formula, c(sprintf("q = Vi(%d)", d), sprintf("p = Vj(%d)", d)))
-  # On a GPU the pruned search's kernel takes milliseconds, but planning it and putting 10^7 results
-  # back in order on the host took longer than brute force (10-NN of 1e6 points in D = 3 on an
-  # H100: 0.74 to 1.19 s against 0.93 s, bench/RESULTS.md): brute force unless asked.
-  pruned <- if (isFALSE(prune) || d > 8L || is.na(prune) && (nrow(x) < 4L * cell_points || gpu_in_use())) NULL else
-    knn_pruned(x, y, k, op, metric, cell_points, force = isTRUE(prune))
-  res <- if (is.null(pruned)) op(list(y, x)) else pruned
-  # (both come as nrow(y) x k matrices: matrix() would copy 10^7 numbers for 10^6 queries)
+  op <- lazy_operator(sprintf("KMin_ArgKMin_Reduction(%s, %d, 0)", distance, k),
+                      c(sprintf("q = Vi(%d)", d), sprintf("p = Vj(%d)", d)))
+  res <- op(list(y, x))
   structure(list(index = res$indices,
                  distance = switch(metric, euclidean = sqrt(res$values), manhattan = res$values, cosine = res$values / 2)),
             class = "keops_knn")
 }
 
-# x as a double matrix of finite values.
+# x as a double matrix (whose values the engine checks are finite).
 knn_points <- function(x, arg) {
   if (is.data.frame(x)) x <- as.matrix(x)
   if (!is.numeric(x) || length(dim(x)) > 2L || length(x) == 0L) {
@@ -88,54 +103,15 @@ knn_points <- function(x, arg) {
   }
   if (!is.matrix(x)) x <- matrix(x, ncol = 1L)
   if (storage.mode(x) != "double") storage.mode(x) <- "double"
-  if (!all(is.finite(x))) {
-    rkeops_abort("keops_knn(): '", arg, "' must not hold NA, NaN or infinite values",
-                 kind = "input", arg = arg)
-  }
   x
 }
 
 # Rows scaled to norm 1 (|u - v|^2 / 2 is then 1 - cos).
 knn_unit_rows <- function(x, arg) {
   norms <- sqrt(rowSums(x^2))
-  if (any(norms == 0)) {
+  if (isTRUE(any(norms == 0))) {
     rkeops_abort("keops_knn(): 'metric = \"cosine\"' needs rows of '", arg, "' that are not 0",
                  kind = "input", arg = arg)
   }
   x / norms
-}
-
-# The block-sparse search, or NULL where it would visit most pairs anyway (unless `force`). The
-# engine plans it (engine/src/knn.rs). First each cell of queries searches the cells of data
-# around it: that is the answer of every query whose K-th neighbour found is nearer than the data
-# left out (its `reach`, up to the rounding of the computed distances); the other queries are
-# searched again within a bound that holds for sure.
-knn_pruned <- function(x, y, k, op, metric, cell_points, force) {
-  found <- knn_search(x, y, k, op, metric, cell_points, neighbourhood = TRUE, force)
-  if (is.null(found)) return(knn_search(x, y, k, op, metric, cell_points, neighbourhood = FALSE, force))
-  kth <- found$values[, k]
-  if (metric != "manhattan") kth <- sqrt(pmax(kth, 0))
-  eps <- c(float16 = 2^-10, float32 = 2^-23, float64 = 2^-52)[[get_rkeops_options()$precision]]
-  rounding <- 8 * ncol(x) * eps * max(abs(x), abs(y))
-  redo <- which(!(kth * (1 + 16 * eps) + rounding < found$reach))
-  if (length(redo) > 0L) {
-    y_redo <- y[redo, , drop = FALSE]
-    again <- knn_search(x, y_redo, k, op, metric, cell_points, neighbourhood = FALSE, force = TRUE)
-    if (is.null(again)) again <- op(list(y_redo, x))
-    found$values[redo, ] <- again$values
-    found$indices[redo, ] <- again$indices
-  }
-  found
-}
-
-# One block-sparse search planned by the engine: list(values, indices, reach) in the user's order.
-knn_search <- function(x, y, k, op, metric, cell_points, neighbourhood, force) {
-  plan <- rust_result(.Call(wrap__keops_knn_plan, x, y, as.integer(k), metric == "manhattan",
-                            as.double(cell_points), neighbourhood, force))
-  if (is.null(plan)) return(NULL)
-  none <- matrix(0L, 0L, 2L)
-  ranges <- new_keops_ranges(plan$ranges_i, plan$slices_i, plan$redranges_j, none, integer(0), none)
-  res <- op(list(plan$y, plan$x), ranges = ranges)
-  c(rust_result(.Call(wrap__keops_knn_restore, res$values, res$indices, plan$x_order, plan$y_order)),
-    list(reach = plan$reach))
 }

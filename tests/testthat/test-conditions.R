@@ -102,9 +102,11 @@ test_that("internal errors: a panic in the engine or the binding", {
   expect_s3_class(e, "rkeops_error_internal")
   expect_identical(class(e), c("rkeops_error_internal", "rkeops_error", "error", "condition"))
   expect_match(conditionMessage(e), "^internal error in rkeops \\(please report it\\): a panic on purpose")
-  # an order with a 0 in it, which R never passes, is an input error of the binding
-  e <- condition_of(rkeops:::rust_result(.Call(rkeops:::wrap__keops_knn_restore, 1, 1L, 1L, 0L)))
+  # an argument R never passes is an input error of the binding, named
+  e <- condition_of(rkeops:::rust_result(.Call(rkeops:::wrap__keops_knn_search, matrix(1), matrix(1), 1L,
+                                                "hamming", 128, NA, rkeops:::engine_options())))
   expect_s3_class(e, "rkeops_error_input")
+  expect_identical(e$arg, "metric")
 })
 
 test_that("the checks of R/checks.R: their messages and arguments", {

@@ -105,26 +105,3 @@ test_that("bad arguments are named errors", {
                class = "rkeops_error_input")
 })
 
-test_that("the pruned search's results go back to the user's order, and bad orders are errors", {
-  restore <- function(values, indices, x_order, y_order) {
-    rkeops:::rust_result(.Call(rkeops:::wrap__keops_knn_restore, values, indices, x_order, y_order))
-  }
-  set.seed(5)
-  n <- 7L; k <- 3L
-  values <- matrix(runif(n * k), n, k)
-  indices <- matrix(sample.int(11L, n * k, replace = TRUE), n, k)
-  indices[2, 3] <- 0L   # fewer than k data searched: stays 0
-  x_order <- sample.int(11L)
-  y_order <- sample.int(n)
-  got <- restore(values, indices, x_order, y_order)
-  want_values <- want_indices <- matrix(0, n, k)
-  want_values[y_order, ] <- values
-  want_indices[y_order, ] <- ifelse(indices == 0L, 0L, x_order[pmax(indices, 1L)])
-  expect_identical(got$values, want_values)
-  expect_identical(got$indices, matrix(as.integer(want_indices), n, k))
-  expect_error(restore(values, indices, x_order, c(1L, 1L, 2:6)), "not an order", class = "rkeops_error_input")
-  expect_error(restore(values, indices, x_order, c(0L, 2:7)), "not an order", class = "rkeops_error_input")
-  bad <- indices
-  bad[1, 1] <- 12L
-  expect_error(restore(values, bad, x_order, y_order), "index out of range", class = "rkeops_error_input")
-})

@@ -3,6 +3,7 @@
 //! millions of points in R costs more than the block-sparse reduction they prepare.
 
 use crate::error::{Error, Result};
+use crate::parallel;
 
 /// Points as a column-major `n x d` matrix (R's layout).
 #[derive(Debug, Clone, Copy)]
@@ -70,11 +71,11 @@ impl Grid {
         let mut mins = vec![0.0; x.d];
         for k in 0..x.d {
             let column = x.column(k);
-            mins[k] = column.iter().copied().fold(f64::INFINITY, f64::min);
-            for (c, &v) in coords[k * x.n..(k + 1) * x.n].iter_mut().zip(column) {
-                *c = ((v - mins[k]) / size[k]).floor();
-                extent[k] = extent[k].max(*c + 1.0);
-            }
+            let (min, side) = (column.iter().copied().fold(f64::INFINITY, f64::min), size[k]);
+            let cells = &mut coords[k * x.n..(k + 1) * x.n];
+            parallel::map(column, cells, |v| ((v - min) / side).floor());
+            extent[k] = cells.iter().fold(0.0f64, |e, &c| e.max(c + 1.0));
+            mins[k] = min;
             if !extent[k].is_finite() {
                 return Err(Error::Invalid(
                     "'size' is too small for the spread of 'x' (cell coordinates overflow)".into(),
@@ -125,9 +126,13 @@ fn exact_cell_count(extent: &[f64]) -> Option<u64> {
 /// coordinates do): a table over the whole grid when it is not much larger than the points, else
 /// the sorted distinct keys.
 fn labels_by_key(coords: &[f64], extent: &[f64], n: usize, cells: u64) -> Vec<u32> {
-    let keys: Vec<u64> = (0..n)
-        .map(|i| extent.iter().enumerate().fold(0u64, |key, (k, &e)| key * e as u64 + coords[k * n + i] as u64))
-        .collect();
+    const BLOCK: usize = 1 << 14;
+    let mut keys = vec![0u64; n];
+    parallel::for_each_block(&mut keys, BLOCK, |b, block| {
+        for (i, key) in (b * BLOCK..).zip(block) {
+            *key = extent.iter().enumerate().fold(0u64, |key, (k, &e)| key * e as u64 + coords[k * n + i] as u64);
+        }
+    });
     if cells <= (4 * n as u64).max(1 << 20) {
         let mut label_of_cell = vec![u32::MAX; cells as usize];
         for &key in &keys {
@@ -136,7 +141,9 @@ fn labels_by_key(coords: &[f64], extent: &[f64], n: usize, cells: u64) -> Vec<u3
         for (next, label) in label_of_cell.iter_mut().filter(|l| **l == 0).enumerate() {
             *label = next as u32;
         }
-        return keys.iter().map(|&key| label_of_cell[key as usize]).collect();
+        let mut labels = vec![0u32; n];
+        parallel::map(&keys, &mut labels, |key| label_of_cell[key as usize]);
+        return labels;
     }
     let mut distinct = keys.clone();
     distinct.sort_unstable();

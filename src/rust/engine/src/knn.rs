@@ -8,8 +8,9 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
-use crate::clustering::{order_by_label, Grid, Points};
+use crate::clustering::{order_by_label, Grid, GridCells, Points};
 use crate::error::{Error, Result};
+use crate::parallel;
 use crate::ranges::BlockRanges;
 
 /// How distances between points are measured (cosine: euclidean on rows scaled to norm 1).
@@ -88,12 +89,19 @@ pub fn knn_plan(
     if queries.n == 0 {
         return Ok(None);
     }
-    let size = cell_sizes(data, cell_points)?;
+    let (size, data_grid, data_labels) = cell_sizes(data, cell_points)?;
     let largest = |x: Points| x.values.iter().fold(0.0f64, |m, v| m.max(v.abs()));
     let margin = 1e-9 * (largest(data).max(largest(queries)) + size.iter().fold(0.0f64, |m, &s| m.max(s)));
-    let data_cells = Cells::new(data, &size, margin)?;
+    let data_cells = Cells::new(data, data_grid, data_labels, &size, margin);
     // The queries are often the data themselves (keops_knn(x)): their cells are then the data's.
-    let query_cells = if data.same_as(queries) { data_cells.clone() } else { Cells::new(queries, &size, margin)? };
+    let query_cells = match data.same_as(queries) {
+        true => data_cells.clone(),
+        false => {
+            let grid = Grid::new(queries, &size)?;
+            let labels = grid.cells();
+            Cells::new(queries, grid, labels, &size, margin)
+        }
+    };
     let full: Vec<bool> = data_cells.rows.iter().map(|r| r.len() >= k).collect();
     if !full.iter().any(|&f| f) {
         return Ok(None);
@@ -102,12 +110,15 @@ pub fn knn_plan(
     if !force && searched.pairs > 0.5 * data.n as f64 * queries.n as f64 {
         return Ok(None);
     }
+    const BLOCK: usize = 1 << 14;
     let mut reach = vec![f64::INFINITY; queries.n];
     if search == Search::Neighbourhood {
-        for (q, reach) in reach.iter_mut().enumerate() {
-            let window = &searched.windows[query_cells.label[q] as usize];
-            *reach = data_cells.distance_outside(window, |c| queries.values[c * queries.n + q]) - margin;
-        }
+        parallel::for_each_block(&mut reach, BLOCK, |b, block| {
+            for (q, reach) in (b * BLOCK..).zip(block) {
+                let window = &searched.windows[query_cells.label[q] as usize];
+                *reach = data_cells.distance_outside(window, |c| queries.values[c * queries.n + q]) - margin;
+            }
+        });
     }
     Ok(Some(KnnPlan {
         data_order: data_cells.order,
@@ -120,8 +131,9 @@ pub fn knn_plan(
 
 /// The sides of cells of about `cell_points` data points: as if the data filled its bounding box,
 /// then shrunk for clustered data, which fill few cells of its bounding box, each with many more
-/// points, until a point's cell holds about `cell_points` points (on average over the points).
-fn cell_sizes(data: Points, cell_points: f64) -> Result<Vec<f64>> {
+/// points, until a point's cell holds about `cell_points` points (on average over the points);
+/// and the grid of the data for those sides, with its cells.
+fn cell_sizes(data: Points, cell_points: f64) -> Result<(Vec<f64>, Grid, GridCells)> {
     let span: Vec<f64> = (0..data.d)
         .map(|c| {
             let col = data.column(c);
@@ -132,17 +144,20 @@ fn cell_sizes(data: Points, cell_points: f64) -> Result<Vec<f64>> {
     let side = (span.iter().product::<f64>() * cell_points / data.n as f64).powf(1.0 / data.d as f64);
     let mut size: Vec<f64> = span.iter().map(|&s| side.max(s / 1e6).min(s)).collect();
     for _ in 0..3 {
-        let cells = Grid::new(data, &size)?.cells();
+        let grid = Grid::new(data, &size)?;
+        let cells = grid.cells();
         let mut counts = vec![0.0f64; cells.count];
         cells.labels.iter().for_each(|&l| counts[l as usize] += 1.0);
         let seen = counts.iter().map(|c| c * c).sum::<f64>() / data.n as f64;
         if seen <= 2.0 * cell_points {
-            break;
+            return Ok((size, grid, cells));
         }
         let shrink = (cell_points / seen).powf(1.0 / data.d as f64);
         size.iter_mut().zip(&span).for_each(|(s, &sp)| *s = (*s * shrink).max(sp / 1e6));
     }
-    Ok(size)
+    let grid = Grid::new(data, &size)?;
+    let cells = grid.cells();
+    Ok((size, grid, cells))
 }
 
 /// What each query cell searches: ranges of the sorted data (`reduced`, those of query cell `a`
@@ -252,9 +267,8 @@ struct Cells {
 }
 
 impl Cells {
-    fn new(x: Points, size: &[f64], margin: f64) -> Result<Cells> {
-        let grid = Grid::new(x, size)?;
-        let cells = grid.cells();
+    /// The cells of `x` on `grid` (of cells of sides `size`), numbered `cells`.
+    fn new(x: Points, grid: Grid, cells: GridCells, size: &[f64], margin: f64) -> Cells {
         let order = order_by_label(&cells.labels, cells.count);
         // Per cell (in one pass over the points in their order: reading them by cell would miss
         // the cache at every point): its integer coordinates, and the box of its points, tighter
@@ -285,7 +299,7 @@ impl Cells {
             })
             .collect();
         let by_coords = coords.chunks(x.d.max(1)).enumerate().map(|(b, c)| (c.to_vec(), b)).collect();
-        Ok(Cells {
+        Cells {
             order,
             label: cells.labels,
             rows,
@@ -296,7 +310,7 @@ impl Cells {
             size: size.to_vec(),
             extent: grid.extent.iter().map(|&e| e as i64).collect(),
             by_coords,
-        })
+        }
     }
 
     fn lo(&self, b: usize) -> &[f64] {

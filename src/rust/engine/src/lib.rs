@@ -12,6 +12,7 @@ pub mod cuda;
 pub mod differentiate;
 pub mod error;
 pub mod knn;
+pub mod knn_search;
 pub mod formula;
 pub mod iterate;
 pub mod math;

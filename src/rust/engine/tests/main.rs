@@ -16,6 +16,7 @@ mod fuzz;
 mod gpu;
 mod gpu_shared_cache;
 mod interrupts;
+mod knn_search;
 mod program;
 mod progress;
 mod ranges;

@@ -162,7 +162,7 @@ fn numeric_input<'a>(x: &'a Robj, name: &str) -> Fallible<Input<'a>> {
 }
 
 /// The seconds of each phase as a named double vector.
-fn timings(phases: &[(&'static str, f64)]) -> Fallible {
+pub(crate) fn timings(phases: &[(&'static str, f64)]) -> Fallible {
     let names: Vec<&str> = phases.iter().map(|(n, _)| *n).collect();
     let mut values = Robj::from(phases.iter().map(|(_, t)| *t).collect::<Vec<f64>>());
     values.set_attrib("names", names)?;
@@ -180,7 +180,7 @@ fn sum_scheme(name: &str) -> Fallible<SumScheme> {
 /// progress)` (`progress`: seconds before a progress bar is made, negative for none)
 /// (R's `engine_options()`; no ranges); `device`: the GPUs, as integers (several share each
 /// reduction, the first alone runs loops and holds device matrices).
-fn run_options(settings: &Robj, sum_scheme_name: &str) -> Fallible<RunOptions> {
+pub(crate) fn run_options(settings: &Robj, sum_scheme_name: &str) -> Fallible<RunOptions> {
     let settings = settings.as_list().or_input("options", "the engine's options must be a list")?;
     let field = |name: &str| element(&settings, name).filter(|x| !x.is_null());
     let text = |name: &str| -> Fallible<String> {

@@ -1,0 +1,111 @@
+//! `keops_knn()`'s search end to end on the CPU (`engine::knn_search`), against brute force in
+//! float64: pruned or not, queries that are the data or not, clustered clouds whose queries the
+//! pruned search must search again, both metrics; the results in the user's order. The GPU test
+//! needs a GPU; elsewhere it says so and checks nothing.
+
+use engine::clustering::Points;
+use engine::knn::Metric;
+use engine::knn_search::{KnnSearch, Pruning};
+use engine::cuda::device;
+use engine::{Backend, Precision, RunOptions};
+
+/// SplitMix64, uniform in [0, 1).
+struct Rng(u64);
+
+impl Rng {
+    fn unif(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// `n` points in `d` dimensions, column-major: uniform, or in 7 tight blobs far apart.
+fn cloud(rng: &mut Rng, n: usize, d: usize, blobs: bool) -> Vec<f64> {
+    let centres: Vec<f64> = (0..7 * d).map(|_| 100.0 * rng.unif()).collect();
+    let mut x = vec![0.0; n * d];
+    for i in 0..n {
+        let b = (rng.unif() * 7.0) as usize;
+        for c in 0..d {
+            x[c * n + i] = if blobs { centres[b * d + c] + 0.01 * rng.unif() } else { rng.unif() };
+        }
+    }
+    x
+}
+
+/// The distance from query `q` to data point `i`, in float64.
+fn distance(data: Points, i: usize, queries: Points, q: usize, metric: Metric) -> f64 {
+    let gaps = (0..data.d).map(|c| queries.values[c * queries.n + q] - data.values[c * data.n + i]);
+    match metric {
+        Metric::Euclidean => gaps.map(|g| g * g).sum::<f64>().sqrt(),
+        Metric::Manhattan => gaps.map(f64::abs).sum(),
+    }
+}
+
+/// The `k` smallest distances from each query to the data, by brute force (rows).
+fn brute(data: Points, queries: Points, k: usize, metric: Metric) -> Vec<Vec<f64>> {
+    (0..queries.n)
+        .map(|q| {
+            let mut d: Vec<f64> = (0..data.n).map(|i| distance(data, i, queries, q, metric)).collect();
+            d.sort_by(f64::total_cmp);
+            d.truncate(k);
+            d
+        })
+        .collect()
+}
+
+/// Searches every case with `options` and checks it against float64 brute force within `tol`
+/// (relative); returns how many queries the pruned searches searched again.
+fn check_searches(options: &RunOptions, tol: f64) -> usize {
+    let mut rng = Rng(7);
+    let mut redone = 0;
+    for (d, blobs, metric) in [(3, false, Metric::Euclidean), (2, true, Metric::Euclidean), (3, true, Metric::Manhattan)] {
+        let (n, m, k) = (3001, 517, 5);
+        let data_values = cloud(&mut rng, n, d, blobs);
+        let query_values = cloud(&mut rng, m, d, blobs);
+        let data = Points::new(&data_values, n, d).unwrap();
+        for queries in [data, Points::new(&query_values, m, d).unwrap()] {
+            let want = brute(data, queries, k, metric);
+            for pruning in [Pruning::Never, Pruning::Always] {
+                let search = KnnSearch { data, queries, k, metric, cell_points: 16.0, pruning };
+                let found = search.run(options).unwrap();
+                assert_eq!(found.pruned, pruning == Pruning::Always);
+                redone += found.redone();
+                let root = |v: f64| if metric == Metric::Euclidean { v.sqrt() } else { v };
+                let (mut distances, mut indices) = (vec![0.0; queries.n * k], vec![0; queries.n * k]);
+                found.write_distances(&mut distances, root);
+                found.write_indices(&mut indices);
+                let case = format!("{}: D = {d}, blobs {blobs}, {metric:?}, {} queries, {pruning:?}", found.backend, queries.n);
+                for (q, want) in want.iter().enumerate() {
+                    for (c, &w) in want.iter().enumerate() {
+                        let (got, i) = (distances[c * queries.n + q], indices[c * queries.n + q]);
+                        assert!((got - w).abs() <= tol * (1.0 + w), "{case}: query {q}, neighbour {c}: {got} != {w}");
+                        // the index is of a point at that distance (ties in any order)
+                        let at = distance(data, i as usize - 1, queries, q, metric);
+                        assert!((at - w).abs() <= tol * (1.0 + w), "{case}: query {q}, index {i}");
+                    }
+                }
+            }
+        }
+    }
+    redone
+}
+
+#[test]
+fn the_search_finds_the_brute_force_neighbours_in_the_users_order() {
+    let options = RunOptions { backend: Backend::Cpu, precision: Precision::F64, threads: 2, ..Default::default() };
+    assert!(check_searches(&options, 1e-12) > 0, "no query was searched again: that path went untested");
+}
+
+/// The same on a GPU, in float32 (coordinates near 100 rounded to float32 move distances by ~2e-5).
+#[test]
+fn the_search_on_a_gpu_finds_the_brute_force_neighbours() {
+    if let Err(why) = device::availability(0) {
+        println!("NO GPU: the K-NN search is not checked on a GPU here ({why})");
+        return;
+    }
+    let options = RunOptions { backend: Backend::Gpu(0), precision: Precision::F32, ..Default::default() };
+    assert!(check_searches(&options, 1e-4) > 0, "no query was searched again: that path went untested");
+}
