@@ -8,8 +8,8 @@ use std::ops::Range;
 use engine::clustering::{cluster_summary, grid_cells, Points};
 use engine::{BlockRanges, Ranges};
 
-/// SplitMix64: a small deterministic generator.
-struct Rng(u64);
+/// SplitMix64: a small deterministic generator (also the K-NN search's tests').
+pub struct Rng(pub u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -20,7 +20,7 @@ impl Rng {
         z ^ (z >> 31)
     }
     /// Uniform in [0, 1).
-    fn unif(&mut self) -> f64 {
+    pub fn unif(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
     /// Uniform in 0..n.

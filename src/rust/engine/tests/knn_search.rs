@@ -9,18 +9,7 @@ use engine::knn_search::{KnnSearch, Pruning};
 use engine::cuda::device;
 use engine::{Backend, Precision, RunOptions};
 
-/// SplitMix64, uniform in [0, 1).
-struct Rng(u64);
-
-impl Rng {
-    fn unif(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
+use crate::clustering::Rng;
 
 /// `n` points in `d` dimensions, column-major: uniform, or in 7 tight blobs far apart.
 fn cloud(rng: &mut Rng, n: usize, d: usize, blobs: bool) -> Vec<f64> {
