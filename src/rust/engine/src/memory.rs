@@ -2,12 +2,13 @@
 //! checked against the memory the system has available, then reserved with `try_reserve`.
 
 use crate::error::{Error, Result};
+use crate::parallel;
 
 /// Below this, allocations are not checked (reading /proc/meminfo costs more than they do).
 const CHECKED_FROM: usize = 64 << 20;
 
 /// A vector of `len` zeros, or an error saying that `what` does not fit in memory.
-pub fn zeros<T: Clone + Default>(len: usize, what: &str) -> Result<Vec<T>> {
+pub fn zeros<T: Clone + Default + Send>(len: usize, what: &str) -> Result<Vec<T>> {
     let bytes = len.saturating_mul(std::mem::size_of::<T>());
     if bytes < CHECKED_FROM {
         return Ok(vec![T::default(); len]);
@@ -22,7 +23,15 @@ pub fn zeros<T: Clone + Default>(len: usize, what: &str) -> Result<Vec<T>> {
     }
     let mut v = Vec::new();
     v.try_reserve_exact(len).map_err(|_| too_big())?;
-    v.resize(len, T::default());
+    // Written on every core: zeroing (and first touching) 120 MB of results on one thread took
+    // ~50 ms of a 10-NN search of 10^6 points on an H200 host whose kernel took 4 ms.
+    parallel::for_each_block(&mut v.spare_capacity_mut()[..len], 1 << 20, |_, block| {
+        block.iter_mut().for_each(|x| {
+            x.write(T::default());
+        })
+    });
+    // SAFETY: the first `len` elements were initialised just above, and the capacity is at least `len`.
+    unsafe { v.set_len(len) };
     Ok(v)
 }
 

@@ -175,7 +175,7 @@ fn run_parts<S: Stored, T: Real>(
 
 /// The results of blocks of output rows, column-major, into those of all the rows.
 fn stack_rows(parts: &[Part], columns: Vec<Columns>, n_out: usize, width: usize) -> Result<Columns> {
-    fn stack<X: Copy + Default>(
+    fn stack<X: Copy + Default + Send>(
         parts: &[Part],
         got: Vec<Option<Vec<X>>>,
         n: usize,
