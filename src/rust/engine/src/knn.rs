@@ -63,6 +63,9 @@ pub struct KnnPlan {
     /// search lie (infinite for a bounded search): its K nearest found are its K nearest if the
     /// K-th is nearer than that.
     pub reach: Vec<f64>,
+    /// The largest absolute coordinate of the data and the queries (the rounding of the computed
+    /// distances, against which `reach` is compared, grows with it).
+    pub largest: f64,
 }
 
 /// A query cell with more candidate cells than this is searched by brute force.
@@ -90,8 +93,9 @@ pub fn knn_plan(
         return Ok(None);
     }
     let (size, data_grid, data_labels) = cell_sizes(data, cell_points)?;
-    let largest = |x: Points| x.values.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    let margin = 1e-9 * (largest(data).max(largest(queries)) + size.iter().fold(0.0f64, |m, &s| m.max(s)));
+    let magnitude = |x: Points| x.values.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let largest = magnitude(data).max(magnitude(queries));
+    let margin = 1e-9 * (largest + size.iter().fold(0.0f64, |m, &s| m.max(s)));
     let data_cells = Cells::new(data, data_grid, data_labels, &size, margin);
     // The queries are often the data themselves (keops_knn(x)): their cells are then the data's.
     let query_cells = match data.same_as(queries) {
@@ -126,6 +130,7 @@ pub fn knn_plan(
         ranges: BlockRanges { blocks: query_cells.rows, slices: searched.slices, reduced: searched.reduced },
         pairs: searched.pairs,
         reach,
+        largest,
     }))
 }
 

@@ -46,7 +46,6 @@ pub struct Neighbours {
     /// neighbours, searched again (rows of `again`, in that order).
     redone: Vec<usize>,
     again: Option<Found>,
-    k: usize,
     /// Whether the search was pruned.
     pub pruned: bool,
     /// What computed it, and the seconds of each phase (the plans', then the runs' summed).
@@ -95,24 +94,22 @@ impl KnnSearch<'_> {
         }
         let op = self.operator()?;
         let mut timings = Vec::new();
-        let plan = self.plan(queries, Search::Neighbourhood, self.pruning, &mut timings)?;
+        let mut plan = self.plan(queries, Search::Neighbourhood, self.pruning, &mut timings)?;
         let pruned = plan.is_some();
-        let reach = plan.as_ref().map(|p| p.reach.clone());
+        // (what certifies the results, taken before the search consumes the plan)
+        let bounds = plan.as_mut().map(|p| (std::mem::take(&mut p.reach), p.largest));
         let found = self.find(&op, queries, plan, options)?;
         add_timings(&mut timings, &found.output.timings);
         let start = Instant::now();
-        let redone = match reach {
-            Some(reach) => self.uncertified(&found, &reach, options.precision),
+        let redone = match bounds {
+            Some((reach, largest)) => self.uncertified(&found, &reach, largest, options.precision),
             None => Vec::new(),
         };
         add_timings(&mut timings, &[("certification", start.elapsed().as_secs_f64())]);
         let again = match redone.is_empty() {
             true => None,
             false => {
-                let mut points = vec![0.0; redone.len() * queries.d];
-                for (c, column) in points.chunks_mut(redone.len()).enumerate() {
-                    column.iter_mut().zip(&redone).for_each(|(v, &q)| *v = queries.values[c * queries.n + q]);
-                }
+                let points = rows_in_order(queries, &redone);
                 let redo = Points::new(&points, redone.len(), queries.d)?;
                 let plan = self.plan(redo, Search::Bounded, Pruning::Always, &mut timings)?;
                 let again = self.find(&op, redo, plan, options)?;
@@ -121,7 +118,7 @@ impl KnnSearch<'_> {
             }
         };
         let backend = found.output.backend.clone();
-        Ok(Neighbours { found, redone, again, k, pruned, backend, timings })
+        Ok(Neighbours { found, redone, again, pruned, backend, timings })
     }
 
     /// The reduction: KMin_ArgKMin of the metric's distance (squared for euclidean).
@@ -157,11 +154,11 @@ impl KnnSearch<'_> {
             return Ok(Found { output: op.run(&inputs, options)?, row_of_query: None, data_order: None });
         };
         let start = Instant::now();
-        let sorted_data = sorted_rows(data, &plan.data_order);
+        let sorted_data = rows_in_order(data, &plan.data_order);
         // (the queries being the data, sorted the same way: one copy for both)
         let sorted_queries = match data.same_as(queries) {
             true => None,
-            false => Some(sorted_rows(queries, &plan.query_order)),
+            false => Some(rows_in_order(queries, &plan.query_order)),
         };
         let mut row_of_query = vec![0; queries.n];
         for (r, &q) in plan.query_order.iter().enumerate() {
@@ -180,15 +177,14 @@ impl KnnSearch<'_> {
     }
 
     /// The queries whose K-th neighbour found is not surely nearer than the data left out (their
-    /// `reach`), up to the rounding of the computed distances.
-    fn uncertified(&self, found: &Found, reach: &[f64], precision: Precision) -> Vec<usize> {
+    /// `reach`), up to the rounding of the computed distances (coordinates up to `largest`).
+    fn uncertified(&self, found: &Found, reach: &[f64], largest: f64, precision: Precision) -> Vec<usize> {
         let eps = match precision {
             Precision::F16 => f64::powi(2.0, -10),
             Precision::F32 => f64::powi(2.0, -23),
             Precision::F64 => f64::powi(2.0, -52),
         };
-        let largest = |x: Points| x.values.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-        let rounding = 8.0 * self.data.d as f64 * eps * largest(self.data).max(largest(self.queries));
+        let rounding = 8.0 * self.data.d as f64 * eps * largest;
         const BLOCK: usize = 1 << 14;
         let mut redo = vec![false; self.queries.n];
         parallel::for_each_block(&mut redo, BLOCK, |b, block| {
@@ -204,13 +200,13 @@ impl KnnSearch<'_> {
     }
 }
 
-/// The rows of `x` in `order` (column-major, column by column on every core).
-fn sorted_rows(x: Points, order: &[usize]) -> Vec<f64> {
-    let mut sorted = vec![0.0; x.n * x.d];
-    parallel::for_each_block(&mut sorted, x.n, |c, column| {
+/// The rows `order` of `x`, column-major (column by column on every core).
+fn rows_in_order(x: Points, order: &[usize]) -> Vec<f64> {
+    let mut rows = vec![0.0; order.len() * x.d];
+    parallel::for_each_block(&mut rows, order.len(), |c, column| {
         column.iter_mut().zip(order).for_each(|(v, &i)| *v = x.values[c * x.n + i]);
     });
-    sorted
+    rows
 }
 
 /// Adds each phase's seconds to its total, in the order phases first come.
@@ -246,14 +242,14 @@ impl Neighbours {
     }
 
     fn write<T: Send>(&self, out: &mut [T], element: impl Fn(&Found, usize, usize) -> T + Sync) {
-        let n = self.queries();
-        assert_eq!(out.len(), n * self.k, "Neighbours::write needs queries x k elements");
+        let (n, k) = (self.queries(), self.found.output.k);
+        assert_eq!(out.len(), n * k, "Neighbours::write needs queries x k elements");
         parallel::for_each_block(out, n, |c, column| {
             column.iter_mut().enumerate().for_each(|(q, v)| *v = element(&self.found, q, c));
         });
         if let Some(again) = &self.again {
             for (r, &q) in self.redone.iter().enumerate() {
-                (0..self.k).for_each(|c| out[c * n + q] = element(again, r, c));
+                (0..k).for_each(|c| out[c * n + q] = element(again, r, c));
             }
         }
     }

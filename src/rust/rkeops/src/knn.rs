@@ -18,7 +18,12 @@ use crate::{guarded, run_options, timings, Fallible, RError};
 #[extendr]
 fn keops_knn_search(x: Robj, y: Robj, k: i32, metric: &str, cell_points: f64, prune: Robj, options: Robj) -> Robj {
     guarded(|| {
-        let (data, queries) = (finite_points(&x, "x")?, finite_points(&y, "y")?);
+        let data = finite_points(&x, "x")?;
+        // (the queries being the data, keops_knn(x): checked once)
+        let queries = match points(&y, "y")? {
+            same if same.same_as(data) => same,
+            _ => finite_points(&y, "y")?,
+        };
         let pruning = match prune.as_logical_slice() {
             Some([l]) if l.is_na() => Pruning::WherePays,
             Some([l]) if l.is_true() => Pruning::Always,
