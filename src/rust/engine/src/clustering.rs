@@ -29,6 +29,19 @@ impl<'a> Points<'a> {
     pub(crate) fn column(&self, k: usize) -> &'a [f64] {
         &self.values[k * self.n..(k + 1) * self.n]
     }
+
+    /// The rows `order` of these points, column-major (each column on every core).
+    pub fn rows_in_order(&self, order: &[usize]) -> Vec<f64> {
+        const BLOCK: usize = 1 << 14;
+        let mut rows = vec![0.0; order.len() * self.d];
+        for (c, column) in rows.chunks_mut(order.len().max(1)).enumerate() {
+            let values = self.column(c);
+            parallel::for_each_block(column, BLOCK, |b, block| {
+                block.iter_mut().zip(&order[b * BLOCK..]).for_each(|(v, &i)| *v = values[i]);
+            });
+        }
+        rows
+    }
 }
 
 /// The cells of a regular grid that hold points: `labels[i]` (0-based) numbers the cell of point
@@ -45,58 +58,131 @@ pub fn grid_cells(x: Points, size: &[f64]) -> Result<GridCells> {
     Ok(Grid::new(x, size)?.cells())
 }
 
-/// The cell coordinates of points on a regular grid.
-pub(crate) struct Grid {
-    n: usize,
-    d: usize,
-    /// Whole numbers held as f64, column-major like the points, computed as R would: the same
-    /// cells whoever computes them.
-    pub coords: Vec<f64>,
+/// A regular grid over points.
+pub(crate) struct Grid<'a> {
+    x: Points<'a>,
+    /// The sides of the cells.
+    pub size: Vec<f64>,
     /// Cells per dimension.
     pub extent: Vec<f64>,
     /// The grid's origin, the smallest coordinate of the points in each dimension.
     pub mins: Vec<f64>,
 }
 
-impl Grid {
-    pub fn new(x: Points, size: &[f64]) -> Result<Grid> {
+impl<'a> Grid<'a> {
+    pub fn new(x: Points<'a>, size: &[f64]) -> Result<Grid<'a>> {
+        Grid::with_bounds(x, size, &column_bounds(x)?)
+    }
+
+    /// The grid of `x` whose columns' smallest and largest values are `bounds` (`column_bounds`).
+    pub fn with_bounds(x: Points<'a>, size: &[f64], bounds: &[(f64, f64)]) -> Result<Grid<'a>> {
         if size.len() != x.d || size.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
             return Err(Error::Invalid(format!("'size' must be {} positive finite numbers", x.d)));
         }
-        if x.values.iter().any(|v| !v.is_finite()) {
-            return Err(Error::Invalid("'x' must not contain NA, NaN or infinite values".into()));
+        let mins = bounds.iter().map(|b| b.0).collect();
+        let mut grid = Grid { x, size: size.to_vec(), extent: Vec::new(), mins };
+        // (the largest coordinate is the largest value's: each step of `coordinate` is non-decreasing)
+        grid.extent = (0..x.d).map(|k| if x.n == 0 { 0.0 } else { grid.coordinate(k, bounds[k].1) + 1.0 }).collect();
+        if grid.extent.iter().any(|e| !e.is_finite()) {
+            return Err(Error::Invalid("'size' is too small for the spread of 'x' (cell coordinates overflow)".into()));
         }
-        let mut coords = vec![0.0; x.n * x.d];
-        let mut extent = vec![0.0f64; x.d];
-        let mut mins = vec![0.0; x.d];
-        for k in 0..x.d {
-            let column = x.column(k);
-            let (min, side) = (column.iter().copied().fold(f64::INFINITY, f64::min), size[k]);
-            let cells = &mut coords[k * x.n..(k + 1) * x.n];
-            parallel::map(column, cells, |v| ((v - min) / side).floor());
-            extent[k] = cells.iter().fold(0.0f64, |e, &c| e.max(c + 1.0));
-            mins[k] = min;
-            if !extent[k].is_finite() {
-                return Err(Error::Invalid(
-                    "'size' is too small for the spread of 'x' (cell coordinates overflow)".into(),
-                ));
-            }
-        }
-        Ok(Grid { n: x.n, d: x.d, coords, extent, mins })
+        Ok(grid)
+    }
+
+    /// The cell coordinate of the value `v` along dimension `k`: a whole number, computed as R
+    /// would (the same cells whoever computes them).
+    pub fn coordinate(&self, k: usize, v: f64) -> f64 {
+        ((v - self.mins[k]) / self.size[k]).floor()
+    }
+
+    /// The cell coordinate of point `i` along dimension `k`.
+    pub fn coordinate_of(&self, k: usize, i: usize) -> f64 {
+        self.coordinate(k, self.x.values[k * self.x.n + i])
     }
 
     /// The non-empty cells, numbered as `grid_cells` says.
     pub fn cells(&self) -> GridCells {
-        if self.n == 0 {
+        if self.x.n == 0 {
             return GridCells { labels: Vec::new(), count: 0 };
         }
-        let labels = match exact_cell_count(&self.extent) {
-            Some(cells) => labels_by_key(&self.coords, &self.extent, self.n, cells),
-            None => labels_by_coordinates(&self.coords, self.n, self.d),
-        };
-        let count = labels.iter().max().map_or(0, |&l| l as usize + 1);
-        GridCells { labels, count }
+        match exact_cell_count(&self.extent) {
+            Some(cells) => self.labels_by_key(cells),
+            None => self.labels_by_coordinates(),
+        }
     }
+
+    /// Labels from one integer key per cell (mixed radix, first dimension slowest, so keys sort
+    /// as the coordinates do): a table over the whole grid when it is not much larger than the
+    /// points, else the sorted distinct keys.
+    fn labels_by_key(&self, cells: u64) -> GridCells {
+        const BLOCK: usize = 1 << 14;
+        let n = self.x.n;
+        let mut keys = vec![0u64; n];
+        parallel::for_each_block(&mut keys, BLOCK, |b, block| {
+            for k in 0..self.x.d {
+                let (min, side, extent) = (self.mins[k], self.size[k], self.extent[k] as u64);
+                let values = &self.x.column(k)[b * BLOCK..][..block.len()];
+                // (`coordinate`, truncated rather than floored: the quotient is never negative, and
+                // `floor` is a call into the C library where the CPU baseline has no instruction for it)
+                block.iter_mut().zip(values).for_each(|(key, &v)| *key = *key * extent + ((v - min) / side) as u64);
+            }
+        });
+        if cells <= (4 * n as u64).max(1 << 20) {
+            let mut label_of_cell = vec![u32::MAX; cells as usize];
+            for &key in &keys {
+                label_of_cell[key as usize] = 0;
+            }
+            let mut count = 0;
+            for label in label_of_cell.iter_mut().filter(|l| **l == 0) {
+                *label = count as u32;
+                count += 1;
+            }
+            let mut labels = vec![0u32; n];
+            parallel::map(&keys, &mut labels, |key| label_of_cell[key as usize]);
+            return GridCells { labels, count };
+        }
+        let mut distinct = keys.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let labels = keys.iter().map(|key| distinct.binary_search(key).unwrap_or(0) as u32).collect();
+        GridCells { labels, count: distinct.len() }
+    }
+
+    /// Labels from the coordinates themselves, for grids of 2^64 cells or more.
+    fn labels_by_coordinates(&self) -> GridCells {
+        let (n, d) = (self.x.n, self.x.d);
+        let cell = |i: usize| (0..d).map(move |k| self.coordinate_of(k, i));
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by(|&a, &b| cell(a).partial_cmp(cell(b)).unwrap_or(std::cmp::Ordering::Equal));
+        let mut labels = vec![0u32; n];
+        let mut label = 0;
+        for w in 1..n {
+            if cell(order[w]).ne(cell(order[w - 1])) {
+                label += 1;
+            }
+            labels[order[w]] = label;
+        }
+        GridCells { labels, count: label as usize + 1 }
+    }
+}
+
+/// The smallest and largest value of each column of `x` (on every core), or an error if a value is
+/// not finite.
+pub fn column_bounds(x: Points) -> Result<Vec<(f64, f64)>> {
+    let bounds: Vec<(f64, f64, bool)> = (0..x.d)
+        .map(|k| {
+            parallel::fold(
+                x.column(k),
+                || (f64::INFINITY, f64::NEG_INFINITY, true),
+                |(lo, hi, finite), &v| (lo.min(v), hi.max(v), finite && v.is_finite()),
+                |a, b| (a.0.min(b.0), a.1.max(b.1), a.2 && b.2),
+            )
+        })
+        .collect();
+    if bounds.iter().any(|b| !b.2) {
+        return Err(Error::Invalid("'x' must not contain NA, NaN or infinite values".into()));
+    }
+    Ok(bounds.into_iter().map(|(lo, hi, _)| (lo, hi)).collect())
 }
 
 /// The permutation that sorts points by label, stable (a counting sort): `order[r]` is the point
@@ -120,51 +206,6 @@ pub fn order_by_label(labels: &[u32], count: usize) -> Vec<usize> {
 /// The number of cells of the grid, when it fits a `u64` (each cell then has one integer key).
 fn exact_cell_count(extent: &[f64]) -> Option<u64> {
     extent.iter().try_fold(1u64, |cells, &e| if e < 1.8e19 { cells.checked_mul(e as u64) } else { None })
-}
-
-/// Labels from one integer key per cell (mixed radix, first dimension slowest, so keys sort as the
-/// coordinates do): a table over the whole grid when it is not much larger than the points, else
-/// the sorted distinct keys.
-fn labels_by_key(coords: &[f64], extent: &[f64], n: usize, cells: u64) -> Vec<u32> {
-    const BLOCK: usize = 1 << 14;
-    let mut keys = vec![0u64; n];
-    parallel::for_each_block(&mut keys, BLOCK, |b, block| {
-        for (i, key) in (b * BLOCK..).zip(block) {
-            *key = extent.iter().enumerate().fold(0u64, |key, (k, &e)| key * e as u64 + coords[k * n + i] as u64);
-        }
-    });
-    if cells <= (4 * n as u64).max(1 << 20) {
-        let mut label_of_cell = vec![u32::MAX; cells as usize];
-        for &key in &keys {
-            label_of_cell[key as usize] = 0;
-        }
-        for (next, label) in label_of_cell.iter_mut().filter(|l| **l == 0).enumerate() {
-            *label = next as u32;
-        }
-        let mut labels = vec![0u32; n];
-        parallel::map(&keys, &mut labels, |key| label_of_cell[key as usize]);
-        return labels;
-    }
-    let mut distinct = keys.clone();
-    distinct.sort_unstable();
-    distinct.dedup();
-    keys.iter().map(|key| distinct.binary_search(key).unwrap_or(0) as u32).collect()
-}
-
-/// Labels from the coordinates themselves, for grids of 2^64 cells or more.
-fn labels_by_coordinates(coords: &[f64], n: usize, d: usize) -> Vec<u32> {
-    let cell = |i: usize| (0..d).map(move |k| coords[k * n + i]);
-    let mut order: Vec<usize> = (0..n).collect();
-    order.sort_by(|&a, &b| cell(a).partial_cmp(cell(b)).unwrap_or(std::cmp::Ordering::Equal));
-    let mut labels = vec![0u32; n];
-    let mut label = 0;
-    for w in 1..n {
-        if cell(order[w]).ne(cell(order[w - 1])) {
-            label += 1;
-        }
-        labels[order[w]] = label;
-    }
-    labels
 }
 
 /// What a reduction over clusters needs to know of them.

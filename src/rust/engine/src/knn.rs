@@ -5,10 +5,9 @@
 //! neighbour of every query of `a` is within `bound_a = min_b far(a, b)`, and a cell `b` with
 //! `near(a, b) > bound_a` holds none. The search is then exact whatever the data.
 
-use std::collections::HashMap;
 use std::ops::Range;
 
-use crate::clustering::{order_by_label, Grid, GridCells, Points};
+use crate::clustering::{column_bounds, order_by_label, Grid, GridCells, Points};
 use crate::error::{Error, Result};
 use crate::parallel;
 use crate::ranges::BlockRanges;
@@ -48,20 +47,27 @@ pub enum Search {
     Bounded,
 }
 
+/// Points sorted by cell.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sorted {
+    /// The point at each sorted row.
+    pub order: Vec<usize>,
+    /// The sorted points, column-major.
+    pub values: Vec<f64>,
+}
+
 /// The search the plan describes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KnnPlan {
-    /// `sorted_data[r] = data[data_order[r]]`.
-    pub data_order: Vec<usize>,
-    /// `sorted_queries[r] = queries[query_order[r]]`.
-    pub query_order: Vec<usize>,
+    pub data: Sorted,
+    /// The queries sorted by cell; `None` when they are the data (sorted the same way).
+    pub queries: Option<Sorted>,
     /// Blocks of sorted queries (their cells), each with its ranges of sorted data.
     pub ranges: BlockRanges,
     /// The (query, data) pairs the search visits.
     pub pairs: f64,
-    /// Per query (in the order of `queries`), the distance beyond which all the data it did not
-    /// search lie (infinite for a bounded search): its K nearest found are its K nearest if the
-    /// K-th is nearer than that.
+    /// Per sorted query, the distance beyond which all the data it did not search lie (infinite
+    /// for a bounded search): its K nearest found are its K nearest if the K-th is nearer than that.
     pub reach: Vec<f64>,
     /// The largest absolute coordinate of the data and the queries (the rounding of the computed
     /// distances, against which `reach` is compared, grows with it).
@@ -92,42 +98,58 @@ pub fn knn_plan(
     if queries.n == 0 {
         return Ok(None);
     }
-    let (size, data_grid, data_labels) = cell_sizes(data, cell_points)?;
-    let magnitude = |x: Points| x.values.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    let largest = magnitude(data).max(magnitude(queries));
-    let margin = 1e-9 * (largest + size.iter().fold(0.0f64, |m, &s| m.max(s)));
-    let data_cells = Cells::new(data, data_grid, data_labels, &size, margin);
+    let data_bounds = column_bounds(data)?;
     // The queries are often the data themselves (keops_knn(x)): their cells are then the data's.
-    let query_cells = match data.same_as(queries) {
-        true => data_cells.clone(),
-        false => {
-            let grid = Grid::new(queries, &size)?;
+    let query_bounds = match data.same_as(queries) {
+        true => None,
+        false => Some(column_bounds(queries)?),
+    };
+    let (data_grid, data_labels) = cell_sizes(data, &data_bounds, cell_points)?;
+    let size = data_grid.size.clone();
+    let magnitude = |b: &[(f64, f64)]| b.iter().fold(0.0f64, |m, &(lo, hi)| m.max(lo.abs()).max(hi.abs()));
+    let largest = magnitude(&data_bounds).max(query_bounds.as_deref().map_or(0.0, magnitude));
+    let margin = 1e-9 * (largest + size.iter().fold(0.0f64, |m, &s| m.max(s)));
+    let data_cells = Cells::new(data, data_grid, data_labels, margin);
+    let query_cells = match &query_bounds {
+        None => None,
+        Some(bounds) => {
+            let grid = Grid::with_bounds(queries, &size, bounds)?;
             let labels = grid.cells();
-            Cells::new(queries, grid, labels, &size, margin)
+            Some(Cells::new(queries, grid, labels, margin))
         }
     };
+    let queried = query_cells.as_ref().unwrap_or(&data_cells);
     let full: Vec<bool> = data_cells.rows.iter().map(|r| r.len() >= k).collect();
     if !full.iter().any(|&f| f) {
         return Ok(None);
     }
-    let Some(searched) = searched_ranges(&data_cells, &query_cells, &full, metric, search) else { return Ok(None) };
+    let Some(searched) = searched_ranges(&data_cells, queried, &full, metric, search) else { return Ok(None) };
     if !force && searched.pairs > 0.5 * data.n as f64 * queries.n as f64 {
         return Ok(None);
     }
     const BLOCK: usize = 1 << 14;
     let mut reach = vec![f64::INFINITY; queries.n];
     if search == Search::Neighbourhood {
+        let (rows, d) = (&queried.rows, queries.d);
+        let x = |c: usize, r: usize| queried.sorted.values[c * queries.n + r];
         parallel::for_each_block(&mut reach, BLOCK, |b, block| {
-            for (q, reach) in (b * BLOCK..).zip(block) {
-                let window = &searched.windows[query_cells.label[q] as usize];
-                *reach = data_cells.distance_outside(window, |c| queries.values[c * queries.n + q]) - margin;
+            let first = b * BLOCK;
+            let mut a = rows.partition_point(|rows| rows.end <= first);
+            for (r, reach) in (first..).zip(block) {
+                while rows[a].end <= r {
+                    a += 1;
+                }
+                let (below, above) = searched.inner[2 * d * a..2 * d * (a + 1)].split_at(d);
+                let outside = (0..d).map(|c| (x(c, r) - below[c]).min(above[c] - x(c, r))).fold(f64::INFINITY, f64::min);
+                *reach = outside - margin;
             }
         });
     }
+    let blocks = queried.rows.clone();
     Ok(Some(KnnPlan {
-        data_order: data_cells.order,
-        query_order: query_cells.order,
-        ranges: BlockRanges { blocks: query_cells.rows, slices: searched.slices, reduced: searched.reduced },
+        data: data_cells.sorted,
+        queries: query_cells.map(|cells| cells.sorted),
+        ranges: BlockRanges { blocks, slices: searched.slices, reduced: searched.reduced },
         pairs: searched.pairs,
         reach,
         largest,
@@ -138,45 +160,41 @@ pub fn knn_plan(
 /// then shrunk for clustered data, which fill few cells of its bounding box, each with many more
 /// points, until a point's cell holds about `cell_points` points (on average over the points);
 /// and the grid of the data for those sides, with its cells.
-fn cell_sizes(data: Points, cell_points: f64) -> Result<(Vec<f64>, Grid, GridCells)> {
-    let span: Vec<f64> = (0..data.d)
-        .map(|c| {
-            let col = data.column(c);
-            let (lo, hi) = col.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-            (hi - lo).max(1e-300)
-        })
-        .collect();
+fn cell_sizes<'a>(data: Points<'a>, bounds: &[(f64, f64)], cell_points: f64) -> Result<(Grid<'a>, GridCells)> {
+    let span: Vec<f64> = bounds.iter().map(|&(lo, hi)| (hi - lo).max(1e-300)).collect();
     let side = (span.iter().product::<f64>() * cell_points / data.n as f64).powf(1.0 / data.d as f64);
     let mut size: Vec<f64> = span.iter().map(|&s| side.max(s / 1e6).min(s)).collect();
     for _ in 0..3 {
-        let grid = Grid::new(data, &size)?;
+        let grid = Grid::with_bounds(data, &size, bounds)?;
         let cells = grid.cells();
         let mut counts = vec![0.0f64; cells.count];
         cells.labels.iter().for_each(|&l| counts[l as usize] += 1.0);
         let seen = counts.iter().map(|c| c * c).sum::<f64>() / data.n as f64;
         if seen <= 2.0 * cell_points {
-            return Ok((size, grid, cells));
+            return Ok((grid, cells));
         }
         let shrink = (cell_points / seen).powf(1.0 / data.d as f64);
         size.iter_mut().zip(&span).for_each(|(s, &sp)| *s = (*s * shrink).max(sp / 1e6));
     }
-    let grid = Grid::new(data, &size)?;
+    let grid = Grid::with_bounds(data, &size, bounds)?;
     let cells = grid.cells();
-    Ok((size, grid, cells))
+    Ok((grid, cells))
 }
 
 /// What each query cell searches: ranges of the sorted data (`reduced`, those of query cell `a`
-/// ending at `slices[a]`), the pairs that makes, and each cell's window of neighbouring cells
-/// (`Search::Neighbourhood` only).
+/// ending at `slices[a]`), the pairs that makes, and (`Search::Neighbourhood` only) the box
+/// inside which all the data lie that it searches, per cell its lower then upper corner
+/// (infinite where no data lie beyond).
+#[derive(Default)]
 struct Searched {
     reduced: Vec<Range<usize>>,
     slices: Vec<usize>,
     pairs: f64,
-    windows: Vec<(Vec<i64>, Vec<i64>)>,
+    inner: Vec<f64>,
 }
 
 /// The data each query cell searches; `None` when a query cell would keep more than
-/// `MOST_KEPT_CELLS` cells (brute force is then better).
+/// `MOST_KEPT_CELLS` cells (brute force is then better). Groups of cells on every core.
 fn searched_ranges(
     data_cells: &Cells,
     query_cells: &Cells,
@@ -184,20 +202,44 @@ fn searched_ranges(
     metric: Metric,
     search: Search,
 ) -> Option<Searched> {
-    let mut searched = Searched {
-        reduced: Vec::new(),
-        slices: Vec::with_capacity(query_cells.rows.len()),
-        pairs: 0.0,
-        windows: Vec::new(),
-    };
+    const GROUP: usize = 64;
+    let cells = query_cells.rows.len();
+    let mut groups: Vec<Option<Searched>> = (0..cells.div_ceil(GROUP)).map(|_| None).collect();
+    // (a cell's search costs about as much as converting a few hundred numbers)
+    parallel::for_each_block_of_work(&mut groups, 1, cells * 256, |g, group| {
+        let cells = g * GROUP..(g * GROUP + GROUP).min(cells);
+        group[0] = search_cells(data_cells, query_cells, cells, full, metric, search);
+    });
+    let mut searched = Searched::default();
+    for group in groups {
+        let group = group?;
+        let before = searched.reduced.len();
+        searched.slices.extend(group.slices.iter().map(|s| s + before));
+        searched.reduced.extend(group.reduced);
+        searched.inner.extend(group.inner);
+        searched.pairs += group.pairs;
+    }
+    Some(searched)
+}
+
+/// `searched_ranges` of the query cells `cells`.
+fn search_cells(
+    data_cells: &Cells,
+    query_cells: &Cells,
+    cells: Range<usize>,
+    full: &[bool],
+    metric: Metric,
+    search: Search,
+) -> Option<Searched> {
+    let mut searched = Searched { slices: Vec::with_capacity(cells.len()), ..Searched::default() };
     let mut kept = Vec::new();
-    for a in 0..query_cells.rows.len() {
+    for a in cells {
         let (lo, hi) = (query_cells.lo(a), query_cells.hi(a));
         kept.clear();
         if search == Search::Neighbourhood {
             let window = data_cells.window(lo, hi, 1);
             data_cells.visit(&window, |b| kept.push(b));
-            searched.windows.push(window);
+            data_cells.inside(&window, &mut searched.inner);
         } else {
             bounded_cells(data_cells, full, metric, lo, hi, &mut kept);
         }
@@ -252,78 +294,90 @@ fn bounded_cells(data_cells: &Cells, full: &[bool], metric: Metric, lo: &[f64], 
 }
 
 /// The cells of one cloud: its points sorted by cell, and the box of each cell.
-#[derive(Clone)]
 struct Cells {
-    order: Vec<usize>,
-    /// The cell of each point.
-    label: Vec<u32>,
+    sorted: Sorted,
     /// Sorted rows of each cell, cells in the lexicographic order of their coordinates.
     rows: Vec<Range<usize>>,
     d: usize,
     /// Per cell, its integer coordinates (cell-major).
     coords: Vec<i64>,
-    /// Per cell, the corners of the box of its points, a little wider for rounding.
-    corners: (Vec<f64>, Vec<f64>),
+    /// Per cell, the lower then the upper corner of the box of its points, a little wider for
+    /// rounding.
+    boxes: Vec<f64>,
     origin: Vec<f64>,
     size: Vec<f64>,
     extent: Vec<i64>,
-    /// Cell number by coordinates.
-    by_coords: HashMap<Vec<i64>, usize>,
 }
 
 impl Cells {
-    /// The cells of `x` on `grid` (of cells of sides `size`), numbered `cells`.
-    fn new(x: Points, grid: Grid, cells: GridCells, size: &[f64], margin: f64) -> Cells {
+    /// The cells of `x` on `grid`, numbered `cells`.
+    fn new(x: Points, grid: Grid, cells: GridCells, margin: f64) -> Cells {
+        let (n, d) = (x.n, x.d);
         let order = order_by_label(&cells.labels, cells.count);
-        // Per cell (in one pass over the points in their order: reading them by cell would miss
-        // the cache at every point): its integer coordinates, and the box of its points, tighter
-        // than the cell.
-        let mut coords = vec![0i64; cells.count * x.d];
-        let mut lo = vec![f64::INFINITY; cells.count * x.d];
-        let mut hi = vec![f64::NEG_INFINITY; cells.count * x.d];
+        let values = x.rows_in_order(&order);
         let mut counts = vec![0usize; cells.count];
-        for c in 0..x.d {
-            for (i, (&l, &v)) in cells.labels.iter().zip(x.column(c)).enumerate() {
-                let at = l as usize * x.d + c;
-                coords[at] = grid.coords[c * x.n + i] as i64;
-                lo[at] = lo[at].min(v);
-                hi[at] = hi[at].max(v);
-            }
-        }
         for &l in &cells.labels {
             counts[l as usize] += 1;
         }
-        lo.iter_mut().for_each(|v| *v -= margin);
-        hi.iter_mut().for_each(|v| *v += margin);
         let mut start = 0;
-        let rows = counts
+        let rows: Vec<Range<usize>> = counts
             .iter()
             .map(|&count| {
                 start += count;
                 start - count..start
             })
             .collect();
-        let by_coords = coords.chunks(x.d.max(1)).enumerate().map(|(b, c)| (c.to_vec(), b)).collect();
+        // Per cell: its integer coordinates (its first point's), and the box of its points (its
+        // sorted rows, groups of cells on every core), tighter than the cell.
+        let coords = rows.iter().flat_map(|r| (0..d).map(|c| grid.coordinate_of(c, order[r.start]) as i64)).collect();
+        const GROUP: usize = 64;
+        let mut boxes = vec![0.0; cells.count * 2 * d];
+        parallel::for_each_block_of_work(&mut boxes, GROUP * 2 * d, n * d, |g, group| {
+            for (cell, rows) in group.chunks_mut(2 * d).zip(&rows[g * GROUP..]) {
+                for c in 0..d {
+                    let column = &values[c * n..(c + 1) * n][rows.clone()];
+                    let (lo, hi) = column.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+                    cell[c] = lo - margin;
+                    cell[d + c] = hi + margin;
+                }
+            }
+        });
         Cells {
-            order,
-            label: cells.labels,
+            sorted: Sorted { order, values },
             rows,
-            d: x.d,
+            d,
             coords,
-            corners: (lo, hi),
+            boxes,
             origin: grid.mins,
-            size: size.to_vec(),
+            size: grid.size,
             extent: grid.extent.iter().map(|&e| e as i64).collect(),
-            by_coords,
         }
     }
 
+    /// The integer coordinates of cell `b`.
+    fn cell(&self, b: usize) -> &[i64] {
+        &self.coords[b * self.d..(b + 1) * self.d]
+    }
+
+    /// The first cell whose coordinates are not below `at` (lexicographically: the cells' order).
+    fn first_from(&self, at: &[i64]) -> usize {
+        let (mut lo, mut hi) = (0, self.rows.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.cell(mid) < at {
+                true => lo = mid + 1,
+                false => hi = mid,
+            }
+        }
+        lo
+    }
+
     fn lo(&self, b: usize) -> &[f64] {
-        &self.corners.0[b * self.d..(b + 1) * self.d]
+        &self.boxes[2 * self.d * b..(2 * b + 1) * self.d]
     }
 
     fn hi(&self, b: usize) -> &[f64] {
-        &self.corners.1[b * self.d..(b + 1) * self.d]
+        &self.boxes[(2 * b + 1) * self.d..2 * self.d * (b + 1)]
     }
 
     /// The cells whose coordinates are those of the points of the box `lo..hi`, `slack` more on
@@ -335,25 +389,19 @@ impl Cells {
         (first, last)
     }
 
-    /// The distance from the point `x(c), c = 0..d`, of the window to any point of the cloud
-    /// outside it (in any metric, at least the gap along one coordinate).
-    fn distance_outside(&self, (first, last): &(Vec<i64>, Vec<i64>), x: impl Fn(usize) -> f64) -> f64 {
-        (0..self.d)
-            .map(|c| {
-                // (No point lies beyond the grid.)
-                let below = if first[c] == 0 {
-                    f64::INFINITY
-                } else {
-                    x(c) - (self.origin[c] + first[c] as f64 * self.size[c])
-                };
-                let above = if last[c] == self.extent[c] - 1 {
-                    f64::INFINITY
-                } else {
-                    self.origin[c] + (last[c] + 1) as f64 * self.size[c] - x(c)
-                };
-                below.min(above)
-            })
-            .fold(f64::INFINITY, f64::min)
+    /// Pushes the lower, then the upper corner of the box of the cells of the window: every point
+    /// of the cloud outside the window lies outside it (a point of the box is then at least its
+    /// gap to the nearest side from them, in any metric). Infinite where the window reaches the
+    /// grid's side (no point lies beyond the grid).
+    fn inside(&self, (first, last): &(Vec<i64>, Vec<i64>), corners: &mut Vec<f64>) {
+        corners.extend((0..self.d).map(|c| match first[c] {
+            0 => f64::NEG_INFINITY,
+            f => self.origin[c] + f as f64 * self.size[c],
+        }));
+        corners.extend((0..self.d).map(|c| match last[c] == self.extent[c] - 1 {
+            true => f64::INFINITY,
+            false => self.origin[c] + (last[c] + 1) as f64 * self.size[c],
+        }));
     }
 
     /// Calls `f` on the cells of `window`, in increasing order.
@@ -363,17 +411,20 @@ impl Cells {
         }
         let window = first.iter().zip(last).map(|(f, l)| (l - f + 1) as f64).product::<f64>();
         if window >= self.rows.len() as f64 {
-            let inside = |b: usize| (0..self.d).all(|c| (first[c]..=last[c]).contains(&self.coords[b * self.d + c]));
+            let inside = |b: usize| (0..self.d).all(|c| (first[c]..=last[c]).contains(&self.cell(b)[c]));
             (0..self.rows.len()).filter(|&b| inside(b)).for_each(f);
             return;
         }
-        // Odometer over the window, last dimension fastest: the cells come in increasing order.
-        let mut at = first.clone();
+        // Odometer over the rows of the window along the last dimension, whose cells are
+        // consecutive in the lexicographic order: the cells come in increasing order.
+        let (d, mut at) = (self.d, first.clone());
         loop {
-            if let Some(&b) = self.by_coords.get(&at) {
+            let mut b = self.first_from(&at);
+            while b < self.rows.len() && self.cell(b)[..d - 1] == at[..d - 1] && self.cell(b)[d - 1] <= last[d - 1] {
                 f(b);
+                b += 1;
             }
-            let mut c = self.d;
+            let mut c = d - 1;
             loop {
                 if c == 0 {
                     return;

@@ -55,32 +55,55 @@ pub struct Neighbours {
 
 /// The results of one run, in the order it computed them.
 struct Found {
-    /// `nrow x k` values and 1-based indices into the data it searched, column-major.
+    /// `nrow x k` values and 1-based indices into the data it searched (0 for none), column-major.
+    values: Vec<f64>,
+    indices: Vec<i32>,
+    nrow: usize,
+    /// The run's phases and backend.
     output: Output,
-    /// The row of the output of each query (`None`: the query's own row).
-    row_of_query: Option<Vec<usize>>,
+    /// The query of each row (`None`: the row's own).
+    query_order: Option<Vec<usize>>,
     /// The user's number of each data row the run searched (`None`: the same).
     data_order: Option<Vec<usize>>,
 }
 
 impl Found {
-    fn row(&self, q: usize) -> usize {
-        self.row_of_query.as_ref().map_or(q, |rows| rows[q])
+    /// The results of a KMin_ArgKMin run (its values and indices taken out of `output`).
+    fn new(mut output: Output, query_order: Option<Vec<usize>>, data_order: Option<Vec<usize>>) -> Result<Found> {
+        let (Some(values), Some(indices)) = (output.values.take(), output.indices.take()) else {
+            return Err(Error::Invalid("knn: the search returned no values or no indices".into()));
+        };
+        Ok(Found { values, indices, nrow: output.nrow, output, query_order, data_order })
     }
 
-    /// The value of the `c`-th neighbour of the run's query `q`.
-    fn value(&self, q: usize, c: usize) -> f64 {
-        let out = &self.output;
-        out.values.as_ref().map_or(f64::NAN, |v| v[c * out.nrow + self.row(q)])
+    /// The value of the `c`-th neighbour of row `r`.
+    fn value(&self, r: usize, c: usize) -> f64 {
+        self.values[c * self.nrow + r]
     }
 
-    /// The 1-based index in the user's data of the `c`-th neighbour of query `q`, 0 for none.
-    fn index(&self, q: usize, c: usize) -> i32 {
-        let out = &self.output;
-        let found = out.indices.as_ref().map_or(0, |v| v[c * out.nrow + self.row(q)]);
-        match (found, &self.data_order) {
-            (i, Some(order)) if i > 0 => order[i as usize - 1] as i32 + 1,
-            (i, _) => i,
+    /// Calls `f(q, r)` for the query `q` of each row `r`.
+    fn for_each_query(&self, mut f: impl FnMut(usize, usize)) {
+        match &self.query_order {
+            Some(order) => order.iter().enumerate().for_each(|(r, &q)| f(q, r)),
+            None => (0..self.nrow).for_each(|r| f(r, r)),
+        }
+    }
+
+    /// The values of the `c`-th neighbours of all rows.
+    fn values_column(&self, c: usize) -> &[f64] {
+        &self.values[c * self.nrow..(c + 1) * self.nrow]
+    }
+
+    /// The indices of the `c`-th neighbours of all rows (into the data searched: see `user_index`).
+    fn indices_column(&self, c: usize) -> &[i32] {
+        &self.indices[c * self.nrow..(c + 1) * self.nrow]
+    }
+
+    /// The 1-based index in the user's data of `found`, a 1-based index into the data searched.
+    fn user_index(&self, found: i32) -> i32 {
+        match &self.data_order {
+            Some(order) if found > 0 => order[found as usize - 1] as i32 + 1,
+            _ => found,
         }
     }
 }
@@ -109,7 +132,7 @@ impl KnnSearch<'_> {
         let again = match redone.is_empty() {
             true => None,
             false => {
-                let points = rows_in_order(queries, &redone);
+                let points = queries.rows_in_order(&redone);
                 let redo = Points::new(&points, redone.len(), queries.d)?;
                 let plan = self.plan(redo, Search::Bounded, Pruning::Always, &mut timings)?;
                 let again = self.find(&op, redo, plan, options)?;
@@ -151,33 +174,20 @@ impl KnnSearch<'_> {
         let (data, d) = (self.data, self.data.d);
         let Some(plan) = plan else {
             let inputs = [Input::host(queries.values, queries.n, d), Input::host(data.values, data.n, d)];
-            return Ok(Found { output: op.run(&inputs, options)?, row_of_query: None, data_order: None });
+            return Found::new(op.run(&inputs, options)?, None, None);
         };
-        let start = Instant::now();
-        let sorted_data = rows_in_order(data, &plan.data_order);
-        // (the queries being the data, sorted the same way: one copy for both)
-        let sorted_queries = match data.same_as(queries) {
-            true => None,
-            false => Some(rows_in_order(queries, &plan.query_order)),
-        };
-        let mut row_of_query = vec![0; queries.n];
-        for (r, &q) in plan.query_order.iter().enumerate() {
-            row_of_query[q] = r;
-        }
-        let sorting = start.elapsed().as_secs_f64();
         let none = BlockRanges { blocks: Vec::new(), slices: Vec::new(), reduced: Vec::new() };
         let options = RunOptions { ranges: Some(Ranges { i: plan.ranges, j: none }), ..options.clone() };
-        let inputs = [
-            Input::host(sorted_queries.as_deref().unwrap_or(&sorted_data), queries.n, d),
-            Input::host(&sorted_data, data.n, d),
-        ];
-        let mut output = op.run(&inputs, &options)?;
-        output.timings.insert(0, ("sorting", sorting));
-        Ok(Found { output, row_of_query: Some(row_of_query), data_order: Some(plan.data_order) })
+        // (the queries being the data, sorted the same way: one copy for both)
+        let sorted_queries = plan.queries.as_ref().unwrap_or(&plan.data);
+        let inputs = [Input::host(&sorted_queries.values, queries.n, d), Input::host(&plan.data.values, data.n, d)];
+        let output = op.run(&inputs, &options)?;
+        let query_order = plan.queries.map_or_else(|| plan.data.order.clone(), |q| q.order);
+        Found::new(output, Some(query_order), Some(plan.data.order))
     }
 
-    /// The queries whose K-th neighbour found is not surely nearer than the data left out (their
-    /// `reach`), up to the rounding of the computed distances (coordinates up to `largest`).
+    /// The queries whose K-th neighbour found is not surely nearer than the data left out (`reach`,
+    /// of each row found), up to the rounding of the computed distances (coordinates up to `largest`).
     fn uncertified(&self, found: &Found, reach: &[f64], largest: f64, precision: Precision) -> Vec<usize> {
         let eps = match precision {
             Precision::F16 => f64::powi(2.0, -10),
@@ -188,25 +198,18 @@ impl KnnSearch<'_> {
         const BLOCK: usize = 1 << 14;
         let mut redo = vec![false; self.queries.n];
         parallel::for_each_block(&mut redo, BLOCK, |b, block| {
-            for (q, redo) in (b * BLOCK..).zip(block) {
-                let kth = found.value(q, self.k - 1);
+            for (r, redo) in (b * BLOCK..).zip(block) {
+                let kth = found.value(r, self.k - 1);
                 let kth = if self.metric == Metric::Euclidean { kth.max(0.0).sqrt() } else { kth };
                 // (a NaN distance is not certified either)
-                let certified = kth * (1.0 + 16.0 * eps) + rounding < reach[q];
+                let certified = kth * (1.0 + 16.0 * eps) + rounding < reach[r];
                 *redo = !certified;
             }
         });
-        (0..redo.len()).filter(|&q| redo[q]).collect()
+        let mut redone = Vec::new();
+        found.for_each_query(|q, r| if redo[r] { redone.push(q) });
+        redone
     }
-}
-
-/// The rows `order` of `x`, column-major (column by column on every core).
-fn rows_in_order(x: Points, order: &[usize]) -> Vec<f64> {
-    let mut rows = vec![0.0; order.len() * x.d];
-    parallel::for_each_block(&mut rows, order.len(), |c, column| {
-        column.iter_mut().zip(order).for_each(|(v, &i)| *v = x.values[c * x.n + i]);
-    });
-    rows
 }
 
 /// Adds each phase's seconds to its total, in the order phases first come.
@@ -225,32 +228,34 @@ impl Neighbours {
         self.redone.len()
     }
 
-    /// The number of queries.
-    fn queries(&self) -> usize {
-        self.found.row_of_query.as_ref().map_or(self.found.output.nrow, Vec::len)
-    }
-
     /// Writes the `queries x k` distances, `distance(value)` of the reduction's values (squared
     /// for euclidean), column-major in the user's order, each element once, on every core.
     pub fn write_distances(&self, distances: &mut [f64], distance: impl Fn(f64) -> f64 + Sync) {
-        self.write(distances, |found, q, c| distance(found.value(q, c)));
+        self.write(distances, Found::values_column, |_, v| distance(v));
     }
 
     /// Writes the `queries x k` 1-based indices of the neighbours (0 for none) in the same way.
     pub fn write_indices(&self, indices: &mut [i32]) {
-        self.write(indices, Found::index);
+        self.write(indices, Found::indices_column, Found::user_index);
     }
 
-    fn write<T: Send>(&self, out: &mut [T], element: impl Fn(&Found, usize, usize) -> T + Sync) {
-        let (n, k) = (self.queries(), self.found.output.k);
+    /// Writes `convert(run, v)` of the values `v` of each run's `column(run, c)` (its `c`-th
+    /// neighbours, by row) into the user's `c`-th column at their queries' rows, a column on each core.
+    fn write<S: Copy, T: Send>(
+        &self,
+        out: &mut [T],
+        column: fn(&Found, usize) -> &[S],
+        convert: impl Fn(&Found, S) -> T + Sync,
+    ) {
+        let (n, k) = (self.found.nrow, self.found.output.k);
         assert_eq!(out.len(), n * k, "Neighbours::write needs queries x k elements");
-        parallel::for_each_block(out, n, |c, column| {
-            column.iter_mut().enumerate().for_each(|(q, v)| *v = element(&self.found, q, c));
-        });
-        if let Some(again) = &self.again {
-            for (r, &q) in self.redone.iter().enumerate() {
-                (0..k).for_each(|c| out[c * n + q] = element(again, r, c));
+        parallel::for_each_block(out, n, |c, out| {
+            let (found, values) = (&self.found, column(&self.found, c));
+            found.for_each_query(|q, r| out[q] = convert(found, values[r]));
+            if let Some(again) = &self.again {
+                let values = column(again, c);
+                again.for_each_query(|q, r| out[self.redone[q]] = convert(again, values[r]));
             }
-        }
+        });
     }
 }

@@ -23,9 +23,15 @@ fn threads_for(len: usize) -> usize {
 /// `f(b, block)` for the blocks of `block_len` elements of `dst` (the last may be shorter), b =
 /// 0, 1, ..., on every core when there are many elements.
 pub fn for_each_block<Y: Send>(dst: &mut [Y], block_len: usize, f: impl Fn(usize, &mut [Y]) + Sync) {
+    for_each_block_of_work(dst, block_len, dst.len(), f)
+}
+
+/// `for_each_block` where the whole costs about as much as `work` elements of a conversion (threads
+/// are started for large works only).
+pub fn for_each_block_of_work<Y: Send>(dst: &mut [Y], block_len: usize, work: usize, f: impl Fn(usize, &mut [Y]) + Sync) {
     let block_len = block_len.max(1);
     let blocks = dst.len().div_ceil(block_len);
-    let threads = threads_for(dst.len()).min(blocks);
+    let threads = threads_for(work).min(blocks);
     if threads <= 1 {
         for (b, block) in dst.chunks_mut(block_len).enumerate() {
             f(b, block);
@@ -66,6 +72,28 @@ pub fn map<X: Copy + Sync, Y: Send>(src: &[X], dst: &mut [Y], f: impl Fn(X) -> Y
             });
         }
     });
+}
+
+/// `src` folded by `fold` from `init()`, in parts on every core when it is long, the parts'
+/// results then combined by `combine` in order.
+pub fn fold<X: Sync, A: Send>(
+    src: &[X],
+    init: impl Fn() -> A + Sync,
+    fold: impl Fn(A, &X) -> A + Sync,
+    combine: impl Fn(A, A) -> A,
+) -> A {
+    let threads = threads_for(src.len());
+    if threads <= 1 {
+        return src.iter().fold(init(), fold);
+    }
+    let per_thread = src.len().div_ceil(threads);
+    let (init, fold) = (&init, &fold);
+    let parts: Vec<A> = std::thread::scope(|scope| {
+        let workers: Vec<_> =
+            src.chunks(per_thread).map(|part| scope.spawn(move || part.iter().fold(init(), fold))).collect();
+        workers.into_iter().map(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+    });
+    parts.into_iter().reduce(combine).unwrap_or_else(init)
 }
 
 /// Runs `work(t)` for t in `0..threads`, each on a new thread, while this one calls `poll` (R's check

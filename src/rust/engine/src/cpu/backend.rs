@@ -55,21 +55,50 @@ impl BackendDevice for Cpu {
 
 /// The results in R's order, each buffer freed once transposed (what is not returned is `None`).
 fn to_column_major(rows: RowMajor, nrow: usize) -> (Option<Vec<f64>>, Option<Vec<i32>>) {
-    fn transpose<X: Copy + Default>(rows: Vec<X>, nrow: usize, width: usize) -> Option<Vec<X>> {
+    fn transpose<X: Copy + Default + Send + Sync>(rows: Vec<X>, nrow: usize, width: usize) -> Option<Vec<X>> {
         if rows.is_empty() {
             return None;
         }
         if width == 1 || nrow == 1 {
             return Some(rows); // one column (or one row) is the same in both orders
         }
+        // Blocks of rows on every core, each writing its part of every column (one pass over the
+        // rows: 10^7 results took ~70 ms on one thread).
+        const BLOCK: usize = 4096;
         let mut columns = vec![X::default(); rows.len()];
-        for (r, row) in rows.chunks(width).enumerate() {
-            for (c, &x) in row.iter().enumerate() {
-                columns[r + nrow * c] = x;
-            }
+        let mut parts: Vec<Vec<&mut [X]>> = (0..nrow.div_ceil(BLOCK)).map(|_| Vec::with_capacity(width)).collect();
+        for column in columns.chunks_mut(nrow) {
+            column.chunks_mut(BLOCK).zip(&mut parts).for_each(|(part, block)| block.push(part));
         }
+        crate::parallel::for_each_block_of_work(&mut parts, 1, rows.len(), |b, block| {
+            let block = &mut block[0];
+            for (r, row) in rows[b * BLOCK * width..].chunks(width).take(block[0].len()).enumerate() {
+                row.iter().zip(block.iter_mut()).for_each(|(&x, column)| column[r] = x);
+            }
+        });
         Some(columns)
     }
     let RowMajor { values, indices, width } = rows;
     (transpose(values, nrow, width), transpose(indices, nrow, width))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_are_transposed_into_columns_in_blocks_of_rows() {
+        // Several blocks of rows on several threads, the last one shorter; no indices.
+        for (nrow, width) in [(9001, 3), (70001, 2), (5, 4), (4096, 1)] {
+            let values: Vec<f64> = (0..nrow * width).map(|v| v as f64).collect();
+            let (columns, indices) = to_column_major(RowMajor { values, indices: Vec::new(), width }, nrow);
+            let columns = columns.unwrap();
+            assert!(indices.is_none());
+            for r in 0..nrow {
+                for c in 0..width {
+                    assert_eq!(columns[c * nrow + r], (r * width + c) as f64, "row {r} column {c} of {nrow} x {width}");
+                }
+            }
+        }
+    }
 }
