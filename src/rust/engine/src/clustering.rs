@@ -2,6 +2,8 @@
 //! (KeOps' `grid_cluster` and `cluster_ranges_centroids`). Here rather than in R because sorting
 //! millions of points in R costs more than the block-sparse reduction they prepare.
 
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
 use crate::error::{Error, Result};
 use crate::parallel;
 
@@ -30,7 +32,8 @@ impl<'a> Points<'a> {
         &self.values[k * self.n..(k + 1) * self.n]
     }
 
-    /// The rows `order` of these points, column-major (each column on every core).
+    /// The rows `order` of these points, column-major (a column at a time, on every core: its
+    /// random reads stay within one column).
     pub fn rows_in_order(&self, order: &[usize]) -> Vec<f64> {
         const BLOCK: usize = 1 << 14;
         let mut rows = vec![0.0; order.len() * self.d];
@@ -128,17 +131,23 @@ impl<'a> Grid<'a> {
             }
         });
         if cells <= (4 * n as u64).max(1 << 20) {
-            let mut label_of_cell = vec![u32::MAX; cells as usize];
-            for &key in &keys {
-                label_of_cell[key as usize] = 0;
-            }
+            // The cells that hold points marked (on every core: written only where not yet marked,
+            // so that cores mostly read the table), then numbered in order.
+            let label_of_cell: Vec<AtomicU32> = (0..cells).map(|_| AtomicU32::new(u32::MAX)).collect();
+            let mark = |key: u64| {
+                let label = &label_of_cell[key as usize];
+                if label.load(Relaxed) != 0 {
+                    label.store(0, Relaxed);
+                }
+            };
+            parallel::fold(&keys, || (), |(), &key| mark(key), |(), ()| ());
             let mut count = 0;
-            for label in label_of_cell.iter_mut().filter(|l| **l == 0) {
-                *label = count as u32;
+            for label in label_of_cell.iter().filter(|l| l.load(Relaxed) == 0) {
+                label.store(count as u32, Relaxed);
                 count += 1;
             }
             let mut labels = vec![0u32; n];
-            parallel::map(&keys, &mut labels, |key| label_of_cell[key as usize]);
+            parallel::map(&keys, &mut labels, |key| label_of_cell[key as usize].load(Relaxed));
             return GridCells { labels, count };
         }
         let mut distinct = keys.clone();
@@ -185,22 +194,60 @@ pub fn column_bounds(x: Points) -> Result<Vec<(f64, f64)>> {
     Ok(bounds.into_iter().map(|(lo, hi, _)| (lo, hi)).collect())
 }
 
-/// The permutation that sorts points by label, stable (a counting sort): `order[r]` is the point
-/// at sorted row `r`.
+/// The permutation that sorts points by label, stable (a counting sort, in parts on every core):
+/// `order[r]` is the point at sorted row `r`.
 pub fn order_by_label(labels: &[u32], count: usize) -> Vec<usize> {
-    let mut next = vec![0usize; count + 1];
-    for &l in labels {
-        next[l as usize + 1] += 1;
+    let (n, parts) = (labels.len(), parts(labels.len(), count));
+    // The first sorted row of each part's points of each label: labels in order, parts in order within.
+    let mut next = part_counts(labels, count, parts);
+    let mut row = 0;
+    for l in 0..count {
+        for p in 0..parts {
+            let points = next[p * count + l];
+            next[p * count + l] = row;
+            row += points;
+        }
     }
-    for c in 0..count {
-        next[c + 1] += next[c];
-    }
-    let mut order = vec![0usize; labels.len()];
-    for (i, &l) in labels.iter().enumerate() {
-        order[next[l as usize]] = i;
-        next[l as usize] += 1;
-    }
+    let mut order = vec![0usize; n];
+    let scatter = parallel::Scatter::new(&mut order);
+    let per_part = n.div_ceil(parts);
+    parallel::for_each_block_of_work(&mut next, count, n, |p, next| {
+        let first = (p * per_part).min(n);
+        for (i, &l) in (first..).zip(&labels[first..(first + per_part).min(n)]) {
+            // SAFETY: the rows of each (label, part) are its own, and each of its points takes the next.
+            unsafe { scatter.write(next[l as usize], i) };
+            next[l as usize] += 1;
+        }
+    });
     order
+}
+
+/// The points of each label (in parts on every core).
+pub fn label_counts(labels: &[u32], count: usize) -> Vec<usize> {
+    let parts = part_counts(labels, count, parts(labels.len(), count));
+    let mut counts = vec![0; count];
+    for part in parts.chunks(count.max(1)) {
+        counts.iter_mut().zip(part).for_each(|(total, c)| *total += c);
+    }
+    counts
+}
+
+/// In how many parts labels are counted: one per core, fewer for short lists or many labels (a
+/// part's counts take `count` words).
+fn parts(n: usize, count: usize) -> usize {
+    parallel::cores().min(16).min(n >> 16).min(4 * n / count.max(1)).max(1)
+}
+
+/// The points of each label in each of `parts` consecutive parts of `labels` of equal length
+/// (the last shorter), part-major.
+fn part_counts(labels: &[u32], count: usize, parts: usize) -> Vec<usize> {
+    let (n, per_part) = (labels.len(), labels.len().div_ceil(parts));
+    let mut counts = vec![0usize; parts * count];
+    parallel::for_each_block_of_work(&mut counts, count, n, |p, counts| {
+        let first = (p * per_part).min(n);
+        labels[first..(first + per_part).min(n)].iter().for_each(|&l| counts[l as usize] += 1);
+    });
+    counts
 }
 
 /// The number of cells of the grid, when it fits a `u64` (each cell then has one integer key).

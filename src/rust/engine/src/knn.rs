@@ -7,7 +7,7 @@
 
 use std::ops::Range;
 
-use crate::clustering::{column_bounds, order_by_label, Grid, GridCells, Points};
+use crate::clustering::{column_bounds, label_counts, order_by_label, Grid, GridCells, Points};
 use crate::error::{Error, Result};
 use crate::parallel;
 use crate::ranges::BlockRanges;
@@ -167,9 +167,8 @@ fn cell_sizes<'a>(data: Points<'a>, bounds: &[(f64, f64)], cell_points: f64) -> 
     for _ in 0..3 {
         let grid = Grid::with_bounds(data, &size, bounds)?;
         let cells = grid.cells();
-        let mut counts = vec![0.0f64; cells.count];
-        cells.labels.iter().for_each(|&l| counts[l as usize] += 1.0);
-        let seen = counts.iter().map(|c| c * c).sum::<f64>() / data.n as f64;
+        let counts = label_counts(&cells.labels, cells.count);
+        let seen = counts.iter().map(|&c| (c * c) as f64).sum::<f64>() / data.n as f64;
         if seen <= 2.0 * cell_points {
             return Ok((grid, cells));
         }
@@ -315,10 +314,7 @@ impl Cells {
         let (n, d) = (x.n, x.d);
         let order = order_by_label(&cells.labels, cells.count);
         let values = x.rows_in_order(&order);
-        let mut counts = vec![0usize; cells.count];
-        for &l in &cells.labels {
-            counts[l as usize] += 1;
-        }
+        let counts = label_counts(&cells.labels, cells.count);
         let mut start = 0;
         let rows: Vec<Range<usize>> = counts
             .iter()

@@ -51,6 +51,46 @@ pub fn for_each_block_of_work<Y: Send>(dst: &mut [Y], block_len: usize, work: us
     });
 }
 
+/// `f(b, columns)` for the blocks of `block_len` rows (b = 0, 1, ...) of the column-major matrix
+/// `dst` of `nrow` rows, `columns` holding the block's part of each column: one pass over the rows
+/// of a matrix that is written by rows, on every core when it is large.
+pub fn for_each_row_block<Y: Send>(dst: &mut [Y], nrow: usize, block_len: usize, f: impl Fn(usize, &mut [&mut [Y]]) + Sync) {
+    let (block_len, work) = (block_len.max(1), dst.len());
+    let mut blocks: Vec<Vec<&mut [Y]>> = (0..nrow.div_ceil(block_len)).map(|_| Vec::new()).collect();
+    for column in dst.chunks_mut(nrow.max(1)) {
+        column.chunks_mut(block_len).zip(&mut blocks).for_each(|(part, block)| block.push(part));
+    }
+    for_each_block_of_work(&mut blocks, 1, work, |b, block| f(b, &mut block[0]));
+}
+
+/// A slice that several threads write at once, each at positions no other thread touches: the
+/// scatter of a parallel counting sort.
+pub struct Scatter<'a, T> {
+    start: *mut T,
+    len: usize,
+    _slice: std::marker::PhantomData<&'a mut [T]>,
+}
+
+// SAFETY: the threads sharing it write disjoint positions (`write`'s contract), values that may
+// move between threads.
+unsafe impl<T: Send> Sync for Scatter<'_, T> {}
+
+impl<'a, T: Copy> Scatter<'a, T> {
+    pub fn new(slice: &'a mut [T]) -> Self {
+        Scatter { start: slice.as_mut_ptr(), len: slice.len(), _slice: std::marker::PhantomData }
+    }
+
+    /// Writes `value` at `at`.
+    ///
+    /// # Safety
+    /// No other thread reads or writes position `at` while the scatter lives.
+    pub unsafe fn write(&self, at: usize, value: T) {
+        assert!(at < self.len, "Scatter::write at {at} of {}", self.len);
+        // SAFETY: in bounds (just checked), and this thread alone touches `at` (the contract).
+        unsafe { self.start.add(at).write(value) }
+    }
+}
+
 /// `dst[k] = f(src[k])`, on every core when there are many elements.
 pub fn map<X: Copy + Sync, Y: Send>(src: &[X], dst: &mut [Y], f: impl Fn(X) -> Y + Sync) {
     assert_eq!(src.len(), dst.len(), "parallel::map needs slices of one length");

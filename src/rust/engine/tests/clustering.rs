@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::ops::Range;
 
-use engine::clustering::{cluster_summary, grid_cells, Points};
+use engine::clustering::{cluster_summary, grid_cells, label_counts, order_by_label, Points};
 use engine::{BlockRanges, Ranges};
 
 /// SplitMix64: a small deterministic generator (also the K-NN search's tests').
@@ -81,6 +81,37 @@ fn grid_cells_match_brute_force() {
     check_grid(&x, 500, 5, &[1e-12; 5]);
     let empty = grid_cells(Points::new(&[], 0, 3).unwrap(), &[1.0; 3]).unwrap();
     assert_eq!((empty.labels.len(), empty.count), (0, 0));
+}
+
+#[test]
+fn large_grids_sorts_and_gathers_on_every_core_match_plain_loops() {
+    // Sizes that split into several parts, not multiples of the blocks; labels numbered through
+    // coordinate vectors in a BTreeMap (the brute-force reference is quadratic).
+    let mut rng = Rng(5);
+    let (n, d) = (200_003, 3);
+    let x = random_points(&mut rng, n, d, 1.0);
+    for size in [[0.05, 0.07, 0.11], [0.003, 0.002, 0.004]] {
+        let cells = grid_cells(Points::new(&x, n, d).unwrap(), &size).unwrap();
+        let min: Vec<f64> = (0..d).map(|k| x[k * n..(k + 1) * n].iter().copied().fold(f64::INFINITY, f64::min)).collect();
+        let cell = |i: usize| -> Vec<i64> { (0..d).map(|k| ((x[k * n + i] - min[k]) / size[k]).floor() as i64).collect() };
+        let distinct: std::collections::BTreeMap<Vec<i64>, u32> =
+            (0..n).map(|i| (cell(i), 0)).collect::<std::collections::BTreeMap<_, _>>().into_keys().zip(0..).collect();
+        assert_eq!(cells.count, distinct.len(), "size {size:?}");
+        assert!((0..n).all(|i| cells.labels[i] == distinct[&cell(i)]), "size {size:?}");
+    }
+    for count in [1, 97, 150_000] {
+        let labels: Vec<u32> = (0..n).map(|_| rng.below(count) as u32).collect();
+        let mut want: Vec<usize> = (0..n).collect();
+        want.sort_by_key(|&i| labels[i]); // (stable)
+        assert_eq!(order_by_label(&labels, count), want, "{count} labels");
+        let mut counts = vec![0; count];
+        labels.iter().for_each(|&l| counts[l as usize] += 1);
+        assert_eq!(label_counts(&labels, count), counts, "{count} labels");
+    }
+    let points = Points::new(&x, n, d).unwrap();
+    let order: Vec<usize> = (0..n).map(|_| rng.below(n)).collect();
+    let rows = points.rows_in_order(&order);
+    assert!((0..d).all(|c| (0..n).all(|r| rows[c * n + r] == x[c * n + order[r]])));
 }
 
 #[test]

@@ -4,6 +4,7 @@
 use engine::clustering::Points;
 use engine::knn::Metric;
 use engine::knn_search::{KnnSearch, Pruning};
+use engine::parallel;
 use extendr_api::prelude::*;
 
 use crate::clustering::{matrix, points};
@@ -69,7 +70,7 @@ fn keops_knn_search(x: Robj, y: Robj, k: i32, metric: &str, cell_points: f64, pr
 /// nothing).
 fn finite_points<'a>(x: &'a Robj, name: &str) -> Fallible<Points<'a>> {
     let p = points(x, name)?;
-    if !p.values.iter().all(|v| v.is_finite()) {
+    if !parallel::fold(p.values, || true, |finite, v| finite && v.is_finite(), |a, b| a && b) {
         return Err(RError::input(name, format!("'{name}' must not hold NA, NaN or infinite values")));
     }
     Ok(p)

@@ -66,12 +66,7 @@ fn to_column_major(rows: RowMajor, nrow: usize) -> (Option<Vec<f64>>, Option<Vec
         // rows: 10^7 results took ~70 ms on one thread).
         const BLOCK: usize = 4096;
         let mut columns = vec![X::default(); rows.len()];
-        let mut parts: Vec<Vec<&mut [X]>> = (0..nrow.div_ceil(BLOCK)).map(|_| Vec::with_capacity(width)).collect();
-        for column in columns.chunks_mut(nrow) {
-            column.chunks_mut(BLOCK).zip(&mut parts).for_each(|(part, block)| block.push(part));
-        }
-        crate::parallel::for_each_block_of_work(&mut parts, 1, rows.len(), |b, block| {
-            let block = &mut block[0];
+        crate::parallel::for_each_row_block(&mut columns, nrow, BLOCK, |b, block| {
             for (r, row) in rows[b * BLOCK * width..].chunks(width).take(block[0].len()).enumerate() {
                 row.iter().zip(block.iter_mut()).for_each(|(&x, column)| column[r] = x);
             }
