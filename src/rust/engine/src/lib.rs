@@ -19,6 +19,7 @@ pub mod math;
 pub mod memory;
 pub mod operator;
 pub mod parallel;
+pub mod pool;
 pub mod plan;
 pub mod precision;
 pub mod program;

@@ -1,8 +1,9 @@
-//! Work shared among the cores of the calling process, for the element-wise conversions on the
-//! path of every call (R's doubles to the working type, results back to doubles).
+//! Work shared among the cores of the calling process (the threads of `crate::pool`), for the
+//! element-wise conversions on the path of every call (R's doubles to the working type, results
+//! back to doubles) and the host work of a K-NN search.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::{Acquire, Relaxed, Release}};
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// Below this many elements a conversion stays on the calling thread (starting threads costs more).
 const PARALLEL_FROM: usize = 1 << 16;
@@ -14,8 +15,8 @@ pub fn cores() -> usize {
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
-/// The number of threads for `len` elements: one per PARALLEL_FROM elements at most (starting one
-/// can cost ~50 us, seen on a GPU host), 16 at most.
+/// The number of threads for `len` elements: one per PARALLEL_FROM elements at most (waking one
+/// costs microseconds), 16 at most.
 fn threads_for(len: usize) -> usize {
     cores().min(16).min(len / PARALLEL_FROM)
 }
@@ -39,14 +40,9 @@ pub fn for_each_block_of_work<Y: Send>(dst: &mut [Y], block_len: usize, work: us
         return;
     }
     let per_thread = blocks.div_ceil(threads);
-    let f = &f;
-    std::thread::scope(|scope| {
-        for (t, part) in dst.chunks_mut(per_thread * block_len).enumerate() {
-            scope.spawn(move || {
-                for (b, block) in part.chunks_mut(block_len).enumerate() {
-                    f(t * per_thread + b, block);
-                }
-            });
+    on_pool(dst.chunks_mut(per_thread * block_len).collect(), |t, part| {
+        for (b, block) in part.chunks_mut(block_len).enumerate() {
+            f(t * per_thread + b, block);
         }
     });
 }
@@ -102,14 +98,9 @@ pub fn map<X: Copy + Sync, Y: Send>(src: &[X], dst: &mut [Y], f: impl Fn(X) -> Y
         return;
     }
     let per_thread = src.len().div_ceil(threads);
-    let f = &f;
-    std::thread::scope(|scope| {
-        for (d, s) in dst.chunks_mut(per_thread).zip(src.chunks(per_thread)) {
-            scope.spawn(move || {
-                for (d, &s) in d.iter_mut().zip(s) {
-                    *d = f(s);
-                }
-            });
+    on_pool(dst.chunks_mut(per_thread).zip(src.chunks(per_thread)).collect(), |_, (d, s)| {
+        for (d, &s) in d.iter_mut().zip(s) {
+            *d = f(s);
         }
     });
 }
@@ -127,13 +118,24 @@ pub fn fold<X: Sync, A: Send>(
         return src.iter().fold(init(), fold);
     }
     let per_thread = src.len().div_ceil(threads);
-    let (init, fold) = (&init, &fold);
-    let parts: Vec<A> = std::thread::scope(|scope| {
-        let workers: Vec<_> =
-            src.chunks(per_thread).map(|part| scope.spawn(move || part.iter().fold(init(), fold))).collect();
-        workers.into_iter().map(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+    let parts: Vec<Mutex<Option<A>>> = (0..src.len().div_ceil(per_thread)).map(|_| Mutex::new(None)).collect();
+    on_pool(src.chunks(per_thread).collect(), |t, part| {
+        *lock(&parts[t]) = Some(part.iter().fold(init(), &fold));
     });
-    parts.into_iter().reduce(combine).unwrap_or_else(init)
+    parts.into_iter().filter_map(|p| p.into_inner().unwrap_or_else(|e| e.into_inner())).reduce(combine).unwrap_or_else(init)
+}
+
+/// `f(t, parts[t])` for each part, on the pool's threads (`crate::pool`).
+fn on_pool<P: Send>(parts: Vec<P>, f: impl Fn(usize, P) + Sync) {
+    let parts: Vec<Mutex<Option<P>>> = parts.into_iter().map(|p| Mutex::new(Some(p))).collect();
+    crate::pool::run_parts(parts.len(), &|t| {
+        let part = lock(&parts[t]).take().expect("each part is taken once");
+        f(t, part)
+    });
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Runs `work(t)` for t in `0..threads`, each on a new thread, while this one calls `poll` (R's check
