@@ -105,3 +105,17 @@ test_that("bad arguments are named errors", {
                class = "rkeops_error_input")
 })
 
+
+test_that("forked children search as their parent did (the engine's threads, started by the parent, are not theirs)", {
+  skip_on_os("windows") # (no fork)
+  set.seed(156)
+  # Large enough for the engine to share the work among its threads, which the parent starts here.
+  x <- matrix(runif(3 * 200003), ncol = 3)
+  want <- keops_knn(x, k = 3)
+  got <- parallel::mclapply(1:2, function(i) keops_knn(x, k = 3), mc.cores = 2)
+  for (g in got) {
+    expect_identical(g$index, want$index)
+    expect_identical(g$distance, want$distance)
+  }
+  expect_identical(want$index[, 1], seq_len(nrow(x)))
+})

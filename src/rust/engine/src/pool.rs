@@ -4,16 +4,17 @@
 //!
 //! A call of `run_parts` is a task whose parts any free thread takes, the caller's included, and
 //! returns once every part has finished. Parts never wait on each other, and a part that starts
-//! parallel work of its own on a pool thread runs it there alone, so a task always completes. In a
-//! process forked from this one (R's `parallel::mclapply`, `future`'s multicore), whose copy of the
-//! pool has no threads, the caller runs every part itself.
+//! parallel work of its own on a pool thread runs it there alone, so a task always completes. A
+//! process forked from this one (R's `parallel::mclapply`, `future`'s multicore) inherits a copy of
+//! the pool without its threads: it starts a pool of its own (a pool that outlived its threads
+//! hangs the child: rayon-rs/rayon#708).
 
 use std::any::Any;
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// One call of `run_parts`.
 struct Task {
@@ -60,7 +61,7 @@ impl Task {
 struct Pool {
     queue: Mutex<VecDeque<Arc<Task>>>,
     ready: Condvar,
-    threads: usize,
+    threads: AtomicUsize,
     /// The process that started the threads.
     pid: u32,
 }
@@ -70,22 +71,31 @@ thread_local! {
     static IN_POOL: Cell<bool> = const { Cell::new(false) };
 }
 
-/// The pool, its threads started at the first call: one per core besides the caller's, 15 at most.
+/// This process's pool, its threads started at its first call: one per core besides the caller's,
+/// 15 at most. (A pool is never dropped: its threads live as long as the process.)
 fn pool() -> &'static Pool {
-    static POOL: OnceLock<Pool> = OnceLock::new();
-    POOL.get_or_init(|| {
-        let wanted = crate::parallel::cores().min(16) - 1;
-        let started = (0..wanted)
-            .take_while(|_| std::thread::Builder::new().name("rkeops-worker".into()).spawn(serve).is_ok())
-            .count();
-        Pool { queue: Mutex::new(VecDeque::new()), ready: Condvar::new(), threads: started, pid: std::process::id() }
-    })
+    static POOL: Mutex<Option<&'static Pool>> = Mutex::new(None);
+    let mut current = lock(&POOL);
+    if let Some(pool) = current.filter(|p| p.pid == std::process::id()) {
+        return pool;
+    }
+    let pool: &'static Pool = Box::leak(Box::new(Pool {
+        queue: Mutex::new(VecDeque::new()),
+        ready: Condvar::new(),
+        threads: AtomicUsize::new(0),
+        pid: std::process::id(),
+    }));
+    let wanted = crate::parallel::cores().min(16) - 1;
+    let started =
+        (0..wanted).take_while(|_| std::thread::Builder::new().name("rkeops-worker".into()).spawn(move || serve(pool)).is_ok());
+    pool.threads.store(started.count(), Relaxed);
+    *current = Some(pool);
+    pool
 }
 
 /// A pool thread: takes the parts of the tasks queued, one task after another.
-fn serve() {
+fn serve(pool: &'static Pool) {
     IN_POOL.with(|p| p.set(true));
-    let pool = pool();
     loop {
         let task = {
             let mut queue = lock(&pool.queue);
@@ -104,7 +114,7 @@ fn serve() {
 /// resuming the first panic of a part.
 pub fn run_parts(parts: usize, part: &(dyn Fn(usize) + Sync)) {
     let pool = match parts > 1 && !IN_POOL.with(Cell::get) {
-        true => Some(pool()).filter(|p| p.threads > 0 && p.pid == std::process::id()),
+        true => Some(pool()).filter(|p| p.threads.load(Relaxed) > 0),
         false => None,
     };
     let Some(pool) = pool else {
@@ -121,7 +131,7 @@ pub fn run_parts(parts: usize, part: &(dyn Fn(usize) + Sync)) {
         all_finished: Condvar::new(),
         panic: Mutex::new(None),
     });
-    let helpers = (parts - 1).min(pool.threads);
+    let helpers = (parts - 1).min(pool.threads.load(Relaxed));
     lock(&pool.queue).extend((0..helpers).map(|_| task.clone()));
     (0..helpers).for_each(|_| pool.ready.notify_one());
     task.work();

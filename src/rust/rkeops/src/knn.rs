@@ -51,7 +51,7 @@ fn keops_knn_search(x: Robj, y: Robj, k: i32, metric: &str, cell_points: f64, pr
         let distances = r_vector_with(n * k, |v: &mut [f64]| found.write_distances(v, distance))?;
         let indices = r_vector_with(n * k, |v: &mut [i32]| found.write_indices(v))?;
         found.timings.push(("results in R", start.elapsed().as_secs_f64()));
-        Ok(List::from_names_and_values(
+        let list = List::from_names_and_values(
             ["index", "distance", "pruned", "redone", "backend", "timings"],
             [
                 matrix(indices, n, k)?,
@@ -61,8 +61,11 @@ fn keops_knn_search(x: Robj, y: Robj, k: i32, metric: &str, cell_points: f64, pr
                 Robj::from(found.backend.as_str()),
                 timings(&found.timings)?,
             ],
-        )?
-        .into())
+        )?;
+        // The engine's copies of the results (10^7 values and indices: 10-15 ms of unmapping) freed
+        // off R's thread (here if no thread can be started).
+        let _ = std::thread::Builder::new().name("rkeops-free".into()).spawn(move || drop(found));
+        Ok(list.into())
     })
 }
 

@@ -91,7 +91,10 @@ pub fn evaluate<S: Stored, T: Real>(
     let resident: Vec<Option<&DeviceMatrix>> = inputs.iter().map(Input::kept).collect();
     let extent = Extent::new(call, &resident, target)?;
     check_target::<S, T>(&extent, compiled.kernel.width, target)?;
+    // (the room for the results, first touched here, counted with them)
+    let room = std::time::Instant::now();
     let mut columns = Columns::for_part(call.formula, &compiled.kernel, &extent.part, extent.states_out, target)?;
+    let room = room.elapsed().as_secs_f64();
     let mut workspace = device.workspace.lock().map_err(|_| Error::Gpu("the GPU's workspace is unusable".into()))?;
     if workspace.is_none() {
         *workspace = Some(guarded("creating the GPU's workspace", Workspace::new)?);
@@ -127,7 +130,7 @@ pub fn evaluate<S: Stored, T: Real>(
         force_1d,
         geometry,
     };
-    let mut times = Times::default();
+    let mut times = Times { results: room, ..Times::default() };
     let steps = Steps { data: &data, extent: &extent, blocks: &blocks, poll };
     steps.run::<S, T>(workspace, &mut columns, &mut times, record)?;
     timings.extend([
