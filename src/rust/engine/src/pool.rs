@@ -71,8 +71,9 @@ thread_local! {
     static IN_POOL: Cell<bool> = const { Cell::new(false) };
 }
 
-/// This process's pool, its threads started at its first call: one per core besides the caller's,
-/// 15 at most. (A pool is never dropped: its threads live as long as the process.)
+/// This process's pool, its threads started at its first call: one per core besides the caller's
+/// (a region takes 16 at most, but the threads of several GPUs convert their inputs at once). A pool
+/// is never dropped: its threads live as long as the process.
 fn pool() -> &'static Pool {
     static POOL: Mutex<Option<&'static Pool>> = Mutex::new(None);
     let mut current = lock(&POOL);
@@ -85,7 +86,7 @@ fn pool() -> &'static Pool {
         threads: AtomicUsize::new(0),
         pid: std::process::id(),
     }));
-    let wanted = crate::parallel::cores().min(16) - 1;
+    let wanted = crate::parallel::cores().min(256) - 1;
     let started =
         (0..wanted).take_while(|_| std::thread::Builder::new().name("rkeops-worker".into()).spawn(move || serve(pool)).is_ok());
     pool.threads.store(started.count(), Relaxed);
