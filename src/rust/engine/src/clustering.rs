@@ -250,9 +250,11 @@ fn part_counts(labels: &[u32], count: usize, parts: usize) -> Vec<usize> {
     counts
 }
 
-/// The number of cells of the grid, when it fits a `u64` (each cell then has one integer key).
+/// The number of cells of the grid, when it fits a `u64` (each cell then has one integer key) and
+/// every extent is exact (below 2^53, `coordinate + 1` may round to the coordinate itself, and two
+/// cells share a key).
 fn exact_cell_count(extent: &[f64]) -> Option<u64> {
-    extent.iter().try_fold(1u64, |cells, &e| if e < 1.8e19 { cells.checked_mul(e as u64) } else { None })
+    extent.iter().try_fold(1u64, |cells, &e| if e < 2f64.powi(53) { cells.checked_mul(e as u64) } else { None })
 }
 
 /// What a reduction over clusters needs to know of them.

@@ -69,6 +69,16 @@ struct Pool {
 thread_local! {
     /// Whether this thread is one of the pool's.
     static IN_POOL: Cell<bool> = const { Cell::new(false) };
+    /// A value with a destructor, registered by each pool thread: glibc keeps a shared library
+    /// mapped while a thread holds one of its pending thread-local destructors, so unloading the
+    /// package's library (`pkgload`'s reloads) cannot unmap the code its threads sleep in.
+    static KEEPS_LIBRARY: KeepsLibrary = const { KeepsLibrary };
+}
+
+struct KeepsLibrary;
+
+impl Drop for KeepsLibrary {
+    fn drop(&mut self) {}
 }
 
 /// This process's pool, its threads started at its first call: one per core besides the caller's
@@ -97,6 +107,7 @@ fn pool() -> &'static Pool {
 /// A pool thread: takes the parts of the tasks queued, one task after another.
 fn serve(pool: &'static Pool) {
     IN_POOL.with(|p| p.set(true));
+    KEEPS_LIBRARY.with(|_| ());
     loop {
         let task = {
             let mut queue = lock(&pool.queue);

@@ -76,6 +76,8 @@ fn grid_cells_match_brute_force() {
     let x: Vec<f64> = (0..40).map(|i| (i % 10) as f64 * 0.1).collect();
     check_grid(&x, 20, 2, &[0.1, 0.3]);
     check_grid(&[2.5; 12], 4, 3, &[0.5, 1.0, 7.0]);
+    // Coordinates beyond 2^53, whose extent rounds down to the largest coordinate.
+    check_grid(&[0.0, 1.0, 1.0, 0.0], 2, 2, &[1.0, 1e-16]);
     // Huge grid, D = 5: far more than 2^64 cells.
     let x = random_points(&mut rng, 500, 5, 1.0);
     check_grid(&x, 500, 5, &[1e-12; 5]);
