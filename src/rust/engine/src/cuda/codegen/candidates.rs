@@ -216,13 +216,15 @@ impl Filter {
         }
         // Always a whole group, every bit known when compiling (a predicated OR per pair); the
         // bits past the tile's end are cleared after (the tile holds TILE indices, a multiple of 32).
-        g.line(&format!("      for (int jo = 0; jo < {GROUP}; jo += {UNROLLED}) {{"));
+        // (lists in registers: half as many indices at a time, their values' registers for the lists)
+        let unrolled = if g.layout.lists_in_registers { UNROLLED / 2 } else { UNROLLED };
+        g.line(&format!("      for (int jo = 0; jo < {GROUP}; jo += {unrolled}) {{"));
         for q in 0..rows {
             g.q = q;
             emit(g, "      unsigned bits@ = 0u;");
         }
         g.line(&format!(
-            "      #pragma unroll\n      for (int ji = 0; ji < {UNROLLED}; ji++) {{\n        const int jb = jo + ji;"
+            "      #pragma unroll\n      for (int ji = 0; ji < {unrolled}; ji++) {{\n        const int jb = jo + ji;"
         ));
         self.mark(g, reducer);
         g.line("      }");
