@@ -195,18 +195,21 @@ pub fn column_bounds(x: Points) -> Result<Vec<(f64, f64)>> {
 }
 
 /// The permutation that sorts points by label, stable (a counting sort, in parts on every core):
-/// `order[r]` is the point at sorted row `r`.
-pub fn order_by_label(labels: &[u32], count: usize) -> Vec<usize> {
+/// `order[r]` is the point at sorted row `r`; and the points of each label (`label_counts`).
+pub fn order_by_label(labels: &[u32], count: usize) -> (Vec<usize>, Vec<usize>) {
     let (n, parts) = (labels.len(), parts(labels.len(), count));
     // The first sorted row of each part's points of each label: labels in order, parts in order within.
     let mut next = part_counts(labels, count, parts);
+    let mut counts = vec![0; count];
     let mut row = 0;
-    for l in 0..count {
+    for (l, label_points) in counts.iter_mut().enumerate() {
+        let first = row;
         for p in 0..parts {
             let points = next[p * count + l];
             next[p * count + l] = row;
             row += points;
         }
+        *label_points = row - first;
     }
     let mut order = vec![0usize; n];
     let scatter = parallel::Scatter::new(&mut order);
@@ -219,7 +222,7 @@ pub fn order_by_label(labels: &[u32], count: usize) -> Vec<usize> {
             next[l as usize] += 1;
         }
     });
-    order
+    (order, counts)
 }
 
 /// The points of each label (in parts on every core).

@@ -312,9 +312,8 @@ impl Cells {
     /// The cells of `x` on `grid`, numbered `cells`.
     fn new(x: Points, grid: Grid, cells: GridCells, margin: f64) -> Cells {
         let (n, d) = (x.n, x.d);
-        let order = order_by_label(&cells.labels, cells.count);
+        let (order, counts) = order_by_label(&cells.labels, cells.count);
         let values = x.rows_in_order(&order);
-        let counts = label_counts(&cells.labels, cells.count);
         let mut start = 0;
         let rows: Vec<Range<usize>> = counts
             .iter()

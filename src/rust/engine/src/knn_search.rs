@@ -55,11 +55,11 @@ pub struct Neighbours {
 
 /// The results of one run, in the order it computed them.
 struct Found {
-    /// `nrow x k` values and 1-based indices into the data it searched (0 for none), column-major.
+    /// `nrow x k` values and 1-based indices into the data it searched (0 for none), column-major
+    /// (`nrow` and `k` those of `output`).
     values: Vec<f64>,
     indices: Vec<i32>,
-    nrow: usize,
-    /// The run's phases and backend.
+    /// The run's shape, phases and backend (its values and indices taken out).
     output: Output,
     /// The query of each row (`None`: the row's own).
     query_order: Option<Vec<usize>>,
@@ -73,30 +73,30 @@ impl Found {
         let (Some(values), Some(indices)) = (output.values.take(), output.indices.take()) else {
             return Err(Error::Invalid("knn: the search returned no values or no indices".into()));
         };
-        Ok(Found { values, indices, nrow: output.nrow, output, query_order, data_order })
+        Ok(Found { values, indices, output, query_order, data_order })
     }
 
     /// The value of the `c`-th neighbour of row `r`.
     fn value(&self, r: usize, c: usize) -> f64 {
-        self.values[c * self.nrow + r]
+        self.values[c * self.output.nrow + r]
     }
 
     /// Calls `f(q, r)` for the query `q` of each row `r`.
     fn for_each_query(&self, mut f: impl FnMut(usize, usize)) {
         match &self.query_order {
             Some(order) => order.iter().enumerate().for_each(|(r, &q)| f(q, r)),
-            None => (0..self.nrow).for_each(|r| f(r, r)),
+            None => (0..self.output.nrow).for_each(|r| f(r, r)),
         }
     }
 
     /// The values of the `c`-th neighbours of all rows.
     fn values_column(&self, c: usize) -> &[f64] {
-        &self.values[c * self.nrow..(c + 1) * self.nrow]
+        &self.values[c * self.output.nrow..(c + 1) * self.output.nrow]
     }
 
     /// The indices of the `c`-th neighbours of all rows (into the data searched: see `user_index`).
     fn indices_column(&self, c: usize) -> &[i32] {
-        &self.indices[c * self.nrow..(c + 1) * self.nrow]
+        &self.indices[c * self.output.nrow..(c + 1) * self.output.nrow]
     }
 
     /// The 1-based index in the user's data of `found`, a 1-based index into the data searched.
@@ -247,7 +247,7 @@ impl Neighbours {
         column: fn(&Found, usize) -> &[S],
         convert: impl Fn(&Found, S) -> T + Sync,
     ) {
-        let (n, k) = (self.found.nrow, self.found.output.k);
+        let (n, k) = (self.found.output.nrow, self.found.output.k);
         assert_eq!(out.len(), n * k, "Neighbours::write needs queries x k elements");
         parallel::for_each_block(out, n, |c, out| {
             let (found, values) = (&self.found, column(&self.found, c));
