@@ -338,6 +338,46 @@ fn gpu_propagates_nan_and_survives_bad_launches() {
     assert_eq!(out.values.unwrap()[2], 2.0 * 999.0 * 1000.0 / 2.0);
 }
 
+/// The float32 exponential of a kernel, one term per row: within 1e-6 + 8e-8 |x| (relative) of
+/// float64's, as CUDA's `__expf` (the rounding of x log2(e) costs 6e-8 |x|), subnormal results
+/// kept (to that and their spacing, 2^-149), 0 below them, +inf past float32's largest number,
+/// NaN and the infinities as IEEE says.
+#[test]
+fn gpu_float_exponentials_keep_subnormal_results() {
+    let _gpu = sharing_the_gpu();
+    if let Err(why) = device::availability(0) {
+        println!("NO GPU: the float32 exponential is not checked here ({why})");
+        return;
+    }
+    let args: Vec<String> = ["x = Vi(1)", "y = Vj(1)"].iter().map(|s| s.to_string()).collect();
+    let mut x: Vec<f64> = (0..20011).map(|i| -110.0 + 200.0 * i as f64 / 20010.0).collect();
+    x.extend([f64::NEG_INFINITY, f64::INFINITY, f64::NAN, 88.72, 88.73, -87.33, -103.27, -103.28, 0.0]);
+    let y = [0.0];
+    let inputs = [Input::host(&x, x.len(), 1), Input::host(&y, 1, 1)];
+    let op = Operator::new("Sum_Reduction(Exp(x - y), 0)", &args).unwrap();
+    let g = run(&op, &inputs, Precision::F32, Backend::Gpu(0), SumScheme::Auto).values.unwrap();
+    let (mut subnormal, mut normal) = (0, 0);
+    for (v, got) in x.iter().zip(&g) {
+        // The exponential of the float32 argument, rounded to float32 (0, a subnormal or +inf).
+        let want = ((*v as f32) as f64).exp() as f32 as f64;
+        let ok = match want {
+            w if w.is_nan() => got.is_nan(),
+            w if w.is_infinite() || w == 0.0 => *got == w || (w == 0.0 && *got <= f64::from(f32::from_bits(1))),
+            w => {
+                let tol = (1e-6 + 8e-8 * v.abs()) * w;
+                match w < f32::MIN_POSITIVE as f64 {
+                    true => subnormal += 1,
+                    false => normal += 1,
+                }
+                // (a subnormal result is also rounded to its spacing)
+                (got - w).abs() <= tol + f64::from(f32::from_bits(1))
+            }
+        };
+        assert!(ok, "exp({v}) in float32: GPU {got} vs {want}");
+    }
+    assert!(subnormal > 1500 && normal > 17000, "{subnormal} subnormal and {normal} normal results checked");
+}
+
 /// The log-sum-exp reductions rescale their sums only when a value passes the row's reference
 /// maximum (kept from one tile to the next) by a margin: values that climb by steps below and above that margin, a first value far
 /// below the rest, infinities of both signs (several +inf in a row) and NaN give the CPU's results.
