@@ -74,7 +74,7 @@ pub(crate) struct Grid<'a> {
 
 impl<'a> Grid<'a> {
     pub fn new(x: Points<'a>, size: &[f64]) -> Result<Grid<'a>> {
-        Grid::with_bounds(x, size, &column_bounds(x)?)
+        Grid::with_bounds(x, size, &column_bounds(x, "x")?)
     }
 
     /// The grid of `x` whose columns' smallest and largest values are `bounds` (`column_bounds`).
@@ -175,9 +175,9 @@ impl<'a> Grid<'a> {
     }
 }
 
-/// The smallest and largest value of each column of `x` (on every core), or an error if a value is
-/// not finite.
-pub fn column_bounds(x: Points) -> Result<Vec<(f64, f64)>> {
+/// The smallest and largest value of each column of `x` (on every core), or an error naming the
+/// input (`name`) if a value is not finite.
+pub fn column_bounds(x: Points, name: &str) -> Result<Vec<(f64, f64)>> {
     let bounds: Vec<(f64, f64, bool)> = (0..x.d)
         .map(|k| {
             parallel::fold(
@@ -189,7 +189,7 @@ pub fn column_bounds(x: Points) -> Result<Vec<(f64, f64)>> {
         })
         .collect();
     if bounds.iter().any(|b| !b.2) {
-        return Err(Error::Invalid("'x' must not contain NA, NaN or infinite values".into()));
+        return Err(Error::Invalid(format!("'{name}' must not contain NA, NaN or infinite values")));
     }
     Ok(bounds.into_iter().map(|(lo, hi, _)| (lo, hi)).collect())
 }
@@ -285,13 +285,15 @@ pub fn cluster_summary(x: Points, labels: &[u32], clusters: usize, weights: Opti
         }
     }
     let weight = |i: usize| weights.map_or(1.0, |w| w[i]);
-    let mut counts = vec![0usize; clusters];
-    let mut total = vec![0.0; clusters];
+    let counts = label_counts(labels, clusters);
+    let total: Vec<f64> = match weights {
+        None => counts.iter().map(|&c| c as f64).collect(),
+        Some(w) => labels.iter().zip(w).fold(vec![0.0; clusters], |mut total, (&l, &v)| {
+            total[l as usize] += v;
+            total
+        }),
+    };
     let mut centroids = vec![0.0; clusters * x.d];
-    for (i, &l) in labels.iter().enumerate() {
-        counts[l as usize] += 1;
-        total[l as usize] += weight(i);
-    }
     if let Some(c) = (0..clusters).find(|&c| counts[c] > 0 && total[c] <= 0.0) {
         return Err(Error::Invalid(format!("'weights' sum to 0 in cluster {}: its centroid is not defined", c + 1)));
     }

@@ -98,11 +98,11 @@ pub fn knn_plan(
     if queries.n == 0 {
         return Ok(None);
     }
-    let data_bounds = column_bounds(data)?;
+    let data_bounds = column_bounds(data, "x")?;
     // The queries are often the data themselves (keops_knn(x)): their cells are then the data's.
     let query_bounds = match data.same_as(queries) {
         true => None,
-        false => Some(column_bounds(queries)?),
+        false => Some(column_bounds(queries, "y")?),
     };
     let (data_grid, data_labels) = cell_sizes(data, &data_bounds, cell_points)?;
     let size = data_grid.size.clone();

@@ -98,3 +98,19 @@ fn the_search_on_a_gpu_finds_the_brute_force_neighbours() {
     let options = RunOptions { backend: Backend::Gpu(0), precision: Precision::F32, ..Default::default() };
     assert!(check_searches(&options, 1e-4) > 0, "no query was searched again: that path went untested");
 }
+
+/// A pruned search of data or queries that are not finite is an error naming the input (`x` the
+/// data, `y` the queries: the plan's bounds check them).
+#[test]
+fn pruned_searches_of_values_that_are_not_finite_name_the_input() {
+    let options = RunOptions { backend: Backend::Cpu, precision: Precision::F64, threads: 2, ..Default::default() };
+    let finite: Vec<f64> = (0..300).map(|v| (v * 37 % 101) as f64).collect();
+    let mut bad = finite.clone();
+    bad[77] = f64::NAN;
+    for (data, queries, name) in [(&bad, &finite, "'x'"), (&finite, &bad, "'y'")] {
+        let (data, queries) = (Points::new(data, 100, 3).unwrap(), Points::new(queries, 100, 3).unwrap());
+        let search = KnnSearch { data, queries, k: 3, metric: Metric::Euclidean, cell_points: 4.0, pruning: Pruning::Always };
+        let e = search.run(&options).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains(name) && e.contains("NaN"), "{name}: {e}");
+    }
+}
