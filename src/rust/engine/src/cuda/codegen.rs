@@ -724,8 +724,8 @@ impl Gen<'_> {
         // __expf's test and predicated multiplies took four to five: a Gaussian sum of 10^6 x 10^6
         // pairs 436 -> 400 ms on an H100). double: the correctly rounded exp.
         let exp = match self.dtype {
-            Dtype::F16 | Dtype::F32 => "__device__ __forceinline__ float rk_exp(float x) { float y; asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x * 0.7213475204444817f)); return y * y; }\n\
-                __device__ __forceinline__ float rk_ex2_ftz(float x) { float y; asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x)); return y; }\n\
+            Dtype::F16 | Dtype::F32 => "__device__ __forceinline__ float rk_ex2_ftz(float x) { float y; asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x)); return y; }\n\
+                __device__ __forceinline__ float rk_exp(float x) { const float y = rk_ex2_ftz(x * 0.7213475204444817f); return y * y; }\n\
                 __device__ __forceinline__ float rk_exp_ftz(float x) { return rk_ex2_ftz(x * 1.4426950408889634f); }",
             Dtype::F64 => "__device__ __forceinline__ double rk_exp(double x) { return exp(x); }\n\
                 __device__ __forceinline__ double rk_exp_ftz(double x) { return exp(x); }",
@@ -1487,7 +1487,7 @@ mod tests {
         assert!(src.contains("T e = rk_exp(dx); gs_0[0] += e * v") && src.contains("gm_0 = fmaxf(gm_0, dx);"), "{src}");
         assert!(!src.contains("mtl_0"), "{src}");
         // The exponential that keeps subnormal results squares that of half the exponent.
-        assert!(src.contains("\"f\"(x * 0.7213475204444817f)); return y * y; }"), "{src}");
+        assert!(src.contains("const float y = rk_ex2_ftz(x * 0.7213475204444817f); return y * y; }"), "{src}");
         assert!(src.contains("if (!(gm_0 <= (T)RK_LAZY)) {"), "{src}");
     }
 
