@@ -137,14 +137,50 @@ check_point_weights <- function(w, n, arg, fun, member = NULL) {
   as.double(w)
 }
 
-# `x` as a double matrix of finite values, one point per row (a vector: one column).
-check_points <- function(x, arg, fun, d = NULL) {
-  if (is.data.frame(x)) x <- as.matrix(x)
-  if (is.numeric(x) && is.null(dim(x))) x <- matrix(x, ncol = 1L)
-  if (!is.matrix(x) || !is.numeric(x) || nrow(x) < 1L || !all(is.finite(x)) || (!is.null(d) && ncol(x) != d)) {
-    rkeops_abort(arg_label(arg, fun), " must be a numeric matrix of finite values, one point per row",
-                 if (!is.null(d)) paste0(", with ", d, " columns"), kind = "input", arg = arg)
+# `x` as a double matrix of finite values, one point per row: the one check of the points of every
+# function of the package. A vector is one column (`allow_vector`), a data frame its matrix
+# (`allow_data_frame`); `d`: the number of columns required; `min_rows`: the fewest points. The
+# error names `arg` (and `fun`) and says which rule failed.
+check_points <- function(x, arg, fun = NULL, d = NULL, min_rows = 1L, allow_vector = TRUE,
+                         allow_data_frame = TRUE) {
+  what <- paste0(if (allow_data_frame) "a numeric matrix or data frame" else "a numeric matrix",
+                 if (allow_vector) " (or vector)", ", one point per row")
+  fail <- function(...) rkeops_abort(arg_label(arg, fun), " must be ", ..., kind = "input", arg = arg)
+  if (allow_data_frame && is.data.frame(x)) {
+    if (!all(vapply(x, is.numeric, logical(1)))) fail(what, ": a column is not numeric")
+    x <- as.matrix(x)
   }
-  storage.mode(x) <- "double"
+  if (allow_vector && is.null(dim(x)) && (is.numeric(x) || is.logical(x)) && !is.object(x)) {
+    x <- matrix(x, ncol = 1L)
+  }
+  if (!is.matrix(x) || !(is.numeric(x) || is.logical(x)) || is.object(x)) fail(what)
+  if (!is.null(d) && ncol(x) != d) fail(what, ", with ", d, " columns, not ", ncol(x))
+  if (nrow(x) < min_rows || ncol(x) < 1L) {
+    fail(what, ", with at least ", min_rows, " row", if (min_rows != 1L) "s", " and 1 column, not ",
+         nrow(x), " x ", ncol(x))
+  }
+  if (!all(is.finite(x))) fail(what, ", without NA, NaN or infinite values")
+  if (storage.mode(x) != "double") storage.mode(x) <- "double"
   x
+}
+
+# Warns with a condition of classes c("rkeops_warning_<kind>", "rkeops_warning", "warning",
+# "condition"), the pieces `...` pasted together as in rkeops_abort(), so that code can muffle or
+# catch one kind (e.g. `convergence`, `degenerate`, `empty_cluster`) without reading the message.
+rkeops_warn <- function(..., kind) {
+  message <- paste(unlist(lapply(list(...), as.character)), collapse = "")
+  warning(structure(class = c(paste0("rkeops_warning_", kind), "rkeops_warning", "warning", "condition"),
+                    list(message = message, call = NULL)))
+}
+
+# The value kept in environment `cache` under `key`, made by `make()` the first time: the operators
+# and programs of the algorithm functions, built once per process and shape.
+memoised <- function(cache, key, make) {
+  key <- paste(key, collapse = "/")
+  value <- cache[[key]]
+  if (is.null(value)) {
+    value <- make()
+    assign(key, value, envir = cache)
+  }
+  value
 }

@@ -17,20 +17,6 @@ clustering_stop <- function(fun, ..., arg) {
 # `res`, the result of one of the engine's clustering helpers, or its error raised from `fun`.
 clustering_result <- function(fun, res) rust_result(res, fun)
 
-# x as a double matrix with finite values (a vector is one column).
-clustering_points <- function(x, fun, arg = "x") {
-  if (is.data.frame(x)) x <- as.matrix(x)
-  if (!is.numeric(x) || length(dim(x)) > 2L) {
-    clustering_stop(fun, "'", arg, "' must be a numeric matrix or vector", arg = arg)
-  }
-  if (!is.matrix(x)) x <- matrix(x, ncol = 1L)
-  if (storage.mode(x) != "double") storage.mode(x) <- "double"
-  if (!all(is.finite(x))) {
-    clustering_stop(fun, "'", arg, "' must not contain NA, NaN or infinite values", arg = arg)
-  }
-  x
-}
-
 # Cluster labels: positive whole numbers, one per row of x, as integers.
 clustering_labels <- function(labels, n, fun) {
   if (!is.numeric(labels)) {
@@ -222,7 +208,7 @@ print.keops_ranges <- function(x, ...) {
 #' grid_cluster(c(3, 1, 2.5, 1.2), 1)
 grid_cluster <- function(x, size) {
   fun <- "grid_cluster"
-  x <- clustering_points(x, fun)
+  x <- check_points(x, "x", fun, min_rows = 0L)
   n <- nrow(x)
   d <- ncol(x)
   if (!is.numeric(size) || length(size) == 0L || !all(is.finite(size)) || any(size <= 0)) {
@@ -324,7 +310,7 @@ sort_clusters <- function(x, labels) {
 #' cluster_ranges_centroids(x, lab, weights = runif(20))$weights
 cluster_ranges_centroids <- function(x, labels, weights = NULL) {
   fun <- "cluster_ranges_centroids"
-  x <- clustering_points(x, fun)
+  x <- check_points(x, "x", fun, min_rows = 0L)
   n <- nrow(x)
   labels <- clustering_labels(labels, n, fun)
   if (!is.null(weights)) {

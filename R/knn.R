@@ -52,8 +52,8 @@ keops_knn <- function(x, y = x, k, metric = c("euclidean", "manhattan", "cosine"
                       cell_points = 128) {
   # (the queries being the data: one matrix, which the engine sorts and plans once)
   same <- missing(y)
-  x <- knn_points(x, "x")
-  y <- if (same) x else knn_points(y, "y")
+  x <- check_points(x, "x", "keops_knn")
+  y <- if (same) x else check_points(y, "y", "keops_knn")
   if (ncol(y) != ncol(x)) {
     rkeops_abort("keops_knn(): 'y' must have the columns of 'x' (", ncol(x), "), not ", ncol(y),
                  kind = "input", arg = "y")
@@ -92,18 +92,6 @@ knn_reduction <- function(x, y, k, metric) {
   structure(list(index = res$indices,
                  distance = switch(metric, euclidean = sqrt(res$values), manhattan = res$values, cosine = res$values / 2)),
             class = "keops_knn")
-}
-
-# x as a double matrix (whose values the engine checks are finite).
-knn_points <- function(x, arg) {
-  if (is.data.frame(x)) x <- as.matrix(x)
-  if (!is.numeric(x) || length(dim(x)) > 2L || length(x) == 0L) {
-    rkeops_abort("keops_knn(): '", arg, "' must be a numeric matrix (one point per row) or vector",
-                 kind = "input", arg = arg)
-  }
-  if (!is.matrix(x)) x <- matrix(x, ncol = 1L)
-  if (storage.mode(x) != "double") storage.mode(x) <- "double"
-  x
 }
 
 # Rows scaled to norm 1 (|u - v|^2 / 2 is then 1 - cos).

@@ -81,8 +81,9 @@
 keops_landmarks <- function(q0, target, sigma, nt = 40, lambda, iter.max = 400) {
   call <- match.call()
   fun <- "keops_landmarks"
-  q0 <- landmarks_points(q0, "q0")
-  target <- landmarks_points(target, "target")
+  q0 <- check_points(q0, "q0", fun, min_rows = 2L, allow_vector = FALSE, allow_data_frame = FALSE)
+  target <- check_points(target, "target", fun, min_rows = 2L, allow_vector = FALSE,
+                         allow_data_frame = FALSE)
   if (!identical(dim(target), dim(q0))) {
     rkeops_abort("keops_landmarks(): 'target' must have the shape of 'q0' (", nrow(q0), " x ", ncol(q0),
                  "), not ", nrow(target), " x ", ncol(target), kind = "input", arg = "target")
@@ -135,25 +136,6 @@ print.keops_landmarks <- function(x, ...) {
               format(x$distance["before", "mean"], digits = 4), format(x$distance["after", "mean"], digits = 4),
               format(x$distance["before", "max"], digits = 4), format(x$distance["after", "max"], digits = 4)))
   invisible(x)
-}
-
-# `x` as a double matrix with finite values, at least 2 rows and 1 column, else an input error
-# naming `arg`.
-landmarks_points <- function(x, arg) {
-  if (!is.matrix(x) || !(is.numeric(x) || is.logical(x)) || is.object(x)) {
-    rkeops_abort("keops_landmarks(): '", arg, "' must be a numeric matrix, one landmark per row",
-                 kind = "input", arg = arg)
-  }
-  if (nrow(x) < 2L || ncol(x) < 1L) {
-    rkeops_abort("keops_landmarks(): '", arg, "' must have at least 2 rows (landmarks) and 1 column, not ",
-                 nrow(x), " x ", ncol(x), kind = "input", arg = arg)
-  }
-  if (!all(is.finite(x))) {
-    rkeops_abort("keops_landmarks(): '", arg, "' must not contain NA, NaN or infinite values",
-                 kind = "input", arg = arg)
-  }
-  storage.mode(x) <- "double"
-  x
 }
 
 # The steps of `nt` forward Euler steps of the flow of H in dimension `dim`, with k(x, y) =

@@ -21,12 +21,11 @@ sinkhorn_cost_formula <- function(p) if (p == 2) "SqDist(x, y) / 2" else "Norm2(
 
 # The operators, made once per dimension and exponent (their kernels are cached by the package).
 sinkhorn_operators <- function(d, p) {
-  key <- paste(d, p)
-  if (is.null(sinkhorn_cache$operators[[key]])) {
+  memoised(sinkhorn_cache, c("operators", d, p), function() {
     cost <- sinkhorn_cost_formula(p)
     grad <- if (p == 2) "x - y" else "Normalize(x - y)"
     xy <- c(sprintf("x = Vi(%d)", d), sprintf("y = Vj(%d)", d), "lw = Vj(1)", "h = Vj(1)")
-    sinkhorn_cache$operators[[key]] <- list(
+    list(
       lse = keops_kernel(sprintf("LogSumExp_Reduction(lw + (h - %s) * s, 0)", cost), c(xy, "s = Pm(1)")),
       err = keops_kernel("Sum_Reduction(Abs(Exp(la + (f + de * lf) * s) - Exp(la)) + off, 1)",
                          c("la = Vi(1)", "f = Vi(1)", "lf = Vi(1)", "de = Pm(1)", "s = Pm(1)", "off = Pm(1)")),
@@ -34,8 +33,7 @@ sinkhorn_operators <- function(d, p) {
       # sum_j exp(lw_j + (f_i + h_j - C_ij) s) grad_x C(x_i, y_j): the plan's rows times the cost's gradient
       plan_grad = keops_kernel(sprintf("Sum_Reduction(Exp(lw + (f + h - %s) * s) * (%s), 0)", cost, grad),
                                c(xy, "f = Vi(1)", "s = Pm(1)")))
-  }
-  sinkhorn_cache$operators[[key]]
+  })
 }
 
 sinkhorn_cache <- new.env(parent = emptyenv())
@@ -71,9 +69,7 @@ sinkhorn_program <- function(d, p, debias, iterations, tol, trace, ranges = NULL
                   output = c("f", "g", if (debias) c("fa", "gb"), "err"))
   }
   if (!is.null(ranges)) return(make())
-  key <- paste(d, p, debias, iterations, tol, trace)
-  if (is.null(sinkhorn_cache$programs[[key]])) sinkhorn_cache$programs[[key]] <- make()
-  sinkhorn_cache$programs[[key]]
+  memoised(sinkhorn_cache, c("program", d, p, debias, iterations, tol, trace), make)
 }
 
 # The schedule: one row per iteration of the temperatures `eps` and the kinds of update `kind`:
