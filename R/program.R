@@ -198,7 +198,7 @@ program_run <- function(settings, layout, input, schedule) {
   out <- res$outputs
   names(out) <- settings$output
   trace <- lapply(seq_along(settings$trace), function(k) {
-    matrix(res$trace[[k]], nrow = res$iterations, byrow = TRUE)
+    matrix(res$trace[[k]], nrow = res$iterations, ncol = res$trace_widths[[k]], byrow = TRUE)
   })
   names(trace) <- settings$trace
   attr(out, "iterations") <- res$iterations

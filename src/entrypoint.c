@@ -4,13 +4,13 @@
 #include <R_ext/Utils.h>
 #include <cli/progress.h>
 
-// extendr-api generates `R_init_rkeops_extendr()` from the `extendr_module!`
-// block of src/rust/rkeops/src/lib.rs; it registers the `.Call` routines
-// (`wrap__<fn>`) with R. R looks for `R_init_<pkgname>` when loading the DLL.
-void R_init_rkeops_extendr(void *dll);
+// src/rust/rkeops/src/lib.rs registers the `.Call` routines (`wrap__<fn>`) of its
+// `extendr_module!` block with R, less extendr's metadata routines (see there). R looks for
+// `R_init_<pkgname>` when loading the DLL.
+void rkeops_register_routines(void *dll);
 
 void R_init_rkeops(void *dll) {
-    R_init_rkeops_extendr(dll);
+    rkeops_register_routines(dll);
 }
 
 static void check_interrupt(void *unused) {

@@ -284,6 +284,9 @@ pub fn cluster_summary(x: Points, labels: &[u32], clusters: usize, weights: Opti
             return Err(Error::Invalid(format!("'weights' must be {} non-negative finite numbers", x.n)));
         }
     }
+    // (clusters may be many more than the points: labels need not be consecutive)
+    let words = clusters.saturating_mul(x.d.saturating_add(4));
+    crate::memory::check_fits(words.saturating_mul(8), "the summary of the clusters")?;
     let weight = |i: usize| weights.map_or(1.0, |w| w[i]);
     let counts = label_counts(labels, clusters);
     let total: Vec<f64> = match weights {

@@ -7,6 +7,23 @@ use crate::parallel;
 /// Below this, allocations are not checked (reading /proc/meminfo costs more than they do).
 const CHECKED_FROM: usize = 64 << 20;
 
+/// Fails with an error saying that `what` does not fit in memory where `bytes` are more than the
+/// system has available: for work that allocates several vectors of a size the caller asked for.
+pub fn check_fits(bytes: usize, what: &str) -> Result<()> {
+    if bytes < CHECKED_FROM {
+        return Ok(());
+    }
+    match available() {
+        Some(a) if bytes > a => Err(too_big(bytes, Some(a), what)),
+        _ => Ok(()),
+    }
+}
+
+fn too_big(bytes: usize, available: Option<usize>, what: &str) -> Error {
+    let beyond = available.map_or(String::new(), |a| format!(", more than the {} available", gigabytes(a)));
+    Error::Memory(format!("{what} needs {} of memory{beyond}", gigabytes(bytes)))
+}
+
 /// A vector of `len` zeros, or an error saying that `what` does not fit in memory.
 pub fn zeros<T: Clone + Default + Send>(len: usize, what: &str) -> Result<Vec<T>> {
     let bytes = len.saturating_mul(std::mem::size_of::<T>());
@@ -14,15 +31,11 @@ pub fn zeros<T: Clone + Default + Send>(len: usize, what: &str) -> Result<Vec<T>
         return Ok(vec![T::default(); len]);
     }
     let available = available();
-    let too_big = || {
-        let beyond = available.map_or(String::new(), |a| format!(", more than the {} available", gigabytes(a)));
-        Error::Memory(format!("{what} needs {} of memory{beyond}", gigabytes(bytes)))
-    };
     if available.is_some_and(|a| bytes > a) {
-        return Err(too_big());
+        return Err(too_big(bytes, available, what));
     }
     let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| too_big())?;
+    v.try_reserve_exact(len).map_err(|_| too_big(bytes, available, what))?;
     // Written on every core: zeroing (and first touching) 120 MB of results on one thread took
     // ~50 ms of a 10-NN search of 10^6 points on an H200 host whose kernel took 4 ms.
     parallel::for_each_block(&mut v.spare_capacity_mut()[..len], 1 << 20, |_, block| {

@@ -258,6 +258,32 @@ fn program_errors_name_the_step_and_the_buffer() {
     assert!(e.contains("the outputs: buffer 'nothing' has no value"), "{e}");
 }
 
+/// A program of 0 iterations runs no step: it returns the initial values of its outputs (and an
+/// empty trace), and refuses, naming `iterations`, an output or a gradient's buffer that only a
+/// step gives values (it aborted R: an output of no values shaped as its buffer).
+#[test]
+fn programs_of_zero_iterations_return_their_initial_values() {
+    let (x, c) = (random(20, 1), random(6, 2));
+    let km = Kmeans::new(2);
+    let j = [1.0, 2.0, 3.0];
+    let mut p = km.program(Input::host(&x, 10, 2), Input::host(&c, 3, 2), Input::host(&j, 3, 1), 0);
+    p.outputs = vec![1, 0];
+    p.trace = vec![1];
+    let ran = program::run(&p, &options(Backend::Cpu)).unwrap();
+    assert_eq!((ran.iterations, ran.outputs.clone(), ran.shapes), (0, vec![c.clone(), x.clone()], vec![(3, 2), (10, 2)]));
+    assert_eq!(ran.trace, vec![Vec::<f64>::new()]);
+    let gradient = engine::program_gradient::gradient(&p, 1, None, &[1], &options(Backend::Cpu)).unwrap();
+    assert_eq!(gradient.values, vec![vec![1.0; 6]]);
+    // the labels (output 2) and the sums (the gradient's buffer 4) have no value before a step runs
+    p.outputs = vec![2, 1];
+    let e = program::run(&p, &options(Backend::Cpu)).unwrap_err();
+    assert!(matches!(&e, engine::Error::Input { name, .. } if name == "iterations"), "{e}");
+    assert!(e.to_string().contains("buffer 'labels' has no initial value"), "{e}");
+    p.outputs = vec![1];
+    let e = engine::program_gradient::gradient(&p, 4, None, &[1], &options(Backend::Cpu)).unwrap_err();
+    assert!(e.to_string().contains("buffer 'sums' has no initial value"), "{e}");
+}
+
 /// The gradient of a program (`program_gradient`) against central finite differences in float64:
 /// three Sinkhorn-like iterations with a map that scales f by a parameter, differentiated in the
 /// points x and y, the parameter s, the weights' parameter w and the initial g.

@@ -20,9 +20,8 @@ pub(crate) fn points<'a>(x: &'a Robj, name: &str) -> Fallible<Points<'a>> {
 }
 
 /// `robj` (a vector nothing else refers to yet) with the dimensions `nrow x ncol`.
-pub(crate) fn matrix(mut robj: Robj, nrow: usize, ncol: usize) -> Fallible {
-    robj.set_attrib("dim", [nrow as i32, ncol as i32])?;
-    Ok(robj)
+pub(crate) fn matrix(robj: Robj, nrow: usize, ncol: usize) -> Fallible {
+    crate::results::with_dim(robj, &crate::results::dims(nrow, ncol)?)
 }
 
 /// A C x 2 integer matrix of 1-based inclusive blocks as 0-based half-open ranges.

@@ -5,7 +5,7 @@ use engine::{Input, Operator};
 use extendr_api::prelude::*;
 
 use crate::{block_sparse, guarded, numeric_input, operator, run_options, strings, sum_scheme, timings};
-use crate::{Fallible, OrInput, RError};
+use crate::{results, Fallible, OrInput, RError};
 
 /// Runs the steps `iterations` times from the initial `states` (numeric matrices). Each step is
 /// `list(formula, args, inputs, sources, output, sum_scheme, ranges)`: `sources[p]` is 0 where
@@ -70,11 +70,7 @@ fn keops_iterate_run(steps: Robj, states: Robj, iterations: i32, options: Robj) 
             .states
             .into_iter()
             .zip(&initial)
-            .map(|(v, x)| {
-                let mut r = Robj::from(v);
-                r.set_attrib("dim", [x.nrow as i32, x.ncol as i32])?;
-                Ok(r)
-            })
+            .map(|(v, x)| results::with_dim(Robj::from(v), &results::dims(x.nrow, x.ncol)?))
             .collect::<Fallible<_>>()?;
         let mut values = List::from_values(values);
         if !names.is_empty() {

@@ -424,3 +424,20 @@ extendr_module! {
     fn keops_device_free;
     fn gpu_release_memory;
 }
+
+/// Registers the package's `.Call` entries with R (src/entrypoint.c calls it when R loads the
+/// package): those of `extendr_module!` less extendr's own `get_<module>_metadata` and
+/// `make_<module>_wrappers`, which R code never calls and which abort the process when given
+/// arguments of the wrong type (they unwrap them in a function that cannot unwind).
+///
+/// # Safety
+/// `info` must be the `DllInfo` that R hands to the package's init function.
+#[no_mangle]
+pub unsafe extern "C" fn rkeops_register_routines(info: *mut extendr_api::DllInfo) {
+    let mut metadata = get_rkeops_metadata();
+    let generated = |name: &str| {
+        (name.starts_with("get_") && name.ends_with("_metadata")) || (name.starts_with("make_") && name.ends_with("_wrappers"))
+    };
+    metadata.functions.retain(|f| !generated(f.rust_name));
+    extendr_api::register_call_methods(info, metadata);
+}

@@ -10,7 +10,7 @@ use extendr_api::prelude::*;
 use crate::{
     block_sparse, device_matrix, element, guarded, numeric_input, operator, run_options, strings, sum_scheme, timings,
 };
-use crate::{Fallible, OrInput, RError};
+use crate::{results, Fallible, OrInput, RError};
 
 /// An element of an R list by name (an error naming `what` when it is missing).
 fn field(list: &List, name: &str, what: &str) -> Fallible<Robj> {
@@ -132,16 +132,12 @@ fn matrices(values: Vec<Vec<f64>>, shapes: &[(usize, usize)]) -> Fallible<Robj> 
     let matrices = values
         .into_iter()
         .zip(shapes)
-        .map(|(v, &(nrow, ncol))| {
-            let mut r = Robj::from(v);
-            r.set_attrib("dim", [nrow as i32, ncol as i32])?;
-            Ok(r)
-        })
+        .map(|(v, &(nrow, ncol))| results::with_dim(Robj::from(v), &results::dims(nrow, ncol)?))
         .collect::<Fallible<Vec<Robj>>>()?;
     Ok(Robj::from(List::from_values(matrices)))
 }
 
-/// Runs the program (see `with_program`). Returns `list(outputs, iterations, trace, backend,
+/// Runs the program (see `with_program`). Returns `list(outputs, iterations, trace, trace_widths, backend,
 /// timings)`.
 #[extendr]
 fn keops_program_run(program: Robj, options: Robj) -> Robj {
@@ -151,12 +147,14 @@ fn keops_program_run(program: Robj, options: Robj) -> Robj {
         let ran = with_program(&program, |p| Ok(program::run(p, &options)?))?;
         let outputs = matrices(ran.outputs, &ran.shapes)?;
         let trace: Vec<Robj> = ran.trace.into_iter().map(Robj::from).collect();
+        let trace_widths: Vec<f64> = ran.trace_widths.iter().map(|&w| w as f64).collect();
         Ok(List::from_names_and_values(
-            ["outputs", "iterations", "trace", "backend", "timings"],
+            ["outputs", "iterations", "trace", "trace_widths", "backend", "timings"],
             [
                 outputs,
                 Robj::from(ran.iterations as i32),
                 Robj::from(List::from_values(trace)),
+                Robj::from(trace_widths),
                 Robj::from(ran.backend),
                 timings(&ran.timings)?,
             ],

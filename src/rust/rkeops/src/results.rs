@@ -52,8 +52,10 @@ pub fn r_array<T: RElement>(
     members: Option<&[i32]>,
     minus: impl Fn(T, i32) -> T + Sync,
 ) -> Fallible {
-    let mut dims: Vec<i32> = shape.iter().map(|&d| d as i32).collect();
-    let mut x = match members {
+    let mut dims = shape.iter().map(|&d| i32::try_from(d)).collect::<std::result::Result<Vec<i32>, _>>().map_err(|_| {
+        RError::of_kind("memory", format!("a result of dimensions {shape:?} is too large for an R array"))
+    })?;
+    let x = match members {
         None => r_vector_with(res.len(), |out| parallel::map(res, out, |v| v))?,
         Some(offsets) => {
             let rows = shape.first().copied().unwrap_or(0);
@@ -67,8 +69,30 @@ pub fn r_array<T: RElement>(
         }
     };
     // Set here, on a vector nothing else refers to yet: set in R, `dim<-` would copy it.
+    with_dim(x, &dims)
+}
+
+/// `x` (a vector nothing else refers to yet) with the dimensions `dims`, checked first: R raises an
+/// error where they do not match its length, and an R error raised inside extendr's `set_attrib`
+/// aborts the process (extendr panics in a callback that cannot unwind), so it must never be asked.
+pub fn with_dim(mut x: Robj, dims: &[i32]) -> Fallible {
+    let product = dims.iter().try_fold(1usize, |p, &d| p.checked_mul(usize::try_from(d).ok()?));
+    if product != Some(x.len()) {
+        return Err(RError::of_kind(
+            "internal",
+            format!("internal error in rkeops (please report it): a result of {} values cannot have dimensions {dims:?}", x.len()),
+        ));
+    }
     x.set_attrib("dim", dims)?;
     Ok(x)
+}
+
+/// `nrow x ncol` as R dimensions, or an error where one does not fit in R's integers.
+pub fn dims(nrow: usize, ncol: usize) -> Fallible<[i32; 2]> {
+    match (i32::try_from(nrow), i32::try_from(ncol)) {
+        (Ok(n), Ok(m)) => Ok([n, m]),
+        _ => Err(RError::of_kind("memory", format!("a result of {nrow} x {ncol} values is too large for an R matrix"))),
+    }
 }
 
 /// Member `m`'s row `r`, column `c` of `res` (`n * offsets.len()` rows, column-major, member `m`'s

@@ -88,6 +88,8 @@ pub struct Ran {
     pub shapes: Vec<(usize, usize)>,
     pub iterations: usize,
     pub trace: Vec<Vec<f64>>,
+    /// The values of each traced buffer (per iteration).
+    pub trace_widths: Vec<usize>,
     pub backend: String,
     pub timings: Timings,
 }
@@ -113,6 +115,21 @@ pub fn run(program: &Program, options: &RunOptions) -> Result<Ran> {
 }
 
 impl Program<'_> {
+    /// Checks that buffer `b` (a valid number) has values once the loop has run: a program of 0
+    /// iterations runs no step, so only the buffers given initial values have any.
+    pub(crate) fn check_valued_after_loop(&self, b: usize) -> Result<()> {
+        match self.iterations == 0 && self.buffers[b].initial.is_none() {
+            true => Err(Error::Input {
+                name: "iterations".into(),
+                what: format!(
+                    "0 iterations run no step, and buffer '{}' has no initial value: give it one, or run at least 1 iteration",
+                    self.buffers[b].name
+                ),
+            }),
+            false => Ok(()),
+        }
+    }
+
     /// The buffers that follow a schedule, with their value at iteration `t`.
     pub(crate) fn scheduled(&self, t: usize) -> impl Iterator<Item = (usize, &[f64])> + '_ {
         self.buffers.iter().enumerate().filter_map(move |(b, x)| Some((b, x.schedule.as_ref()?.at(t))))
@@ -211,6 +228,9 @@ pub(crate) fn check(p: &Program) -> Result<Vec<(usize, usize)>> {
                 buffer_name(b)
             )));
         }
+    }
+    for &b in &p.outputs {
+        p.check_valued_after_loop(b)?;
     }
     if let Some(stop) = p.stop {
         if stop.every == 0 || stop.tol.is_nan() || stop.tol < 0.0 {
@@ -335,7 +355,8 @@ impl Run<'_> {
         timings: Summed,
     ) -> Ran {
         let shapes = self.program.outputs.iter().map(|&b| self.shapes[b]).collect();
-        Ran { outputs, shapes, iterations: done, trace, backend, timings: timings.0 }
+        let trace_widths = self.program.trace.iter().map(|&b| self.shapes[b].0 * self.shapes[b].1).collect();
+        Ran { outputs, shapes, iterations: done, trace, trace_widths, backend, timings: timings.0 }
     }
 }
 

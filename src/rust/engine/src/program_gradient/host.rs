@@ -71,7 +71,14 @@ fn forward(
             })
         })
         .collect::<Result<_>>()?;
-    let mut tape = Vec::with_capacity(p.iterations * p.steps.len());
+    // (the tape grows with the iterations that run: a stopping rule may end them early)
+    let per_iteration: usize =
+        p.steps.iter().zip(restores).filter(|(_, &r)| r).map(|(s, _)| shapes[s.output].0 * shapes[s.output].1).sum();
+    crate::memory::check_fits(
+        per_iteration.saturating_mul(p.iterations).saturating_mul(8),
+        "the gradient of the program, which keeps the values its steps replace",
+    )?;
+    let mut tape = Vec::new();
     let mut backend = "CPU".to_string();
     let mut done = 0;
     while done < p.iterations {

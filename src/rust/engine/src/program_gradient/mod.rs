@@ -55,6 +55,7 @@ pub fn gradient(
             return Err(Error::Invalid(format!("the gradient names buffer {} of {}", b + 1, p.buffers.len())));
         }
     }
+    p.check_valued_after_loop(of)?;
     if let Some(b) = wrt.iter().find(|&&b| p.buffers[b].initial.is_none()) {
         return Err(Error::Invalid(format!("buffer '{}' has no initial value to differentiate", p.buffers[*b].name)));
     }
