@@ -3,7 +3,8 @@
 #   make deps     check (and, as root, install with apt) R, testthat, roxygen2,
 #                 knitr, rmarkdown, pandoc, pkgdown, chromium; check that cargo is there
 #   make install  build and install the package into ./lib
-#   make demo     run inst/demo/demo.R against ./lib
+#   make vignettes  knit the vignettes into inst/doc and install them with the package
+#   make demo     make vignettes, then run inst/demo/demo.R against ./lib
 #   make test     clippy (warnings are errors), the engine's cargo tests, then the testthat suite
 #   make check    R CMD build (knits the vignettes) + R CMD check --as-cran
 #                 --no-manual (offline: no CRAN incoming or URL checks)
@@ -59,8 +60,8 @@ export CARGO_HOME := $(CURDIR)/src/rust/.cargo
 
 LIB_DIR := $(CURDIR)/lib
 APT_PKGS := r-base-dev r-cran-testthat r-cran-roxygen2 r-cran-knitr r-cran-rmarkdown pandoc \
-	r-cran-future r-cran-future.apply r-cran-progressr r-cran-pkgdown chromium
-R_PKGS := testthat roxygen2 knitr rmarkdown future future.apply progressr pkgdown
+	r-cran-future r-cran-future.apply r-cran-progressr r-cran-pkgdown chromium r-cran-mclust
+R_PKGS := testthat roxygen2 knitr rmarkdown future future.apply progressr pkgdown mclust
 CARGO_MANIFEST := src/rust/Cargo.toml
 
 # make bench-cpu settings (see bench/cpu_compare.R).
@@ -76,7 +77,7 @@ SIZES ?=
 ITER_BUDGET ?= $(if $(filter command line,$(origin BUDGET)),$(BUDGET),60)
 ITER_REPS ?= $(if $(filter command line,$(origin REPS)),$(REPS),3)
 
-.PHONY: all deps install demo test fuzz check doc site site-check clean distclean bench-cpu bench-iterative bench-program bench-algorithms bench-ranges bench-solve bench-batch bench-future bench-gpus bench-tensor vendor
+.PHONY: all deps install vignettes demo test fuzz check doc site site-check clean distclean bench-cpu bench-iterative bench-program bench-algorithms bench-ranges bench-solve bench-batch bench-future bench-gpus bench-tensor vendor
 
 all: install
 
@@ -125,7 +126,13 @@ install: deps
 	R CMD INSTALL --no-test-load -l $(LIB_DIR) .
 	R_LIBS=$(LIB_DIR) Rscript -e 'library(rkeops)'
 
-demo: install
+# The vignettes knitted into inst/doc (git-ignored) and installed with the package, so that
+# vignette(package = "rkeops") lists them from a clone (3 to 4 minutes on 2 cores).
+vignettes: install
+	R_LIBS=$(LIB_DIR) Rscript tools/vignettes.R
+	R CMD INSTALL --no-test-load -l $(LIB_DIR) .
+
+demo: vignettes
 	R_LIBS=$(LIB_DIR) Rscript inst/demo/demo.R
 
 # The engine's tests use the release profile of the package's library; its integration tests are

@@ -135,15 +135,15 @@
   format(x)
 }
 
-# Warn once per session (per `key`): for rkeops 2 habits that still run here but may not do what
-# they did there.
+# Warn once per session (per `key`), a warning of class rkeops_warning_compat: for rkeops 2 habits
+# that still run here but may not do what they did there.
 .rkeops_warn_once <- function(key, ...) {
   seen <- .rkeops_env$warned
   if (key %in% seen) {
     return(invisible(FALSE))
   }
   .rkeops_env$warned <- c(seen, key)
-  warning(..., call. = FALSE)
+  rkeops_warn(..., kind = "compat")
   invisible(TRUE)
 }
 
@@ -487,15 +487,4 @@ rkeops_use_float16 <- function() {
 #' @export
 rkeops_use_float64 <- function() {
   set_rkeops_options(precision = "float64")
-}
-
-# Effective number of CPU threads: the option `ncore` if set, else the number
-# of cores (1 when it cannot be detected).
-rkeops_ncore <- function() {
-  ncore <- get_rkeops_options("ncore")
-  if (!is.null(ncore)) {
-    return(as.integer(ncore))
-  }
-  n <- parallel::detectCores()
-  if (is.na(n) || n < 1L) 1L else as.integer(n)
 }

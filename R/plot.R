@@ -52,6 +52,8 @@
 #' @param every Draw the trajectory of every `every`-th landmark (1: all).
 #' @param closed Whether the landmarks are in order along a closed contour (drawn as polygons).
 #' @param col `NULL` (a default palette) or the colours of the clusters or components.
+#' @param legend Where the legend goes (a keyword of [graphics::legend()]: `"topright"`,
+#'   `"bottomleft"`, ...), or `NULL` for none.
 #' @param ... Arguments of [graphics::plot.default()] (title, labels, limits, `asp`).
 #' @return See above: the object, invisibly, or what was computed to draw it (ellipses, links).
 #' @name plot.rkeops
@@ -140,12 +142,14 @@ gmm_ellipse <- function(m, s, r, npoints) {
 
 #' @rdname plot.rkeops
 #' @export
-plot.keops_sinkhorn <- function(x, from, to, a = NULL, b = NULL, links = 1, which = c(1, 2), ...) {
+plot.keops_sinkhorn <- function(x, from, to, a = NULL, b = NULL, links = 1, which = c(1, 2),
+                                legend = "topright", ...) {
   f <- attr(x, "f")
   g <- attr(x, "g")
   settings <- attr(x, "settings")
-  if (!is.numeric(f) || !is.numeric(g) || is.null(settings)) {
-    rkeops_abort("plot(): 'x' must be a loss of keops_sinkhorn(potentials = TRUE) for one pair of clouds",
+  if (!is.numeric(f) || !is.numeric(g) || !is.null(dim(f)) || length(x) != 1L || is.null(settings)) {
+    rkeops_abort("plot(): 'x' must be the loss of one pair of clouds computed with ",
+                 "keops_sinkhorn(potentials = TRUE): the plan is drawn from the potentials",
                  kind = "input", arg = "x")
   }
   absent <- c(from = missing(from), to = missing(to))
@@ -177,6 +181,8 @@ plot.keops_sinkhorn <- function(x, from, to, a = NULL, b = NULL, links = 1, whic
   size <- function(w) 0.25 + 0.45 * sqrt(w / max(w))
   graphics::points(from[, which, drop = FALSE], pch = 19, cex = size(a), col = "#1F77B4")
   graphics::points(to[, which, drop = FALSE], pch = 19, cex = size(b), col = "#D95F02")
+  plot_legend(legend, c("from (x)", "to (y)", "links of the plan"), pch = c(19, 19, NA),
+              col = c("#1F77B4", "#D95F02", "grey30"), lty = c(NA, NA, 1))
   invisible(plan)
 }
 
@@ -223,7 +229,7 @@ plot.keops_landmarks <- function(x, which = c(1, 2), every = 1, closed = TRUE, .
 
 #' @rdname plot.rkeops
 #' @export
-plot.keops_knn <- function(x, data, queries = data, which = c(1, 2), ...) {
+plot.keops_knn <- function(x, data, queries = data, which = c(1, 2), legend = "topright", ...) {
   index <- x$index
   if (missing(data)) {
     rkeops_abort("plot(): 'data' is missing: plot(nn, data, queries), with the x and y of keops_knn()",
@@ -242,6 +248,8 @@ plot.keops_knn <- function(x, data, queries = data, which = c(1, 2), ...) {
   graphics::segments(queries[i, which[1L]], queries[i, which[2L]], data[index, which[1L]], data[index, which[2L]],
                      col = "grey30", lwd = 0.7)
   graphics::points(queries[, which, drop = FALSE], pch = 19, cex = 0.6, col = "#D95F02")
+  plot_legend(legend, c("data (x)", "queries (y)", "to each neighbour"), pch = c(20, 19, NA),
+              col = c("grey55", "#D95F02", "grey30"), lty = c(NA, NA, 1))
   invisible(x)
 }
 
@@ -257,6 +265,17 @@ print.keops_sinkhorn <- function(x, ...) {
   extra <- setdiff(names(attributes(x)), c("class", "names"))
   if (length(extra)) cat("attributes:", paste(extra, collapse = ", "), "\n")
   invisible(x)
+}
+
+# A legend at `where` (a keyword of graphics::legend(): "topright", ...; NULL: none).
+plot_legend <- function(where, labels, pch, col, lty) {
+  if (is.null(where)) return(invisible())
+  places <- c("topright", "topleft", "bottomright", "bottomleft", "top", "bottom", "left", "right", "center")
+  if (!is.character(where) || length(where) != 1L || !where %in% places) {
+    rkeops_abort("plot(): 'legend' must be NULL or one of ", paste0("\"", places, "\"", collapse = ", "),
+                 kind = "input", arg = "legend")
+  }
+  graphics::legend(where, legend = labels, pch = pch, col = col, lty = lty, bg = "white", cex = 0.8)
 }
 
 # `x` as a double matrix of finite values (a data frame converted) with `nrow` rows and `ncol`

@@ -67,11 +67,12 @@
 #' @return The loss, a number (a vector for a batch: one per member), with attributes
 #'   `iterations` and, with `potentials = TRUE`, `f` (of `x`) and `g` (of `y`) (GeomLoss's `f_ba`,
 #'   `g_ab`; with `debias`, also `f_aa`, `g_bb`). For a batch, potentials and gradients are lists
-#'   (list input) or matrices and arrays with a column or slice per member (array input). For one
-#'   pair of clouds with `potentials = TRUE`, the number has class `"keops_sinkhorn"` and attribute
-#'   `settings` (`blur`, `p`, `reach`): `plot(loss, x, y)` draws the strongest links of the transport
-#'   plan ([plot.keops_sinkhorn()]); it prints as the number and the names of its attributes, and
-#'   stays a number (arithmetic, `as.vector()`, `c()`).
+#'   (list input) or matrices and arrays with a column or slice per member (array input). The
+#'   number (or vector) has class `"keops_sinkhorn"` and attribute `settings` (`blur`, `p`,
+#'   `reach`), whatever the arguments: for one pair of clouds with `potentials = TRUE`,
+#'   `plot(loss, x, y)` draws the strongest links of the transport plan ([plot.keops_sinkhorn()]);
+#'   it prints as the number and the names of its attributes, and stays a number (arithmetic,
+#'   `as.vector()`, `c()`).
 #' @export
 #' @examples
 #' set.seed(1)
@@ -117,8 +118,8 @@ keops_sinkhorn <- function(x, y, a = NULL, b = NULL, blur = 0.05, p = 2, scaling
     sinkhorn_solve(pb, eps, kind, p, debias, rho, tol, max_iter, pb$ranges)
   }
   if (!is.null(tol) && sol$iterations == length(kind) - 1L + max_iter && !(sol$err < tol)) {
-    warning(sprintf("keops_sinkhorn(): the marginals' error is above tol = %g after max_iter = %d iterations",
-                    tol, max_iter), call. = FALSE)
+    rkeops_warn(sprintf("keops_sinkhorn(): the marginals' error is above tol = %g after max_iter = %d iterations",
+                        tol, max_iter), kind = "convergence")
   }
   loss <- sinkhorn_loss(pb, sol, rho, blur^p, debias)
   attr(loss, "iterations") <- sol$iterations
@@ -137,12 +138,10 @@ keops_sinkhorn <- function(x, y, a = NULL, b = NULL, blur = 0.05, p = 2, scaling
       attr(loss, "f_aa") <- pb$shape_w(sol$fa, pb$member_x)
       attr(loss, "g_bb") <- pb$shape_w(sol$gb, pb$member_y)
     }
-    if (!pb$batch) {
-      # for plot(): the transport plan from the potentials (R/plot.R)
-      attr(loss, "settings") <- list(blur = blur, p = as.numeric(p), reach = reach)
-      class(loss) <- "keops_sinkhorn"
-    }
   }
+  # (whatever the arguments: plot() says what it needs when the potentials are not there)
+  attr(loss, "settings") <- list(blur = blur, p = as.numeric(p), reach = reach)
+  class(loss) <- "keops_sinkhorn"
   loss
 }
 

@@ -35,7 +35,7 @@ rkeops_sitrep <- function() {
     gpus = gpus,
     libraries = loaded_libraries(c("libnvrtc", "libcuda")),
     cache = list(dir = cache_dir, files = length(cache_files), bytes = sum(file.size(cache_files), na.rm = TRUE)),
-    tensor_cores = !identical(tolower(Sys.getenv("RKEOPS_GPU_TENSOR")), "off")
+    tensor_cores = rust_result(.Call(wrap__engine_tuning))$tensor_cores
   ), class = "rkeops_sitrep")
 }
 

@@ -103,8 +103,17 @@ test_that("plot() of keops_sinkhorn draws the plan's strongest links: those of t
   expect_equal(as.vector(s * 2 + 1), 2 * as.vector(s) + 1)
   expect_identical(c(s), as.vector(s))
   expect_output(print(s), "attributes: iterations, f, g, f_aa, g_bb, settings")
-  expect_false(inherits(keops_sinkhorn(x, y, blur = 0.5), "keops_sinkhorn"))
-  expect_false(inherits(keops_sinkhorn(list(x), list(y), blur = 0.5, potentials = TRUE), "keops_sinkhorn"))
+  # the class whatever the arguments; the plot says what it needs
+  plain <- keops_sinkhorn(x, y, blur = 0.5)
+  expect_s3_class(plain, "keops_sinkhorn")
+  expect_plot_error(plot(plain, x, y), "x", "potentials = TRUE")
+  batch <- keops_sinkhorn(list(x, x), list(y, y), blur = 0.5, potentials = TRUE)
+  expect_s3_class(batch, "keops_sinkhorn")
+  expect_length(batch, 2L)
+  expect_plot_error(plot(batch, x, y), "x", "one pair of clouds")
+  # the legend: anywhere graphics::legend() puts it, or none
+  expect_identical(drawn(plot(s, x, y, a, b, legend = NULL))$value, drawn(plot(s, x, y, a, b))$value)
+  expect_plot_error(plot(s, x, y, a, b, legend = "nowhere"), "legend")
   # more links than points of y: all of them
   expect_equal(nrow(drawn(plot(s, x, y, a, b, links = 40))$value), 23L * 17L)
   expect_plot_error(plot(s, x), "to", "is missing")
@@ -151,4 +160,7 @@ test_that("keops_knn() results keep working as lists; plot() draws the links to 
   expect_plot_error(plot(nn, x[1:5, ], y), "data", "rows")
   expect_plot_error(plot(nn, x, y[-1, ]), "queries", "9 rows and 2 columns")
   expect_plot_error(plot(nn, x, y, which = c(2, 3)), "which")
+  expect_identical(drawn(plot(nn, x, y, legend = "bottomleft"))$value, nn)
+  expect_identical(drawn(plot(nn, x, y, legend = NULL))$value, nn)
+  expect_plot_error(plot(nn, x, y, legend = 3), "legend")
 })

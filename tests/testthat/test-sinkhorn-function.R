@@ -38,7 +38,8 @@ test_that("keops_sinkhorn() gives the Sinkhorn divergence and the entropic cost 
   far <- keops_sinkhorn(d$x, d$y, d$a, d$b, blur = 0.1, reach = 1e3, tol = NULL)
   near <- keops_sinkhorn(d$x, d$y, d$a, d$b, blur = 0.1, tol = NULL)
   expect_equal(as.vector(far), as.vector(near), tolerance = 1e-3)
-  expect_warning(keops_sinkhorn(d$x, d$y, blur = 0.01, tol = 1e-12, max_iter = 2), "max_iter = 2")
+  expect_warning(keops_sinkhorn(d$x, d$y, blur = 0.01, tol = 1e-12, max_iter = 2), "max_iter = 2",
+                 class = "rkeops_warning_convergence")
 })
 
 test_that("keops_sinkhorn() refuses bad input, naming the argument", {

@@ -86,3 +86,17 @@ test_that("the functions masked at attach are those the LazyTensor syntax needs,
   expect_identical(capture.output(a <- rkeops::step(fit, trace = 0)), capture.output(b <- stats::step(fit, trace = 0)))
   expect_identical(coef(a), coef(b))
 })
+
+test_that("rkeops_sitrep() reports the tensor cores as the engine reads RKEOPS_GPU_TENSOR (any case)", {
+  old <- Sys.getenv("RKEOPS_GPU_TENSOR", unset = NA)
+  on.exit(if (is.na(old)) Sys.unsetenv("RKEOPS_GPU_TENSOR") else Sys.setenv(RKEOPS_GPU_TENSOR = old))
+  for (value in c("OFF", "off", "Off")) {
+    Sys.setenv(RKEOPS_GPU_TENSOR = value)
+    expect_false(rkeops_sitrep()$tensor_cores, label = value)
+    expect_false(rkeops:::rust_result(.Call(rkeops:::wrap__engine_tuning))$tensor_cores, label = value)
+  }
+  Sys.setenv(RKEOPS_GPU_TENSOR = "on")
+  expect_true(rkeops_sitrep()$tensor_cores)
+  Sys.unsetenv("RKEOPS_GPU_TENSOR")
+  expect_true(rkeops_sitrep()$tensor_cores)
+})

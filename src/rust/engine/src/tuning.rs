@@ -69,7 +69,7 @@ impl Default for Tuning {
 
 impl Tuning {
     /// The defaults, overridden by the environment variables that are set (values not understood
-    /// are ignored, as before this struct existed).
+    /// are ignored, as before this struct existed; `off` in any case).
     pub fn from_env() -> Tuning {
         Tuning::from_vars(|name| std::env::var(name).ok())
     }
@@ -96,7 +96,7 @@ impl Tuning {
                 "wide" => Some(RangedOverride::Wide),
                 _ => None,
             },
-            tensor_cores: var("RKEOPS_GPU_TENSOR") != "off",
+            tensor_cores: !var("RKEOPS_GPU_TENSOR").eq_ignore_ascii_case("off"),
             unroll: var("RKEOPS_GPU_UNROLL").parse().unwrap_or(default.unroll),
             force_1d: var("RKEOPS_GPU_SCHEME").eq_ignore_ascii_case("1d"),
             replay: var("RKEOPS_GPU_REPLAY") != "0",

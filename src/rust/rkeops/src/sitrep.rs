@@ -10,6 +10,23 @@ fn engine_version() -> String {
     engine::VERSION.to_string()
 }
 
+/// The engine's tuning as the environment sets it now (`engine::tuning::Tuning::from_env`):
+/// `list(tensor_cores, cpu_isa, gpu_scheme_1d, replay)`, so that `rkeops_sitrep()` says what the
+/// engine will do rather than reading the variables again itself.
+#[extendr]
+fn engine_tuning() -> Robj {
+    guarded(|| -> Fallible {
+        let t = engine::tuning::Tuning::from_env();
+        let values = [
+            Robj::from(t.tensor_cores),
+            Robj::from(format!("{:?}", t.cpu_isa).to_lowercase()),
+            Robj::from(t.force_1d),
+            Robj::from(t.replay),
+        ];
+        Ok(List::from_names_and_values(["tensor_cores", "cpu_isa", "gpu_scheme_1d", "replay"], values)?.into())
+    })
+}
+
 /// Device `device`'s details as `list(available, message)` when it cannot be used, else
 /// `list(available = TRUE, name, compute_capability, multiprocessors, memory_total, memory_free,
 /// nvrtc)` (memory in bytes, as doubles; versions as "major.minor").
@@ -48,5 +65,6 @@ fn gpu_details(device: i32) -> Robj {
 extendr_module! {
     mod sitrep;
     fn engine_version;
+    fn engine_tuning;
     fn gpu_details;
 }

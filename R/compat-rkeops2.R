@@ -1,5 +1,6 @@
-# Set-up functions of rkeops 2 that have a meaning here: the cache directory of compiled GPU
-# kernels, a check that the engine computes correctly, and install_rkeops() (nothing to install).
+# rkeops 2's leftovers: its set-up functions that have a meaning here (the cache directory of
+# compiled GPU kernels, a check that the engine computes correctly, and install_rkeops(): nothing to
+# install).
 #
 # The cache directory is the environment variable RKEOPS_CACHE_DIR when it is set, else
 # tools::R_user_dir("rkeops", "cache") (rkeops_cache_dir()). set_rkeops_cache_dir() sets that
@@ -8,8 +9,8 @@
 # computation on a GPU.
 
 # The value of RKEOPS_CACHE_DIR before this session's first set_rkeops_cache_dir(), so that
-# set_rkeops_cache_dir(NULL) and set_rkeops_options() can put it back (NA: it was not set).
-.rkeops_env$cache_dir_before <- NULL
+# set_rkeops_cache_dir(NULL) and set_rkeops_options() can put it back (NA: it was not set), in
+# .rkeops_env$cache_dir_before (R/options.R; NULL until then).
 
 # Validate a cache directory: NULL (the default one) or a path; return NULL or the expanded path.
 .rkeops_check_cache_dir <- function(value) {
