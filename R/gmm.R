@@ -14,25 +14,57 @@
 #' `iter.max = n` runs n EM iterations from `init`, as `mclust::em(..., control = emControl(itmax =
 #' n))` counts them, to the same parameters and log-likelihood.
 #'
-#' Costs: two reductions over N x G pairs of dimension D per iteration (for `"VVV"`, formulas of D^2
-#' terms), two more for the returned log-likelihood and classification; memory O(N + G D^2) beyond `x`
-#' (the N x G responsibilities are never stored).
+#' **Accuracy.** The fit runs on the standardised data: each column centred on its mean and divided
+#' by its standard deviation, in float64 in R, once. Both models are unchanged by such a map of each
+#' coordinate (a diagonal covariance stays diagonal), so the maximum-likelihood fit maps back
+#' exactly: the means, (co)variances, log-likelihood (minus `N * sum(log(sd))`, the Jacobian) and
+#' BIC are returned for `x` as given, and [predict()][predict.keops_gmm] standardises `newdata` the
+#' same way. In float32 (the default precision) data far from the origin (GPS coordinates, times in
+#' seconds since 1970) are then fitted as well as data around it, and columns of different units
+#' each keep float32's relative precision. Each M-step takes the (co)variances from the deviations
+#' to the previous iteration's means (`E[(x - m)^2] - (E[x] - m)^2`, one pass over the pairs: the
+#' correction is tiny once the means settle), not from `E[x^2] - E[x]^2`, which cancels in float32
+#' for tight components.
 #'
-#' @param x A numeric matrix (or data frame) of N points, one per row.
-#' @param G The number of components.
+#' **Degenerate data.** A variance (an eigenvalue of a covariance, for `"VVV"`) below `1e-10` times
+#' its column's variance (times 1 for a constant column) is raised to that floor: a constant
+#' column, a component holding identical points, or one component per point (`G = N`) then give a
+#' finite fit, whose log-likelihood the floor bounds (it would grow without bound), with a warning
+#' of class `rkeops_warning_degenerate` naming the components. mclust returns `NULL` there. A
+#' component that holds no point gets weight 0, with the same warning.
+#'
+#' **Start and choice of G.** Without `init`, EM starts from the clusters of [keops_kmeans()] run
+#' `nstart` times (k-means++ seeds, R's random numbers: reproducible with `set.seed()`) on the
+#' standardised data, the clustering of least within-cluster sum of squares kept; each component's
+#' weight, mean and (co)variances those of a cluster. With `G` a vector, a mixture is fitted for
+#' each value and the one of largest BIC (mclust's sign) is returned, the BIC of each in `BIC`; fits
+#' at the variance floor have `NA` there (as mclust's) and are kept only when all are.
+#'
+#' Costs: two reductions over N x G pairs of dimension D per iteration (for `"VVV"`, formulas of D^2
+#' terms), two more for the returned log-likelihood and classification, and `nstart` K-means fits
+#' (of at most 10 iterations); memory O(N + G D^2) beyond `x` (the N x G responsibilities are never
+#' stored).
+#'
+#' @param x A numeric matrix (or data frame, or vector: one column) of N points, one per row.
+#' @param G The number of components, or several (e.g. `1:9`): the fit of largest BIC is returned.
 #' @param model `"VVI"` (diagonal covariances) or `"VVV"` (full covariances).
 #' @param iter.max The most EM iterations.
 #' @param tol The tolerance on the relative change of the log-likelihood (0: run `iter.max`).
-#' @param init `NULL` (start from [keops_kmeans()]'s clusters, seeded by k-means++ with R's random
-#'   numbers: each component's weight, mean and (co)variances those of a cluster), or parameters laid
-#'   out as mclust's: a list of `pro` (G weights), `mean` (D x G) and `variance`, with `sigma` (D x D
-#'   x G covariance matrices, of which the diagonals are used) or mclust's VVI `scale` and `shape`.
+#' @param init `NULL` (start from [keops_kmeans()]'s clusters), or, with one `G`, parameters laid
+#'   out as mclust's, for `x` as given: a list of `pro` (G weights), `mean` (D x G) and `variance`,
+#'   with `sigma` (D x D x G covariance matrices, positive definite, of which the diagonals are used
+#'   for `"VVI"`) or mclust's VVI `scale` and `shape`.
+#' @param nstart How many k-means++ seedings of the K-means start (without `init`).
 #' @return An object of class `"keops_gmm"`: `parameters` (`pro`, `mean` D x G, `variance` with
 #'   `modelName`, `d`, `G`, `sigma` D x D x G, and for `"VVI"` `scale` and `shape`, as mclust lays
-#'   them out), `loglik`
-#'   (of the returned parameters), `loglik_trace` (of the parameters before each iteration, then of
-#'   the returned ones), `bic` (`2 loglik - npar log N`, mclust's sign), `classification` (the most
-#'   likely component of each point), `iterations`, `n`, `d`, `G`, `modelName`.
+#'   them out), `loglik` (of the returned parameters), `loglik_trace` (of the parameters before each
+#'   iteration, then of the returned ones), `df` (the number of free parameters, mclust's
+#'   `nMclustParams()`), `bic` (`2 loglik - df log N`, mclust's sign: larger is better; [stats::BIC()]
+#'   of the fit is `-bic`), `BIC` (the `bic` of each value of `G`, named by it), `classification` (the
+#'   most likely component of each point), `iterations`, `n`, `d`, `G`, `modelName`, `degenerate`
+#'   (whether a variance is at the floor or a weight 0), `scaling` (the `center` and `scale` of the
+#'   standardisation). Methods: `print()`, `summary()`, `predict()`, `plot()`, `logLik()` (hence
+#'   `AIC()` and `BIC()`), `nobs()`.
 #' @seealso `vignette("gmm")`, which builds the program.
 #' @export
 #' @examples
@@ -42,57 +74,97 @@
 #' fit$parameters$pro
 #' table(fit$classification)
 #' predict(fit, rbind(c(0, 0), c(4, 4)))$classification
-keops_gmm <- function(x, G, model = "VVI", iter.max = 100, tol = 1e-6, init = NULL) {
+#' # the number of components by BIC
+#' best <- keops_gmm(x, 1:4)
+#' best$G
+#' best$BIC
+keops_gmm <- function(x, G, model = "VVI", iter.max = 100, tol = 1e-6, init = NULL, nstart = 10) {
   fun <- "keops_gmm"
-  if (is.data.frame(x)) x <- as.matrix(x)
-  if (!is.matrix(x) || !is.numeric(x) || nrow(x) < 2L || ncol(x) < 1L ||
-      (!is.finite(sum(x)) && !all(is.finite(x)))) {
-    rkeops_abort(arg_label("x", fun), " must be a numeric matrix of finite values with at least 2 rows, one point ",
-                 "per row", kind = "input", arg = "x")
+  x <- check_points(x, "x", fun, min_rows = 2L)
+  if (!is.numeric(G) || length(G) < 1L || anyNA(G) || anyDuplicated(G)) {
+    rkeops_abort(arg_label("G", fun), " must be a whole number >= 1, or several different ones",
+                 kind = "input", arg = "G")
   }
-  storage.mode(x) <- "double"
-  G <- check_whole(G, "G", fun, min = 1, max = nrow(x))
+  G <- vapply(G, check_whole, 1L, arg = "G", fun = fun, min = 1, max = nrow(x))
   if (!is.character(model) || length(model) != 1L || !model %in% c("VVI", "VVV")) {
     rkeops_abort(arg_label("model", fun), " must be \"VVI\" (diagonal covariances) or \"VVV\" (full ones)",
                  kind = "input", arg = "model")
   }
   iter.max <- check_whole(iter.max, "iter.max", fun, min = 1)
   check_number(tol, "tol", fun, sign = "non-negative")
-  full <- model == "VVV"
-  start <- if (is.null(init)) gmm_from_kmeans(x, G, full) else gmm_init(init, ncol(x), G, full)
-  if (full) return(gmm_vvv(x, start, iter.max, tol))
-  d <- ncol(x)
-  c0 <- d / 2 * log(2 * pi)
-  # On a GPU the points go there once for the program and the last E-step's two reductions.
-  points <- if (gpu_in_use()) keops_device(x) else x
-  if (inherits(points, "keops_device_matrix")) on.exit(keops_device_free(points), add = TRUE)   # not left to gc
-  input <- list(x = points, n = nrow(x), c0 = c0, mu = start$mu, is2 = 1 / start$var,
-                cst = matrix(gmm_vvi_constant(start$pro, start$var)), ll = 0)
-  res <- gmm_program(d, iter.max, tol)(input)
-  final <- gmm_estep(points, res$mu, res$is2, res$cst)
-  pro <- exp(as.vector(res$cst) + 0.5 * rowSums(log(1 / res$is2)) + c0)
-  var <- 1 / res$is2
-  npar <- (G - 1) + 2 * G * d
-  structure(list(parameters = gmm_parameters(pro, res$mu, var), loglik = final$loglik,
-                 loglik_trace = c(attr(res, "trace")$ll[, 1], final$loglik),
-                 bic = 2 * final$loglik - npar * log(nrow(x)), classification = final$classification,
-                 iterations = attr(res, "iterations"), n = nrow(x), d = d, G = G, modelName = "VVI"),
-            class = "keops_gmm")
+  nstart <- check_whole(nstart, "nstart", fun, min = 1)
+  if (!is.null(init) && length(G) > 1L) {
+    rkeops_abort(arg_label("init", fun), " must be NULL when 'G' has several values", kind = "input", arg = "init")
+  }
+  scaling <- gmm_scaling(x)
+  z <- gmm_standardise(x, scaling)
+  fits <- lapply(G, function(g) {
+    start <- if (is.null(init)) gmm_from_kmeans(z, g, model == "VVV", nstart) else
+      gmm_standardise_parameters(gmm_init(init, ncol(x), g, model == "VVV"), scaling)
+    fit <- if (model == "VVV") gmm_vvv(z, start, iter.max, tol, scaling) else gmm_vvi(z, start, iter.max, tol, scaling)
+    new_keops_gmm(fit, scaling, model)
+  })
+  bic <- vapply(fits, function(f) if (f$degenerate) NA_real_ else f$bic, 0)
+  best <- if (all(is.na(bic))) which.max(vapply(fits, function(f) f$bic, 0)) else which.max(bic)
+  fit <- fits[[best]]
+  fit$BIC <- stats::setNames(bic, G)
+  if (fit$degenerate) gmm_warn_degenerate(fit)
+  fit
 }
 
-# Each component's log-density constant for weights `pro` and variances `var` (G x D):
-# log(pro) - log(det(2 pi diag(var))) / 2 (the program's `cst` map computes it in the engine).
-gmm_vvi_constant <- function(pro, var) log(pro) - 0.5 * rowSums(log(var)) - ncol(var) / 2 * log(2 * pi)
+# The standardisation of the columns of `x`: each centred on its mean and divided by its standard
+# deviation (1 for a constant column: it stays 0, and its variances are then at the floor).
+gmm_scaling <- function(x) {
+  center <- colMeans(x)
+  scale <- sqrt(colSums((x - rep(center, each = nrow(x)))^2) / (nrow(x) - 1))
+  scale[!(scale > 0)] <- 1
+  list(center = unname(center), scale = unname(scale))
+}
 
-# The component parameters as mclust lays them out (VVI): pro, mean D x G, variance.
-gmm_parameters <- function(pro, mu, var) {
-  G <- nrow(mu)
-  d <- ncol(mu)
-  scale <- exp(rowMeans(log(var)))
-  sigma <- array(0, c(d, d, G))
-  for (g in seq_len(G)) sigma[, , g] <- diag(var[g, ], d)
-  list(pro = pro, mean = t(mu),
-       variance = list(modelName = "VVI", d = d, G = G, sigma = sigma, scale = scale, shape = t(var / scale)))
+# The points of `x` (N x D) in the standardised coordinates of `scaling`, in float64.
+gmm_standardise <- function(x, scaling) {
+  (x - rep(scaling$center, each = nrow(x))) / rep(scaling$scale, each = nrow(x))
+}
+
+# Parameters (pro, mu G x D, var G x D, and sigma D x D x G) of the data as given, in the
+# standardised coordinates of `scaling`.
+gmm_standardise_parameters <- function(p, scaling) {
+  s <- scaling$scale
+  p$mu <- (p$mu - rep(scaling$center, each = nrow(p$mu))) / rep(s, each = nrow(p$mu))
+  if (!is.null(p$var)) p$var <- p$var / rep(s^2, each = nrow(p$var))
+  if (!is.null(p$sigma)) p$sigma <- p$sigma / as.vector(outer(s, s))
+  p
+}
+
+# The least variance of a component along a standardised column (about 1e-10; exp(-23) is how the
+# engine's formulas write it).
+gmm_variance_floor <- exp(-23)
+
+# EM with diagonal covariances (model VVI) on the standardised points `z` from `start` (pro, mu G x
+# D, var G x D): one program. The constants include the Jacobian of the standardisation, so that
+# the log-likelihood (and the stopping rule) is that of the data as given.
+gmm_vvi <- function(z, start, iter.max, tol, scaling) {
+  d <- ncol(z)
+  shift <- sum(log(scaling$scale))
+  c0 <- d / 2 * log(2 * pi) + shift
+  # On a GPU the points go there once for the program and the last E-step's two reductions.
+  points <- if (gpu_in_use()) keops_device(z) else z
+  if (inherits(points, "keops_device_matrix")) on.exit(keops_device_free(points), add = TRUE)   # not left to gc
+  input <- list(x = points, n = nrow(z), c0 = c0, mu = start$mu, is2 = 1 / start$var,
+                cst = matrix(gmm_vvi_constant(start$pro, start$var, shift)), ll = 0)
+  res <- gmm_program(d, iter.max, tol)(input)
+  final <- gmm_estep(points, res$mu, res$is2, res$cst)
+  var <- 1 / res$is2
+  list(pro = exp(as.vector(res$cst) + 0.5 * rowSums(log(var)) + c0), mu = res$mu, var = var,
+       loglik = final$loglik, loglik_trace = c(attr(res, "trace")$ll[, 1], final$loglik),
+       classification = final$classification, iterations = attr(res, "iterations"), n = nrow(z))
+}
+
+# Each component's log-density constant for weights `pro` and standardised variances `var` (G x D):
+# log(pro) - log(det(2 pi diag(var))) / 2 - `shift` (the log-Jacobian of the standardisation; the
+# program's `cst` map computes the same in the engine).
+gmm_vvi_constant <- function(pro, var, shift = 0) {
+  log(pro) - 0.5 * rowSums(log(var)) - ncol(var) / 2 * log(2 * pi) - shift
 }
 
 # The diagonals of the G covariance matrices of `sigma` (D x D x G), as a G x D matrix.
@@ -129,25 +201,37 @@ gmm_init <- function(init, d, G, full = FALSE) {
   if (full) {
     if (is.null(v$sigma) || length(v$sigma) != d * d * G) bad("$variance must hold sigma (D x D x G) for \"VVV\"")
     start$sigma <- array(as.numeric(v$sigma), c(d, d, G))
+    for (g in seq_len(G)) {
+      if (is.null(tryCatch(chol(start$sigma[, , g]), error = function(e) NULL))) {
+        bad(sprintf("$variance$sigma[, , %d] must be a positive definite matrix: it is singular or not symmetric", g))
+      }
+    }
   }
   start
 }
 
-# Starting parameters from keops_kmeans()'s clusters: each component a cluster's share, mean and
-# variances (at least a thousandth of the data's, so that a cluster of one point has a density).
-gmm_from_kmeans <- function(x, G, full = FALSE) {
-  km <- suppressWarnings(keops_kmeans(x, G))
-  floor <- pmax(apply(x, 2, stats::var) / 1000, .Machine$double.eps)
-  sums <- rowsum(x^2, factor(km$cluster, seq_len(G)))
-  size <- pmax(km$size, 1)
-  var <- sweep(pmax(sums / size - km$centers^2, 0), 2, floor, pmax)
-  start <- list(pro = size / sum(size), mu = unname(km$centers), var = unname(var))
+# Starting parameters from keops_kmeans()'s clusters of the standardised points `z` (the best of
+# `nstart` seedings): each component a cluster's share, mean and (co)variances, these from the
+# deviations to its mean and at least a thousandth of the column's variance (1), so that a
+# cluster of one point has a density.
+gmm_from_kmeans <- function(z, G, full = FALSE, nstart = 1L) {
+  km <- tryCatch(suppressWarnings(keops_kmeans(z, G, nstart = nstart)), rkeops_error_input = function(e) {
+    rkeops_abort("keops_gmm(): 'G' (", G, ") must be at most the number of distinct points of 'x'",
+                 kind = "input", arg = "G")
+  })
+  d <- ncol(z)
+  cluster <- factor(km$cluster, seq_len(G))
+  size <- pmax(tabulate(km$cluster, G), 1)
+  mu <- rowsum(z, cluster, reorder = TRUE) / size        # float64 means of the float32 fit's clusters
+  mu[tabulate(km$cluster, G) == 0, ] <- km$centers[tabulate(km$cluster, G) == 0, ]
+  r <- z - mu[km$cluster, , drop = FALSE]
+  var <- pmax(rowsum(r^2, cluster, reorder = TRUE) / size, 1e-3)
+  start <- list(pro = size / sum(size), mu = unname(mu), var = unname(matrix(var, G, d)))
   if (full) {
-    d <- ncol(x)
     start$sigma <- array(0, c(d, d, G))
     for (g in seq_len(G)) {
-      r <- sweep(x[km$cluster == g, , drop = FALSE], 2, km$centers[g, ])
-      start$sigma[, , g] <- crossprod(r) / size[g] + diag(floor, d)
+      rg <- r[km$cluster == g, , drop = FALSE]
+      start$sigma[, , g] <- crossprod(rg) / size[g] + diag(1e-3, d)
     }
   }
   start
@@ -160,162 +244,118 @@ gmm_estep <- function(x, mu, is2, cst) {
   list(loglik = sum(ops$lse(inputs)), classification = as.integer(ops$best(inputs)))
 }
 
-# The operators of EM in dimension `d` (made once per dimension).
+# The operators of EM in dimension `d` (made once per dimension). The M-step sums the responsibility,
+# the deviations x - mu to the current means and their squares: the new mean is mu plus the mean
+# deviation m, the new variance the mean squared deviation minus m^2 (floored), which does not
+# cancel as E[x^2] - E[x]^2 does. A component with no responsibility left (its sum underflows to 0)
+# keeps its mean and gets the floor and weight 0 (log 0 = -Inf: no term), not 0 / 0.
 gmm_operators <- function(d) {
-  key <- as.character(d)
-  if (is.null(gmm_cache$operators[[key]])) {
+  memoised(gmm_cache, c("VVI", d), function() {
     terms <- "cst - 0.5 * WeightedSqDist(is2, x, mu)"            # log of component j's term at x_i
     vars <- c("cst = Vj(1)", sprintf(c("is2 = Vj(%d)", "x = Vi(%d)", "mu = Vj(%d)"), d))
     stats <- sprintf("stats = Vj(%d)", 1 + 2 * d)
-    gmm_cache$operators[[key]] <- list(
+    size <- "(Elem(stats, 0) + Exp(-IntCst(69)))"                 # the sum of responsibilities, >= 1e-30
+    mean_dev <- sprintf("Extract(stats, 1, %d) / %s", d, size)
+    floor <- "Exp(-IntCst(23))"                                    # gmm_variance_floor
+    list(
       llold = keops_map("ll", "ll = Vi(1)"),
       lse = keops_kernel(sprintf("LogSumExp_Reduction(%s, 0)", terms), vars),
       ll = keops_kernel("Sum_Reduction(lse, 1)", "lse = Vi(1)"),
       delta = keops_map("Abs(ll - llold) / (IntCst(1) + Abs(ll))", c("ll = Vi(1)", "llold = Vi(1)")),
-      # each component's total responsibility, sums of x and of x^2 in one reduction over i
-      stats = keops_kernel(sprintf("Sum_Reduction(Exp(%s - lse) * Concat(IntCst(1), Concat(x, Square(x))), 1)",
-                                   terms), c(vars, "lse = Vi(1)")),
-      mu = keops_map(sprintf("Extract(stats, 1, %d) / Elem(stats, 0)", d), stats),
-      is2 = keops_map(sprintf("Inv(Extract(stats, %d, %d) / Elem(stats, 0) - Square(mu))", d + 1, d),
-                      c(stats, sprintf("mu = Vj(%d)", d))),
+      # each component's total responsibility, sums of x - mu and of (x - mu)^2 in one reduction over i
+      stats = keops_kernel(sprintf(paste0("Sum_Reduction(Exp(%s - lse) * ",
+                                          "Concat(IntCst(1), Concat(x - mu, Square(x - mu))), 1)"), terms),
+                           c(vars, "lse = Vi(1)")),
+      mu = keops_map(sprintf("mu + %s", mean_dev), c(stats, sprintf("mu = Vj(%d)", d))),
+      is2 = keops_map(sprintf("Inv(%s + ReLU(Extract(stats, %d, %d) / %s - Square(%s) - %s))", floor, d + 1, d, size,
+                              mean_dev, floor), stats),
       cst = keops_map("Log(Elem(stats, 0) / n) + 0.5 * Sum(Log(is2)) - c0",
                       c(stats, sprintf("is2 = Vj(%d)", d), "n = Pm(1)", "c0 = Pm(1)")),
       best = keops_kernel(sprintf("ArgMax_Reduction(%s, 0)", terms), vars))
-  }
-  gmm_cache$operators[[key]]
+  })
 }
 
 # The program of EM in dimension `d`: E-step (log-sum-exp, log-likelihood, its relative change:
 # the stopping rule), M-step (the sums, then the means, inverse variances and constants).
 gmm_program <- function(d, iter.max, tol) {
-  key <- paste(d, iter.max, tol)
-  if (is.null(gmm_cache$programs[[key]])) {
+  memoised(gmm_cache, c("program", d, iter.max, tol), function() {
     ops <- gmm_operators(d)
-    gmm_cache$programs[[key]] <- keops_program(ops[c("llold", "lse", "ll", "delta", "stats", "mu", "is2", "cst")],
-                                               iterations = iter.max, until = "delta", tol = tol, trace = "ll",
-                                               output = c("mu", "is2", "cst"))
-  }
-  gmm_cache$programs[[key]]
+    keops_program(ops[c("llold", "lse", "ll", "delta", "stats", "mu", "is2", "cst")], iterations = iter.max,
+                  until = "delta", tol = tol, trace = "ll", output = c("mu", "is2", "cst"))
+  })
 }
 
 gmm_cache <- new.env(parent = emptyenv())
 
-#' @export
-print.keops_gmm <- function(x, ...) {
-  cat(sprintf("Gaussian mixture (keops_gmm, model %s): %d components in D = %d, N = %d\n", x$modelName, x$G,
-              x$d, x$n))
-  cat(sprintf("  EM: %d iterations; log-likelihood %.6g, BIC %.6g\n", x$iterations, x$loglik, x$bic))
-  cat("  weights:", format(x$parameters$pro, digits = 3), "\n")
-  invisible(x)
-}
-
-#' Classification and density of new points by a Gaussian mixture
-#'
-#' @param object A mixture fitted by [keops_gmm()].
-#' @param newdata A numeric matrix (or data frame) of points, with the columns of the data.
-#' @param z Whether to return the N x G matrix of the components' responsibilities.
-#' @param ... Not used.
-#' @return A list: `classification` (the most likely component of each row), `logdensity` (the
-#'   mixture's log-density at each row) and, with `z = TRUE`, `z`.
-#' @export
-predict.keops_gmm <- function(object, newdata, z = FALSE, ...) {
-  if (is.data.frame(newdata)) newdata <- as.matrix(newdata)
-  d <- object$d
-  if (!is.matrix(newdata) || !is.numeric(newdata) || ncol(newdata) != d || !all(is.finite(newdata))) {
-    rkeops_abort("predict(): 'newdata' must be a numeric matrix of finite values with ", d, " columns",
-                 kind = "input", arg = "newdata")
-  }
-  storage.mode(newdata) <- "double"
-  p <- object$parameters
-  mu <- t(p$mean)
-  if (object$modelName == "VVV") {
-    ops <- gmm_vvv_operators(d)
-    inputs <- gmm_vvv_inputs(newdata, list(pro = p$pro, mu = mu, sigma = p$variance$sigma))
-  } else {
-    var <- sigma_diagonals(p$variance$sigma, d, object$G)
-    ops <- gmm_operators(d)
-    inputs <- list(matrix(gmm_vvi_constant(p$pro, var)), 1 / var, newdata, mu)
-  }
-  logdensity <- as.vector(ops$lse(inputs))
-  out <- list(classification = as.integer(ops$best(inputs)), logdensity = logdensity)
-  if (isTRUE(z)) {
-    # each component's log-term, dense (the N x G matrix asked for): from the constant and precision
-    cst <- inputs[[1L]]
-    terms <- vapply(seq_len(object$G), function(g) {
-      r <- t(newdata) - mu[g, ]
-      prec <- if (object$modelName == "VVV") matrix(inputs[[2L]][g, ], d, d) else diag(inputs[[2L]][g, ], d)
-      cst[g] - 0.5 * colSums(r * (prec %*% r))
-    }, numeric(nrow(newdata)))
-    out$z <- exp(matrix(terms, nrow(newdata)) - logdensity)
-  }
-  out
-}
-
-# EM with full covariances (model VVV) from `start` (pro, mu G x D, sigma D x D x G): per iteration,
-# the E-step's log-sum-exp and the M-step's sums (weights, sums of x and of x x^T) as two reductions,
-# the covariances inverted in R. The same counts and stopping rule as the VVI program.
-gmm_vvv <- function(x, start, iter.max, tol) {
-  d <- ncol(x)
+# EM with full covariances (model VVV) on the standardised points `z` from `start` (pro, mu G x D,
+# sigma D x D x G): per iteration, the E-step's log-sum-exp and the M-step's sums (weights, sums of
+# the deviations x - mu to the current means and of their outer products) as two reductions, the
+# covariances (eigenvalues floored) inverted in R. The same counts and stopping rule as the VVI
+# program.
+gmm_vvv <- function(z, start, iter.max, tol, scaling) {
+  d <- ncol(z)
   G <- length(start$pro)
+  shift <- sum(log(scaling$scale))
   ops <- gmm_vvv_operators(d)
   theta <- list(pro = start$pro, mu = start$mu, sigma = start$sigma)
   trace <- numeric(0)
   for (t in seq_len(iter.max)) {
-    inputs <- gmm_vvv_inputs(x, theta)
+    inputs <- gmm_vvv_inputs(z, theta, shift)
     lse <- ops$lse(inputs)
     trace[t] <- sum(lse)
     stats <- ops$stats(c(inputs, list(lse)))
     size <- stats[, 1L]
-    mu <- stats[, 1L + seq_len(d), drop = FALSE] / size
+    m <- stats[, 1L + seq_len(d), drop = FALSE] / pmax(size, 1e-30)      # mean deviation (0 for no points)
     sigma <- array(0, c(d, d, G))
     for (g in seq_len(G)) {
-      sigma[, , g] <- matrix(stats[g, 1L + d + seq_len(d * d)], d, d) / size[g] - tcrossprod(mu[g, ])
+      s2 <- matrix(stats[g, 1L + d + seq_len(d * d)], d, d) / max(size[g], 1e-30) - tcrossprod(m[g, ])
+      sigma[, , g] <- gmm_floor_covariance((s2 + t(s2)) / 2)
     }
-    theta <- list(pro = size / nrow(x), mu = mu, sigma = sigma)
+    theta <- list(pro = size / nrow(z), mu = theta$mu + m, sigma = sigma)
     if (t > 1L && abs(trace[t] - trace[t - 1L]) / (1 + abs(trace[t])) < tol) break
   }
-  inputs <- gmm_vvv_inputs(x, theta)
+  inputs <- gmm_vvv_inputs(z, theta, shift)
   loglik <- sum(ops$lse(inputs))
-  npar <- (G - 1) + G * d + G * d * (d + 1) / 2
-  structure(list(parameters = list(pro = theta$pro, mean = t(theta$mu),
-                                   variance = list(modelName = "VVV", d = d, G = G, sigma = theta$sigma)),
-                 loglik = loglik, loglik_trace = c(trace, loglik), bic = 2 * loglik - npar * log(nrow(x)),
-                 classification = as.integer(ops$best(inputs)), iterations = length(trace), n = nrow(x), d = d,
-                 G = G, modelName = "VVV"),
-            class = "keops_gmm")
+  list(pro = theta$pro, mu = theta$mu, sigma = theta$sigma, loglik = loglik, loglik_trace = c(trace, loglik),
+       classification = as.integer(ops$best(inputs)), iterations = length(trace), n = nrow(z))
+}
+
+# A covariance matrix whose eigenvalues below the floor are raised to it (unchanged otherwise).
+gmm_floor_covariance <- function(s) {
+  e <- eigen(s, symmetric = TRUE)
+  if (min(e$values) >= gmm_variance_floor) return(s)
+  v <- pmax(e$values, gmm_variance_floor)
+  e$vectors %*% (v * t(e$vectors))
 }
 
 # The inputs of the VVV operators for parameters `theta`: each component's constant (log weight,
-# log-determinant), its precision matrix (a row of D^2 values), the points, the means.
-gmm_vvv_inputs <- function(x, theta) {
+# log-determinant, minus `shift`, the log-Jacobian of the standardisation), its precision matrix (a
+# row of D^2 values), the points, the means.
+gmm_vvv_inputs <- function(x, theta, shift = 0) {
   d <- ncol(x)
   G <- length(theta$pro)
   precision <- matrix(0, G, d * d)
   cst <- numeric(G)
   for (g in seq_len(G)) {
-    u <- tryCatch(chol(theta$sigma[, , g]), error = function(e) NULL)
-    if (is.null(u)) {
-      rkeops_abort("keops_gmm(): the covariance of component ", g, " is singular (fewer distinct points than ",
-                   "dimensions in it): try fewer components or another 'init'", kind = "input", arg = "G")
-    }
+    u <- chol(theta$sigma[, , g])    # positive definite: checked (init) or floored (EM)
     precision[g, ] <- chol2inv(u)
-    cst[g] <- log(theta$pro[g]) - sum(log(diag(u))) - d / 2 * log(2 * pi)
+    cst[g] <- log(theta$pro[g]) - sum(log(diag(u))) - d / 2 * log(2 * pi) - shift
   }
   list(matrix(cst), precision, x, theta$mu)
 }
 
 # The VVV operators in dimension `d` (made once per dimension).
 gmm_vvv_operators <- function(d) {
-  key <- paste0("VVV", d)
-  if (is.null(gmm_cache$operators[[key]])) {
+  memoised(gmm_cache, c("VVV", d), function() {
     terms <- "cst - 0.5 * SymSqNorm(prec, x - mu)"            # log of component j's term at x_i
     vars <- c("cst = Vj(1)", sprintf("prec = Vj(%d)", d * d), sprintf(c("x = Vi(%d)", "mu = Vj(%d)"), d))
-    gmm_cache$operators[[key]] <- list(
+    list(
       lse = keops_kernel(sprintf("LogSumExp_Reduction(%s, 0)", terms), vars),
-      # each component's total responsibility, sums of x and of x x^T in one reduction over i
-      stats = keops_kernel(sprintf("Sum_Reduction(Exp(%s - lse) * Concat(IntCst(1), Concat(x, TensorProd(x, x))), 1)",
-                                   terms), c(vars, "lse = Vi(1)")),
+      # each component's total responsibility, sums of x - mu and of (x - mu) (x - mu)^T in one
+      # reduction over i
+      stats = keops_kernel(sprintf(paste0("Sum_Reduction(Exp(%s - lse) * ",
+                                          "Concat(IntCst(1), Concat(x - mu, TensorProd(x - mu, x - mu))), 1)"), terms),
+                           c(vars, "lse = Vi(1)")),
       best = keops_kernel(sprintf("ArgMax_Reduction(%s, 0)", terms), vars))
-  }
-  gmm_cache$operators[[key]]
+  })
 }
