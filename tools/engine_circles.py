@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# Usage: python3 tools/engine_circles.py src/rust/engine/src [--top]
+# Usage: python3 tools/engine_circles.py src/rust/engine/src [--top]   (exit status 1 when there is a circle)
 # Import circles among the engine's modules (files): edges from `crate::a::b` and `super::x` paths
 # outside #[cfg(test)] blocks; prints each strongly connected component of more than one file.
 import re,glob,collections,sys,os
@@ -63,3 +63,4 @@ for s in sccs:
     for a in sorted(s):
         print('   ',a,'->',sorted(d for d in deps[a] if d in s))
 print(len(sccs),'circles')
+sys.exit(1 if sccs else 0)

@@ -13,7 +13,6 @@ use crate::error::{Error, Result};
 use crate::formula::{Category, Formula};
 use crate::precision::{ForPrecision, Precision};
 use crate::real::{Real, Stored};
-use crate::reduction::ReductionKind;
 
 #[derive(Debug, Clone)]
 pub struct Operator {
@@ -23,10 +22,6 @@ pub struct Operator {
 impl Operator {
     pub fn new(formula: &str, args: &[String]) -> Result<Operator> {
         Ok(Operator { formula: Formula::parse(formula, args)? })
-    }
-
-    pub fn reduction_kind(&self) -> ReductionKind {
-        self.formula.reduction.kind
     }
 
     /// The reduction of `inputs` (each on the host, or kept on a device: see `Values`), on the
@@ -255,16 +250,16 @@ fn shared_gpus(device: &cuda::Device, call: &Call) -> Result<Option<Several>> {
 /// `call` on `device`, in the types of the call's precision: the one place a precision becomes
 /// types for a run.
 fn on<B: BackendDevice>(device: &B, call: &Call, timings: &mut Timings) -> Result<Columns> {
-    call.options.precision.dispatch(On { device, call, timings })
+    call.options.precision.dispatch(TypedCall { device, call, timings })
 }
 
-struct On<'a, B> {
+struct TypedCall<'a, B> {
     device: &'a B,
     call: &'a Call<'a>,
     timings: &'a mut Timings,
 }
 
-impl<B: BackendDevice> ForPrecision for On<'_, B> {
+impl<B: BackendDevice> ForPrecision for TypedCall<'_, B> {
     type Output = Result<Columns>;
 
     fn run<S: Stored, T: Real>(self) -> Result<Columns> {

@@ -3,17 +3,13 @@
 //! back to doubles) and the host work of a K-NN search.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::{Acquire, Relaxed, Release}};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 
 /// Below this many elements a conversion stays on the calling thread (starting threads costs more).
 const PARALLEL_FROM: usize = 1 << 16;
 
-/// The cores available to this process, asked once: the query reads the cgroup files, which
-/// costs tens of microseconds, too much for every call.
-pub fn cores() -> usize {
-    static CORES: OnceLock<usize> = OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
+// (the pool's count of cores: the number of parts worth making)
+pub use crate::pool::cores;
 
 /// The number of threads for `len` elements: one per PARALLEL_FROM elements at most (waking one
 /// costs microseconds), 16 at most.

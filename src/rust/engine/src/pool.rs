@@ -14,7 +14,14 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+
+/// The cores available to this process, asked once: the query reads the cgroup files, which
+/// costs tens of microseconds, too much for every call.
+pub fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
 
 /// One call of `run_parts`.
 struct Task {
@@ -96,7 +103,7 @@ fn pool() -> &'static Pool {
         threads: AtomicUsize::new(0),
         pid: std::process::id(),
     }));
-    let wanted = crate::parallel::cores().min(256) - 1;
+    let wanted = cores().min(256) - 1;
     let started =
         (0..wanted).take_while(|_| std::thread::Builder::new().name("rkeops-worker".into()).spawn(move || serve(pool)).is_ok());
     pool.threads.store(started.count(), Relaxed);

@@ -138,7 +138,7 @@ fn evaluate_with<T: Real>(
     ranges: Option<&BlockRanges>,
     short_ranges: bool,
 ) -> Result<RowMajor> {
-    let Settings { scheme, threads, interrupt, progress, isa } = *settings;
+    let Settings { scheme, threads, isa, .. } = *settings;
     let red = &formula.reduction;
     let acc = formula.accumulator(scheme);
     let (n_out, n_red) = if red.axis == 0 { (inputs.n_i, inputs.n_j) } else { (inputs.n_j, inputs.n_i) };
@@ -186,13 +186,26 @@ fn evaluate_with<T: Real>(
         stop: AtomicBool::new(false),
         done: AtomicUsize::new(0),
     };
-    let work = || isa::run(ctx.level, Worker { ctx: &ctx, blocks: &blocks });
+    run_workers(threads, settings, &ctx, total, || isa::run(ctx.level, Worker { ctx: &ctx, blocks: &blocks }))?;
+    Ok(out)
+}
+
+/// Runs `work` on `threads` threads; where `settings` ask for progress reports or interrupts, the
+/// caller's thread asks them while the others work (`total` pieces, `ctx.done` of them done).
+fn run_workers<T: Real>(
+    threads: usize,
+    settings: &Settings,
+    ctx: &Context<T>,
+    total: u64,
+    work: impl Fn() + Sync,
+) -> Result<()> {
+    let Settings { interrupt, progress, .. } = *settings;
     if interrupt.is_none() && progress.is_none() {
         match threads {
             1 => work(),
             _ => std::thread::scope(|s| {
                 for _ in 0..threads {
-                    s.spawn(work);
+                    s.spawn(&work);
                 }
             }),
         }
@@ -211,7 +224,7 @@ fn evaluate_with<T: Real>(
     if let Some(report) = progress {
         report(total, total);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The first `len` values of `buf` (nothing when `buf` is empty: an output not wanted), leaving it

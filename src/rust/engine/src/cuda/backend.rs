@@ -34,7 +34,7 @@ impl Device {
     /// `evaluate`, the values written into `kept`'s matrix on this device and its launches only
     /// queued (see `Operator::run_into`).
     pub fn evaluate_into(&self, call: &Call, kept: Kept, timings: &mut Timings) -> Result<()> {
-        call.options.precision.dispatch(Into { device: self, call, kept, timings })
+        call.options.precision.dispatch(KeptCall { device: self, call, kept, timings })
     }
 
     fn compile_timed(&self, call: &Call, timings: &mut Timings) -> Result<Arc<Compiled>> {
@@ -64,18 +64,18 @@ impl BackendDevice for Device {
 }
 
 /// A call whose values stay on the device, in the types of its precision.
-struct Into<'a> {
+struct KeptCall<'a> {
     device: &'a Device,
     call: &'a Call<'a>,
     kept: Kept<'a>,
     timings: &'a mut Timings,
 }
 
-impl ForPrecision for Into<'_> {
+impl ForPrecision for KeptCall<'_> {
     type Output = Result<()>;
 
     fn run<S: Stored, T: Real>(self) -> Result<()> {
-        let Into { device, call, kept, timings } = self;
+        let KeptCall { device, call, kept, timings } = self;
         let compiled = device.compile_timed(call, timings)?;
         // (queued: the loop that queues it asks for interrupts)
         launch::evaluate::<S, T>(device, &compiled, call, &|_, _| false, Some(kept), timings).map(|_| ())

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Ran, Run, Summed, INTERRUPT_EVERY};
+use super::{ProgramResult, CheckedRun, PhaseTotals, INTERRUPT_EVERY};
 use crate::api::{Input, Values};
 use crate::cuda::device::Device;
 use crate::cuda::elementwise;
@@ -27,7 +27,7 @@ pub(crate) type Keep<'k> = &'k mut dyn FnMut(usize, &DeviceMatrix) -> Result<()>
 impl DeviceState {
     /// The buffers of `run`'s program on `device`, from their initial values (zeros for the others).
     /// An initial value kept on the device is copied there (the program writes its buffers).
-    pub(crate) fn new(run: &Run, device: &Arc<Device>) -> Result<DeviceState> {
+    pub(crate) fn new(run: &CheckedRun, device: &Arc<Device>) -> Result<DeviceState> {
         let p = run.program;
         let precision = run.options.precision;
         let zeros = |b: usize| {
@@ -62,12 +62,12 @@ impl DeviceState {
     }
 }
 
-impl Run<'_> {
+impl CheckedRun<'_> {
     /// Every buffer on the device for the whole program (see the module's notes).
-    pub(super) fn on_device(&self, device: Arc<Device>) -> Result<Ran> {
+    pub(super) fn on_device(&self, device: Arc<Device>) -> Result<ProgramResult> {
         let clock = Instant::now();
         let mut state = DeviceState::new(self, &device)?;
-        let mut timings = Summed::default();
+        let mut timings = PhaseTotals::default();
         timings.add(&[("upload once", clock.elapsed().as_secs_f64())]);
         let clock = Instant::now();
         let looped = DeviceLoop { run: self, device: &device }.run(&mut state, &mut timings, None);
@@ -79,13 +79,13 @@ impl Run<'_> {
         let clock = Instant::now();
         let outputs = self.program.outputs.iter().map(|&b| state.current[b].to_host()).collect::<Result<_>>()?;
         timings.add(&[("download once", clock.elapsed().as_secs_f64())]);
-        Ok(self.ran(outputs, done, trace, format!("GPU {} ({})", device.ordinal, device.name), timings))
+        Ok(self.result(outputs, done, trace, format!("GPU {} ({})", device.ordinal, device.name), timings))
     }
 }
 
 /// The loop of a program on the device.
 pub(crate) struct DeviceLoop<'a> {
-    pub run: &'a Run<'a>,
+    pub run: &'a CheckedRun<'a>,
     pub device: &'a Device,
 }
 
@@ -95,10 +95,10 @@ impl DeviceLoop<'_> {
     pub(crate) fn run(
         &self,
         state: &mut DeviceState,
-        timings: &mut Summed,
+        timings: &mut PhaseTotals,
         mut keep: Option<Keep>,
     ) -> Result<(usize, Vec<Vec<f64>>)> {
-        let Run { program: p, options, .. } = *self.run;
+        let CheckedRun { program: p, options, .. } = *self.run;
         // Each step's launches, recorded in the first two iterations (its output buffer alternates
         // between two matrices), are issued again from the third on.
         let mut recorded: Vec<[Option<Recorded>; 2]> = p.steps.iter().map(|_| [None, None]).collect();
@@ -148,7 +148,7 @@ impl DeviceLoop<'_> {
         s: usize,
         state: &mut DeviceState,
         record: &mut Option<Recorded>,
-        timings: &mut Summed,
+        timings: &mut PhaseTotals,
     ) -> Result<()> {
         let step = &self.run.program.steps[s];
         let options = &self.run.step_options[s];

@@ -83,7 +83,7 @@ pub struct Program<'a> {
 /// iterations run, the traced values (per traced buffer, its values after each iteration one after
 /// the other), what computed it and the seconds of each phase summed over the program.
 #[derive(Debug, Clone)]
-pub struct Ran {
+pub struct ProgramResult {
     pub outputs: Vec<Vec<f64>>,
     pub shapes: Vec<(usize, usize)>,
     pub iterations: usize,
@@ -99,11 +99,11 @@ pub(crate) const INTERRUPT_EVERY: Duration = Duration::from_millis(10);
 
 /// Runs `program` on the backend `options` choose (the ranges and sum scheme of each step replace
 /// those of `options`).
-pub fn run(program: &Program, options: &RunOptions) -> Result<Ran> {
+pub fn run(program: &Program, options: &RunOptions) -> Result<ProgramResult> {
     let shapes = check(program)?;
     let step_options = program.step_options(options);
     let gpu = crate::operator::chosen_gpu(options)?;
-    let run = Run { program, shapes: &shapes, step_options: &step_options, options, passes: 1 };
+    let run = CheckedRun { program, shapes: &shapes, step_options: &step_options, options, passes: 1 };
     // float16 storage computes in float32: its results cannot be stored back in float16 on the
     // device without a rounding that a plain call would not make, so that program runs on host data;
     // so does a program of one iteration, which has nothing to keep on the device from one iteration
@@ -289,7 +289,7 @@ impl Schedule<'_> {
 }
 
 /// A checked program (`shapes` from `check`) and the options of its steps.
-pub(crate) struct Run<'a> {
+pub(crate) struct CheckedRun<'a> {
     pub program: &'a Program<'a>,
     pub shapes: &'a [(usize, usize)],
     pub step_options: &'a [RunOptions],
@@ -299,7 +299,7 @@ pub(crate) struct Run<'a> {
     pub passes: usize,
 }
 
-impl Run<'_> {
+impl CheckedRun<'_> {
     /// Whether to stop after iteration `t` (from 0), given the stopping buffer's values.
     pub(crate) fn stops(&self, t: usize, values: impl FnOnce() -> Result<Vec<f64>>) -> Result<bool> {
         self.program.stop.map_or(Ok(false), |stop| stop.ends(t + 1, values))
@@ -312,11 +312,11 @@ impl Run<'_> {
     }
 
     /// Each step a plain run on host data (the CPU, or a GPU in float16).
-    fn on_host(&self) -> Result<Ran> {
+    fn on_host(&self) -> Result<ProgramResult> {
         let p = self.program;
         // (the initial values borrowed: a program of one iteration copies nothing more than a call)
         let mut values: Vec<Cow<[f64]>> = p.buffers.iter().map(Buffer::initial_values).collect::<Result<_>>()?;
-        let mut timings = Summed::default();
+        let mut timings = PhaseTotals::default();
         let mut backend = "CPU".to_string();
         let mut trace: Vec<Vec<f64>> = vec![Vec::new(); p.trace.len()];
         let mut done = 0;
@@ -343,20 +343,20 @@ impl Run<'_> {
         }
         self.report(p.iterations);
         let outputs = p.outputs.iter().map(|&b| values[b].to_vec()).collect();
-        Ok(self.ran(outputs, done, trace, backend, timings))
+        Ok(self.result(outputs, done, trace, backend, timings))
     }
 
-    pub(crate) fn ran(
+    pub(crate) fn result(
         &self,
         outputs: Vec<Vec<f64>>,
         done: usize,
         trace: Vec<Vec<f64>>,
         backend: String,
-        timings: Summed,
-    ) -> Ran {
+        timings: PhaseTotals,
+    ) -> ProgramResult {
         let shapes = self.program.outputs.iter().map(|&b| self.shapes[b]).collect();
         let trace_widths = self.program.trace.iter().map(|&b| self.shapes[b].0 * self.shapes[b].1).collect();
-        Ran { outputs, shapes, iterations: done, trace, trace_widths, backend, timings: timings.0 }
+        ProgramResult { outputs, shapes, iterations: done, trace, trace_widths, backend, timings: timings.0 }
     }
 }
 
@@ -378,9 +378,9 @@ pub(crate) fn result_values(values: Option<Vec<f64>>, indices: Option<Vec<i32>>)
 
 /// Seconds per phase, summed over the steps, in the order the phases first appear.
 #[derive(Default)]
-pub(crate) struct Summed(pub Timings);
+pub(crate) struct PhaseTotals(pub Timings);
 
-impl Summed {
+impl PhaseTotals {
     pub(crate) fn add(&mut self, phases: &[(&'static str, f64)]) {
         for &(name, seconds) in phases {
             match self.0.iter_mut().find(|(n, _)| *n == name) {

@@ -16,7 +16,7 @@ use crate::cuda::elementwise::{self, copy, Sum};
 use crate::cuda::recorded::Recorded;
 use crate::cuda::resident::DeviceMatrix;
 use crate::error::{Error, Result};
-use crate::program::{self, DeviceLoop, DeviceState, Run, Summed, INTERRUPT_EVERY};
+use crate::program::{self, DeviceLoop, DeviceState, CheckedRun, PhaseTotals, INTERRUPT_EVERY};
 
 /// Whether the device path can run the backward pass of `b`: every step's gradients are fused
 /// reductions, and no adjoint receives more shares from one step than one launch of sums takes.
@@ -30,8 +30,8 @@ pub(super) fn fits(b: &Backward) -> bool {
 pub(super) fn gradient(b: &Backward, device: Arc<Device>) -> Result<Gradients> {
     let p = b.program;
     // (the progress report counts the iterations forward, then backward)
-    let run = Run { program: p, shapes: &b.shapes, step_options: &b.step_options, options: b.options, passes: 2 };
-    let mut timings = Summed::default();
+    let run = CheckedRun { program: p, shapes: &b.shapes, step_options: &b.step_options, options: b.options, passes: 2 };
+    let mut timings = PhaseTotals::default();
     let clock = Instant::now();
     let mut state = DeviceState::new(&run, &device)?;
     let mut pass = Pass::new(b, &device)?;

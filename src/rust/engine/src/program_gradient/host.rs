@@ -3,12 +3,12 @@
 use super::{Backward, Gradients};
 use crate::api::{Input, RunOptions};
 use crate::error::Result;
-use crate::program::{self, Program, Summed};
+use crate::program::{self, Program, PhaseTotals};
 
 pub(super) fn gradient(b: &Backward) -> Result<Gradients> {
     let p = b.program;
     let restores: Vec<bool> = (0..p.steps.len()).map(|s| b.restores(s)).collect();
-    let mut timings = Summed::default();
+    let mut timings = PhaseTotals::default();
     let (mut values, mut tape, done, backend) =
         forward(p, &b.shapes, &b.step_options, &restores, &mut timings, b.options)?;
     let outputs = p.outputs.iter().map(|&x| values[x].clone()).collect();
@@ -57,7 +57,7 @@ fn forward(
     shapes: &[(usize, usize)],
     step_options: &[RunOptions],
     restores: &[bool],
-    timings: &mut Summed,
+    timings: &mut PhaseTotals,
     options: &RunOptions,
 ) -> Result<Forward> {
     let mut values: Vec<Vec<f64>> = p

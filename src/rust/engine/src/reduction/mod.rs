@@ -83,10 +83,6 @@ impl ReductionKind {
         matches!(self, ArgMin | ArgMax | MinArgMin | MaxArgMax | ArgKMin | KMinArgKMin)
     }
 
-    pub fn is_sum_like(self) -> bool {
-        self == ReductionKind::Sum
-    }
-
     pub fn is_k_selection(self) -> bool {
         use ReductionKind::*;
         matches!(self, KMin | ArgKMin | KMinArgKMin)
