@@ -73,8 +73,17 @@ check index.html home "<title>$title" "Documentation site" 'src="reference/figur
 # The reference index: its groups.
 check reference/index.html reference "Formulas and operators" "Algorithms" \
 	"Devices, options and other topics" 'href="keops_kmeans.html"'
-# An article: its title, a heading, a figure that knitr made.
-check articles/kmeans.html article-kmeans "<h1>K-means clustering" "Where the two variants differ" '<img src="kmeans_files/'
+# An article: its title, a heading, a figure that knitr made, a formula drawn as MathML.
+check articles/kmeans.html article-kmeans "<h1>K-means clustering" "Where the two variants differ" '<img src="kmeans_files/' \
+	'<math display="block"'
+# No page loads MathJax (offline, its formulas would stay TeX).
+mathjax='<script[^>]*mathjax|load mathjax'
+if grep -rlqiE "$mathjax" --include='*.html' "$docs_abs"; then
+	echo "check-site: FAIL pages still load MathJax: $(grep -rliE "$mathjax" --include='*.html' "$docs_abs" | head -3)" >&2
+	status=1
+else
+	echo "check-site: ok   no page loads MathJax"
+fi
 
 if [ "$status" = 0 ]; then
 	echo "check-site: all checks passed (screenshots in $shots_abs)"

@@ -4,8 +4,8 @@
 # Offline: pkgdown asks CRAN whether the package is published (the home page's "Links"); the
 # option pkgdown.internet = FALSE turns that off. The Bootstrap 5 template takes its CSS and
 # JavaScript from bslib (copied into docs/deps), no bootswatch theme or Google font is set, and
-# the vignettes need no network. The rendered pages still point at MathJax and the docsearch
-# scripts of a CDN: a browser offline shows the TeX source of the formulas instead.
+# the vignettes need no network. The formulas become MathML, which browsers draw without MathJax
+# (tools/site-math.R); the pages still point at the docsearch scripts of a CDN (search only).
 
 args <- commandArgs(trailingOnly = TRUE)
 dest <- if (length(args) >= 1) args[[1]] else "docs"
@@ -46,6 +46,9 @@ pkgdown::check_pkgdown(pkg)
 # new_process = FALSE: knit in this process, whose library path has ./lib first.
 pkgdown::build_site(pkg, lazy = FALSE, preview = FALSE, install = FALSE, new_process = FALSE,
                     devel = FALSE, examples = TRUE)
+
+source("tools/site-math.R")
+message("site: ", mathml_site(dest), " formulas as MathML (no MathJax)")
 
 took <- as.numeric(difftime(Sys.time(), start, units = "secs"))
 message(sprintf("site: built into %s in %d min %d s", normalizePath(dest), as.integer(took %/% 60),
