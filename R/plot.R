@@ -281,16 +281,13 @@ plot_legend <- function(where, labels, pch, col, lty) {
 # `x` as a double matrix of finite values (a data frame converted) with `nrow` rows and `ncol`
 # columns where given; else an input error naming `arg`.
 plot_data <- function(x, arg, nrow = NULL, ncol = NULL) {
-  if (is.data.frame(x)) x <- as.matrix(x)
-  if (!is.matrix(x) || !is.numeric(x) || !all(is.finite(x)) ||
-      (!is.null(nrow) && nrow(x) != nrow) || (!is.null(ncol) && ncol(x) != ncol)) {
+  if ((!is.null(nrow) && NROW(x) != nrow) || (!is.null(ncol) && NCOL(x) != ncol)) {
     rkeops_abort("plot(): '", arg, "' must be a numeric matrix of finite values",
                  if (!is.null(nrow)) paste0(" with ", nrow, " rows"),
                  if (!is.null(ncol)) paste0(if (is.null(nrow)) " with " else " and ", ncol, " columns"),
                  " (the data of the result)", kind = "input", arg = arg)
   }
-  storage.mode(x) <- "double"
-  x
+  check_points(x, arg, "plot", allow_vector = FALSE)
 }
 
 # Two different column numbers among 1..d, as integers.

@@ -107,6 +107,7 @@ keops_program <- function(steps, iterations = 1, until = NULL, tol = 0, every = 
   layout <- NULL
   program <- function(input = list(), schedule = NULL) {
     program_check_input(input)
+    program_check_names(settings, input, schedule)
     if (plain && is.null(schedule)) {
       values <- input[specs[[1L]]$reads]
       plain_values <- TRUE
@@ -139,6 +140,20 @@ program_check_input <- function(input) {
   if (!is.list(input) || is.object(input) || (length(input) > 0L && (is.null(names(input)) ||
       !all(nzchar(names(input))) || anyDuplicated(names(input))))) {
     rkeops_abort("'input' must be a named list of the buffers' initial values", kind = "input", arg = "input")
+  }
+}
+
+# Refuses a name of `input` or `schedule` that no step reads or writes and that the program does not
+# test, trace, return (or differentiate: `also`): a misspelt name (`W` for `w`) was ignored.
+program_check_names <- function(settings, input, schedule, also = NULL) {
+  known <- unique(c(unlist(lapply(settings$specs, function(spec) spec$reads)), settings$names, settings$until,
+                    settings$trace, settings$output, also))
+  for (arg in c("input", "schedule")) {
+    unknown <- setdiff(names(if (arg == "input") input else schedule), known)
+    if (length(unknown)) {
+      rkeops_abort(arg, ": '", unknown[1L], "' is not a buffer of the program: no step reads or writes it ",
+                   "(buffers: ", paste(known, collapse = ", "), ")", kind = "input", arg = arg)
+    }
   }
 }
 
@@ -332,6 +347,7 @@ keops_program_grad <- function(program, input, of, wrt, weight = NULL, schedule 
   if (length(missing)) {
     rkeops_abort("wrt: '", missing[1L], "' has no value in 'input' to differentiate", kind = "input", arg = "wrt")
   }
+  program_check_names(settings, input, schedule, also = of)
   layout <- program_layout(settings, unique(c(names(input), names(schedule))))
   at <- match(c(of, wrt), layout$buffers)
   if (anyNA(at)) {

@@ -14,7 +14,7 @@ html_unescape <- function(x) {
   gsub("&amp;", "&", x, fixed = TRUE)
 }
 
-math_span <- "<span class=\"math (inline|display)\">\\\\[\\(\\[](.*?)\\\\[\\)\\]]</span>"
+math_span <- "(?s)<span class=\"math (inline|display)\">\\\\[\\(\\[](.*?)\\\\[\\)\\]]</span>"
 
 # `formulas` (TeX) as MathML, `display` TRUE for displayed ones: one pandoc call, each formula a
 # paragraph of its own.

@@ -37,3 +37,21 @@ test_that("a program of 0 iterations returns its initial buffers or names what h
   res <- keops_program(list(x = half), iterations = 1, trace = "x")(list(x = x))
   expect_equal(attr(res, "trace")$x, t(x / 2))
 })
+
+test_that("a program refuses an input or schedule name that no step reads (a misspelt name was ignored)", {
+  p <- keops_program(list(y = keops_map("x * w", c("x = Vi(1)", "w = Pm(1)"))), iterations = 2)
+  x <- matrix(c(1, 2, 3))
+  expect_equal(p(list(x = x, w = 2))$y, x * 2)
+  e <- tryCatch(p(list(x = x, w = 2), schedule = list(W = c(1, 2))), rkeops_error = function(e) e)
+  expect_s3_class(e, "rkeops_error_input")
+  expect_identical(e$arg, "schedule")
+  expect_match(conditionMessage(e), "'W' is not a buffer of the program")
+  e <- tryCatch(p(list(x = x, w = 2, z = 5)), rkeops_error = function(e) e)
+  expect_identical(e$arg, "input")
+  expect_match(conditionMessage(e), "'z' is not a buffer of the program")
+  # a one-step program of one iteration (a plain call) checks them too
+  one <- keops_program(list(y = keops_map("x * w", c("x = Vi(1)", "w = Pm(1)"))))
+  expect_error(one(list(x = x, w = 2, z = 5)), "'z' is not a buffer", class = "rkeops_error_input")
+  expect_error(keops_program_grad(p, list(x = x, w = 2, z = 1), of = "y", wrt = "x"), "'z' is not a buffer",
+               class = "rkeops_error_input")
+})

@@ -284,6 +284,35 @@ fn programs_of_zero_iterations_return_their_initial_values() {
     assert!(e.to_string().contains("buffer 'sums' has no initial value"), "{e}");
 }
 
+/// A matrix kept on the GPU in float32 is refused, naming its buffer, by every path of a float64
+/// program: one iteration and float16 run on host data, which read it back silently before; several
+/// iterations on the device; the gradient. (On the GPU only: nothing is kept elsewhere.)
+#[test]
+fn programs_refuse_a_kept_matrix_in_another_precision() {
+    let Ok(dev) = device::device(0) else {
+        println!("NO GPU: kept matrices exist only on a GPU");
+        return;
+    };
+    let x: Vec<f64> = (0..37).map(|i| i as f64 * 0.25).collect();
+    let kept = engine::cuda::resident::DeviceMatrix::new(dev, &x, 37, 1, Precision::F32).unwrap();
+    let half = op("Sum_Reduction(x * 0.5, 0)", &["x = Vi(1)"]);
+    for (iterations, precision) in [(1, Precision::F64), (3, Precision::F64), (2, Precision::F16)] {
+        let program = Program {
+            buffers: vec![buffer("x", Some(Input::device(&kept)))],
+            steps: vec![step("x", &half, &[0], 0)],
+            iterations,
+            stop: None,
+            trace: vec![],
+            outputs: vec![0],
+        };
+        let options = RunOptions { precision, backend: Backend::Gpu(0), ..Default::default() };
+        let e = program::run(&program, &options).unwrap_err();
+        assert!(matches!(&e, engine::Error::Input { name, .. } if name == "x"), "{iterations} {precision:?}: {e}");
+        let e = engine::program_gradient::gradient(&program, 0, None, &[0], &options).unwrap_err();
+        assert!(e.to_string().contains("is kept on"), "gradient, {iterations} {precision:?}: {e}");
+    }
+}
+
 /// The gradient of a program (`program_gradient`) against central finite differences in float64:
 /// three Sinkhorn-like iterations with a map that scales f by a parameter, differentiated in the
 /// points x and y, the parameter s, the weights' parameter w and the initial g.

@@ -38,16 +38,7 @@ impl DeviceState {
             Some(Values::Host(d)) => DeviceMatrix::new(device.clone(), d, run.shapes[b].0, run.shapes[b].1, precision),
             Some(Values::Device(kept)) => {
                 if kept.ordinal() != device.ordinal || kept.precision != precision {
-                    return Err(Error::Input {
-                        name: p.buffers[b].name.clone(),
-                        what: format!(
-                            "is kept on {}, the program runs on GPU {} in {}: make it with keops_device() \
-                             with the options of the call",
-                            kept.where_(),
-                            device.ordinal,
-                            precision.name()
-                        ),
-                    });
+                    return Err(p.buffers[b].kept_elsewhere(kept.where_(), &format!("GPU {}", device.ordinal), precision));
                 }
                 let copy = zeros(b)?;
                 elementwise::copy(device, kept.nrow * kept.ncol, kept.pointer(), copy.pointer(), precision)?;

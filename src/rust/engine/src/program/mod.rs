@@ -269,12 +269,27 @@ fn check_buffer(b: &Buffer) -> Result<()> {
 }
 
 impl Buffer<'_> {
-    /// The initial values on the host: borrowed, read back from a device, or none.
-    pub(crate) fn initial_values(&self) -> Result<Cow<'_, [f64]>> {
+    /// The initial values on the host: borrowed, read back from a device (kept in the program's
+    /// `precision`: a plain call refuses another, so does a program), or none.
+    pub(crate) fn initial_values(&self, precision: Precision) -> Result<Cow<'_, [f64]>> {
         match self.initial.map(|x| x.values) {
             Some(Values::Host(data)) => Ok(Cow::Borrowed(data)),
+            Some(Values::Device(kept)) if kept.precision != precision => {
+                Err(self.kept_elsewhere(kept.where_(), "the CPU", precision))
+            }
             Some(Values::Device(kept)) => Ok(Cow::Owned(kept.to_host()?)),
             None => Ok(Cow::Owned(Vec::new())),
+        }
+    }
+
+    /// The error of a buffer kept on a device or in a precision other than the program's.
+    pub(crate) fn kept_elsewhere(&self, kept_on: String, runs_on: &str, precision: Precision) -> Error {
+        Error::Input {
+            name: self.name.clone(),
+            what: format!(
+                "is kept on {kept_on}, the program runs on {runs_on} in {}: make it with keops_device() with the options of the call",
+                precision.name()
+            ),
         }
     }
 }
@@ -315,7 +330,8 @@ impl CheckedRun<'_> {
     fn on_host(&self) -> Result<ProgramResult> {
         let p = self.program;
         // (the initial values borrowed: a program of one iteration copies nothing more than a call)
-        let mut values: Vec<Cow<[f64]>> = p.buffers.iter().map(Buffer::initial_values).collect::<Result<_>>()?;
+        let precision = self.options.precision;
+        let mut values: Vec<Cow<[f64]>> = p.buffers.iter().map(|b| b.initial_values(precision)).collect::<Result<_>>()?;
         let mut timings = PhaseTotals::default();
         let mut backend = "CPU".to_string();
         let mut trace: Vec<Vec<f64>> = vec![Vec::new(); p.trace.len()];

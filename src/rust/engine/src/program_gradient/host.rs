@@ -66,7 +66,7 @@ fn forward(
         .zip(shapes)
         .map(|(b, &(nrow, ncol))| {
             Ok(match b.initial {
-                Some(_) => b.initial_values()?.into_owned(),
+                Some(_) => b.initial_values(options.precision)?.into_owned(),
                 None => vec![0.0; nrow * ncol],
             })
         })
