@@ -1,4 +1,4 @@
-#' K-means clustering (Lloyd's algorithm) in one engine call
+#' K-means clustering (Lloyd's algorithm) with its loop in the engine
 #'
 #' `keops_kmeans()` clusters the rows of `x` as `stats::kmeans(x, centers, algorithm = "Lloyd")`
 #' does, and returns the same object: each iteration assigns every point to its nearest centre (an
@@ -10,8 +10,8 @@
 #' Costs: each iteration is two reductions over N x K pairs of dimension D (the labels, the
 #' centres' sums; memory O(N + K) beyond `x`), and the clusters' sums of squares `withinss` one more
 #' after the last. k-means++ seeding (`centers` a number) draws each centre by rejection from squared
-#' distances that the engine computes again only when they have become too stale (a few N x K
-#' reductions in all, not K passes in R). The points are centred (their column means subtracted, in
+#' distances brought up to date only when they have become too stale: the distances to each centre
+#' are computed once, by the engine (N x K pairs in all, in a few reductions), not in K passes in R. The points are centred (their column means subtracted, in
 #' float64) before the engine sees them, so that data far from the origin keep their digits in
 #' float32: the results do not depend on where the data are; `totss` is computed in float64 from the
 #' centred points. Same clusters as `stats::kmeans()` (Lloyd) from the same start, up to ties between
