@@ -73,7 +73,10 @@ keops_kmeans <- function(x, centers, iter.max = 10, nstart = 1, algorithm = "Llo
   fits <- lapply(starts, function(start) kmeans_lloyd(xc, start, iter.max))
   best <- fits[[which.min(vapply(fits, function(f) sum(f$withinss), 0))]]
   if (any(best$size == 0L)) rkeops_warn("empty cluster: try a better set of initial centers", kind = "empty_cluster")
-  if (!is.null(best$ifault)) rkeops_warn(sprintf("did not converge in %d iterations", iter.max), kind = "convergence")
+  if (!is.null(best$ifault)) {
+    rkeops_warn("did not converge in ", iter.max, if (iter.max == 1L) " iteration" else " iterations",
+                kind = "convergence")
+  }
   kmeans_result(best, xc, means, rownames(x), colnames(x))
 }
 
