@@ -60,7 +60,11 @@ keops_kmeans <- function(x, centers, iter.max = 10, nstart = 1, algorithm = "Llo
   means <- colMeans(x)
   xc <- x - rep(means, each = n)
   if (is.numeric(centers) && length(centers) == 1L) {
-    k <- check_whole(centers, "centers", fun, min = 1, max = n)
+    k <- check_whole(centers, "centers", fun, min = 1)
+    if (k > n) {
+      rkeops_abort(arg_label("centers", fun), " must be at most the number of points (", n, "), not ", k,
+                   kind = "input", arg = "centers")
+    }
     starts <- lapply(seq_len(nstart), function(s) xc[kmeans_pp(xc, k), , drop = FALSE])
   } else {
     centers <- check_points(centers, "centers", fun, d = ncol(x))

@@ -118,7 +118,8 @@ test_that("keops_kmeans() refuses bad input, naming the argument", {
   expect_error(keops_kmeans(x[1:3, ], x[1:4, ]), "'centers' must have at most as many rows \\(4\\) as 'x' \\(3\\)",
                class = "rkeops_error_input")
   expect_error(keops_kmeans(x, 0), "'centers' must be a whole number >= 1", class = "rkeops_error_input")
-  expect_error(keops_kmeans(x, nrow(x) + 1), "'centers' must be", class = "rkeops_error_input")
+  expect_error(keops_kmeans(x, nrow(x) + 1), "'centers' must be at most the number of points \\(601\\), not 602",
+               class = "rkeops_error_input")
   expect_error(keops_kmeans(x, x[1:3, 1, drop = FALSE]), "'centers' must be .* with 2 columns, not 1",
                class = "rkeops_error_input")
   expect_error(keops_kmeans(x, 2, iter.max = 0), "'iter.max'", class = "rkeops_error_input")
