@@ -1,4 +1,4 @@
-#' K-means clustering (Lloyd's algorithm) in one engine call
+#' K-means clustering (Lloyd's algorithm) with its loop in the engine
 #'
 #' `keops_kmeans()` clusters the rows of `x` as `stats::kmeans(x, centers, algorithm = "Lloyd")`
 #' does, and returns the same object: each iteration assigns every point to its nearest centre (an
@@ -7,17 +7,23 @@
 #' whole loop is one program ([keops_program()]): on a GPU, the points, labels and centres stay on
 #' the device and only the result comes back.
 #'
-#' Costs: each iteration is three reductions over N x K pairs of dimension D (the labels, the
-#' centres' sums, the clusters' sums of squares `withinss`; memory O(N + K) beyond `x`); k-means++
-#' seeding (`centers` a number) is K passes over the N points, in R; `totss` follows from `withinss`
-#' and the centres, the means of their points. Same clusters as `stats::kmeans()` (Lloyd) from the
-#' same start, up to ties between equally near centres (in float32, distances that differ by less than
-#' its precision may break a tie differently; `rkeops_use_float64()` to match exactly).
+#' Costs: each iteration is two reductions over N x K pairs of dimension D (the labels, the
+#' centres' sums; memory O(N + K) beyond `x`), and the clusters' sums of squares `withinss` one more
+#' after the last. k-means++ seeding (`centers` a number) draws each centre by rejection from squared
+#' distances brought up to date only when they have become too stale: the distances to each centre
+#' are computed once, by the engine (N x K pairs in all, in a few reductions), not in K passes in R. The points are centred (their column means subtracted, in
+#' float64) before the engine sees them, so that data far from the origin keep their digits in
+#' float32: the results do not depend on where the data are; `totss` is computed in float64 from the
+#' centred points. Same clusters as `stats::kmeans()` (Lloyd) from the same start, up to ties between
+#' equally near centres (in float32, distances that differ by less than its precision may break a tie
+#' differently; `rkeops_use_float64()` to match exactly).
 #'
-#' @param x A numeric matrix (or data frame) of N points, one per row.
-#' @param centers A K x D matrix of starting centres, or a number K: then the centres are seeded by
-#'   k-means++ (each next centre drawn with probability proportional to the squared distance to the
-#'   nearest centre drawn before), with R's random numbers (reproducible with `set.seed()`).
+#' @param x A numeric matrix or data frame of N points, one per row, or a numeric vector (one
+#'   column), as for [stats::kmeans()].
+#' @param centers A K x D matrix (or data frame; a vector when D = 1) of starting centres, or a
+#'   number K: then the centres are seeded by k-means++ (the first a row drawn uniformly, each next
+#'   one a row drawn with probability proportional to its squared distance to the nearest centre
+#'   drawn before), with R's random numbers (reproducible with `set.seed()`).
 #' @param iter.max The most iterations.
 #' @param nstart With `centers` a number: how many seedings to run; the clustering with the smallest
 #'   total within-cluster sum of squares is kept.
@@ -25,8 +31,8 @@
 #' @return An object of class `c("keops_kmeans", "kmeans")` with the components of
 #'   [stats::kmeans()]: `cluster`, `centers`, `totss`, `withinss`, `tot.withinss`, `betweenss`,
 #'   `size`, `iter` (assignment passes; `iter.max + 1` when the last one still moved points, with a
-#'   warning and `ifault = 2`), `ifault` (`NULL`, or 2). A centre left with no point keeps its place,
-#'   with a warning. `print()`, `fitted()` and code for `kmeans` objects work;
+#'   warning of class `rkeops_warning_convergence` and `ifault = 2`), `ifault` (`NULL`, or 2). A
+#'   centre left with no point keeps its place, with a warning of class `rkeops_warning_empty_cluster`. `print()`, `fitted()` and code for `kmeans` objects work;
 #'   `predict(object, newdata)` gives the nearest centre of each row of `newdata`.
 #' @seealso [stats::kmeans()], [keops_program()], `vignette("kmeans")`.
 #' @export
@@ -38,141 +44,120 @@
 #' predict(fit, rbind(c(0, 0), c(4, 4)))
 keops_kmeans <- function(x, centers, iter.max = 10, nstart = 1, algorithm = "Lloyd") {
   fun <- "keops_kmeans"
-  if (is.data.frame(x)) x <- as.matrix(x)
-  # (the sum first: one pass, and finite for all but data with non-finite or huge values)
-  if (!is.matrix(x) || !is.numeric(x) || nrow(x) < 1L || ncol(x) < 1L || (!is.finite(sum(x)) && !all(is.finite(x)))) {
-    rkeops_abort(arg_label("x", fun), " must be a numeric matrix of finite values, one point per row",
-                 kind = "input", arg = "x")
-  }
-  storage.mode(x) <- "double"
+  vector_names <- if (is.null(dim(x))) names(x)
+  x <- check_points(x, "x", fun)
+  if (!is.null(vector_names)) rownames(x) <- vector_names  # as as.matrix() does in stats::kmeans()
   iter.max <- check_whole(iter.max, "iter.max", fun, min = 1)
   nstart <- check_whole(nstart, "nstart", fun, min = 1)
   if (!is.character(algorithm) || length(algorithm) != 1L || !algorithm %in% c("Lloyd", "Forgy")) {
     rkeops_abort(arg_label("algorithm", fun), " must be \"Lloyd\" (or \"Forgy\"): the only algorithm",
                  kind = "input", arg = "algorithm")
   }
-  seeded <- is.numeric(centers) && length(centers) == 1L
-  if (seeded) {
-    k <- check_whole(centers, "centers", fun, min = 1, max = nrow(x))
-    starts <- lapply(seq_len(nstart), function(s) kmeans_pp(x, k))
-  } else {
-    if (is.data.frame(centers)) centers <- as.matrix(centers)
-    if (!is.matrix(centers) || !is.numeric(centers) || ncol(centers) != ncol(x) || nrow(centers) < 1L ||
-        nrow(centers) > nrow(x) || !all(is.finite(centers))) {
-      rkeops_abort(arg_label("centers", fun), " must be a number of clusters or a matrix of finite starting ",
-                   "centres with ", ncol(x), " columns (as 'x') and at most ", nrow(x), " rows",
+  # K-means does not change when points and centres move together: the engine sees the points
+  # centred (their means taken in float64), so that data far from the origin keep their digits in
+  # float32; the centres move back at the end.
+  n <- nrow(x)
+  means <- colMeans(x)
+  xc <- x - rep(means, each = n)
+  if (is.numeric(centers) && length(centers) == 1L) {
+    k <- check_whole(centers, "centers", fun, min = 1)
+    if (k > n) {
+      rkeops_abort(arg_label("centers", fun), " must be at most the number of points (", n, "), not ", k,
                    kind = "input", arg = "centers")
     }
-    storage.mode(centers) <- "double"
-    starts <- list(centers)
+    starts <- lapply(seq_len(nstart), function(s) xc[kmeans_pp(xc, k), , drop = FALSE])
+  } else {
+    centers <- check_points(centers, "centers", fun, d = ncol(x))
+    if (nrow(centers) > n) {
+      rkeops_abort(arg_label("centers", fun), " must have at most as many rows (", nrow(centers),
+                   ") as 'x' (", n, ")", kind = "input", arg = "centers")
+    }
+    starts <- list(centers - rep(means, each = nrow(centers)))
   }
-  fits <- lapply(starts, function(start) kmeans_lloyd(x, start, iter.max))
-  best <- fits[[which.min(vapply(fits, function(f) f$tot.withinss, 0))]]
-  if (any(best$size == 0L)) warning("empty cluster: try a better set of initial centers", call. = FALSE)
+  fits <- lapply(starts, function(start) kmeans_lloyd(xc, start, iter.max))
+  best <- fits[[which.min(vapply(fits, function(f) sum(f$withinss), 0))]]
+  if (any(best$size == 0L)) rkeops_warn("empty cluster: try a better set of initial centers", kind = "empty_cluster")
   if (!is.null(best$ifault)) {
-    warning(sprintf("did not converge in %d iterations", iter.max), call. = FALSE)
+    rkeops_warn("did not converge in ", iter.max, if (iter.max == 1L) " iteration" else " iterations",
+                kind = "convergence")
   }
-  best
+  kmeans_result(best, xc, means, rownames(x), colnames(x))
 }
 
-# Lloyd's iterations from the centres `start`, as one program; the kmeans object.
-kmeans_lloyd <- function(x, start, iter.max) {
-  d <- ncol(x)
-  k <- nrow(start)
-  res <- kmeans_program(d, iter.max)(list(x = x, c = start, labels = rep(0, nrow(x)), j = seq_len(k)))
-  iter <- attr(res, "iterations")
-  converged <- res$changed[[1L]] < 0.5
-  cluster <- as.integer(res$labels)
-  centers <- res$c
-  dimnames(centers) <- list(seq_len(k), colnames(x))
-  size <- res$sc[, d + 1L]
-  withinss <- as.vector(res$withinss)
-  # Each centre is the mean of its points (the last step computed it from the last labels; an empty
-  # cluster counts for nothing): the total sum of squares is the within one plus the between one.
-  mean <- colSums(size * centers) / nrow(x)
-  totss <- sum(withinss) + sum(size * rowSums((centers - rep(mean, each = k))^2))
-  names(cluster) <- rownames(x)
-  structure(list(cluster = cluster, centers = centers, totss = totss, withinss = withinss,
-                 tot.withinss = sum(withinss), betweenss = totss - sum(withinss),
-                 size = as.integer(round(size)), iter = if (converged) iter else iter + 1L,
-                 ifault = if (!converged) 2L),
+# The object of stats::kmeans() from the fit `fit` of the centred points `xc` (`means` the columns'
+# means subtracted): the centres moved back, the total sum of squares from the centred points in
+# float64 (as stats::kmeans() computes it).
+kmeans_result <- function(fit, xc, means, row_names, col_names) {
+  k <- nrow(fit$centers)
+  centers <- fit$centers + rep(means, each = k)
+  dimnames(centers) <- list(seq_len(k), col_names)
+  cluster <- fit$cluster
+  names(cluster) <- row_names
+  totss <- sum(xc^2)
+  tot.withinss <- sum(fit$withinss)
+  structure(list(cluster = cluster, centers = centers, totss = totss, withinss = fit$withinss,
+                 tot.withinss = tot.withinss, betweenss = totss - tot.withinss, size = fit$size,
+                 iter = fit$iter, ifault = fit$ifault),
             class = c("keops_kmeans", "kmeans"))
 }
 
-# The operators of K-means in dimension `d`, made once per dimension (their kernels are cached by
-# the package; the R closures here too).
-kmeans_operators <- function(d) {
-  key <- as.character(d)
-  if (is.null(kmeans_cache$operators[[key]])) {
-    vi <- function(name, dim = d) sprintf("%s = Vi(%d)", name, dim)
-    vj <- function(name, dim = d) sprintf("%s = Vj(%d)", name, dim)
-    kmeans_cache$operators[[key]] <- list(
-      old = keops_map("labels", vi("labels", 1)),
-      labels = keops_kernel("ArgMin_Reduction(SqDist(x, c), 0)", c(vi("x"), vj("c"))),
-      # points that changed cluster (a reduction over every i: one value, the stopping rule's)
-      changed = keops_kernel("Sum_Reduction(Abs(labels - old), 1)", c(vi("labels", 1), vi("old", 1))),
-      # per centre j: the sum of its points and their count
-      sc = keops_kernel("Sum_Reduction(Equal(labels, j) * Concat(x, IntCst(1)), 1)",
-                        c(vi("labels", 1), vi("x"), vj("j", 1))),
-      # a centre with no point stays where it is
-      c = keops_map(sprintf("IfElse(Elem(sc, %d) - 0.5, Extract(sc, 0, %d) / Elem(sc, %d), c)", d, d, d),
-                    c(vj("sc", d + 1), vj("c"))),
-      withinss = keops_kernel("Sum_Reduction(Equal(labels, j) * SqDist(x, c), 1)",
-                              c(vi("labels", 1), vi("x"), vj("j", 1), vj("c"))))
-  }
-  kmeans_cache$operators[[key]]
-}
-
-# The program of Lloyd's iterations in dimension `d`: the labels before (old), the labels, how many
-# changed (the stopping rule: none), the centres' sums and counts, the centres, and the clusters'
-# sums of squares (N x K pairs, a fraction of an iteration: cheaper in every iteration than reading
-# the points again after the program).
-kmeans_program <- function(d, iter.max) {
-  key <- paste(d, iter.max)
-  if (is.null(kmeans_cache$programs[[key]])) {
-    ops <- kmeans_operators(d)
-    kmeans_cache$programs[[key]] <- keops_program(ops[c("old", "labels", "changed", "sc", "c", "withinss")],
-                                                  iterations = iter.max, until = "changed", tol = 0.5,
-                                                  output = c("labels", "changed", "sc", "c", "withinss"))
-  }
-  kmeans_cache$programs[[key]]
-}
-
-kmeans_cache <- new.env(parent = emptyenv())
-
-# k-means++ seeding: K rows of `x`, the first uniformly, each next one with probability
-# proportional to its squared distance to the nearest row drawn before.
-kmeans_pp <- function(x, k) {
+# k-means++ seeding (Arthur and Vassilvitskii, 2007): the indices of K rows of `x`, the first drawn
+# uniformly, each next one with probability proportional to its squared distance to the nearest
+# row drawn before (D^2).
+#
+# Updating the N distances and their cumulative sums after every centre would be K passes over the
+# points in R. Instead `d2` is updated only now and then, with the distances to the centres drawn
+# since computed by the engine (one reduction over N x those centres), and a row is drawn from the
+# last `d2` by its cumulative sums, then kept with probability (its squared distance to the nearest
+# centre now) / d2, at most 1: rejection sampling, whose kept row follows D^2 exactly. After
+# `tries` rejections in a row (the centres drawn since have made `d2` much too large), `d2` is
+# updated and the row drawn from it. (1e6 points, K = 50: 2 or 3 updates.)
+kmeans_pp <- function(x, k, tries = 32L) {
   n <- nrow(x)
   picked <- integer(k)
   picked[1L] <- sample.int(n, 1L)
-  d2 <- rowSums((x - rep(x[picked[1L], ], each = n))^2)
+  counted <- 0L  # the centres that d2 counts: picked[seq_len(counted)]
   for (m in seq_len(k)[-1L]) {
-    if (!any(d2 > 0)) {
-      rkeops_abort("keops_kmeans(): 'centers': more clusters (", k, ") than distinct points in 'x' (", m - 1L, ")",
-                   kind = "input", arg = "centers")
+    if (counted > 0L) {
+      new <- t(x[picked[(counted + 1L):(m - 1L)], , drop = FALSE])  # one centre per column
+      for (attempt in seq_len(tries)) {
+        i <- draw_d2(cs)
+        if (runif(1L) * d2[i] < min(colSums((new - x[i, ])^2))) {
+          picked[m] <- i
+          break
+        }
+      }
     }
-    picked[m] <- sample.int(n, 1L, prob = d2)
-    d2 <- pmin(d2, rowSums((x - rep(x[picked[m], ], each = n))^2))
+    if (picked[m] == 0L) {
+      since <- picked[(counted + 1L):(m - 1L)]
+      near <- as.vector(kmeans_operators(ncol(x))$nearest(list(x, x[since, , drop = FALSE])))
+      d2 <- if (counted == 0L) near else pmin(d2, near)
+      cs <- cumsum(d2)
+      counted <- m - 1L
+      if (!is.finite(cs[n])) {
+        rkeops_abort("keops_kmeans(): 'x': squared distances between its points overflow the precision ",
+                     "in use; scale 'x' down", kind = "input", arg = "x")
+      }
+      if (!(cs[n] > 0)) {
+        rkeops_abort("keops_kmeans(): 'centers': more clusters (", k, ") than distinct points in 'x' (", m - 1L, ")",
+                     kind = "input", arg = "centers")
+      }
+      picked[m] <- draw_d2(cs)
+    }
   }
-  x[picked, , drop = FALSE]
+  picked
 }
 
-#' The nearest centre of new points
-#'
-#' @param object A clustering made by [keops_kmeans()].
-#' @param newdata A numeric matrix (or data frame) of points, with the columns of the data clustered.
-#' @param ... Not used.
-#' @return The integer vector of the nearest centre of each row of `newdata` (the lowest number on
-#'   ties).
-#' @export
-predict.keops_kmeans <- function(object, newdata, ...) {
-  if (is.data.frame(newdata)) newdata <- as.matrix(newdata)
-  d <- ncol(object$centers)
-  if (!is.matrix(newdata) || !is.numeric(newdata) || ncol(newdata) != d || !all(is.finite(newdata))) {
-    rkeops_abort("predict(): 'newdata' must be a numeric matrix of finite values with ", d, " columns",
-                 kind = "input", arg = "newdata")
+# One index drawn with probability proportional to its weight, given the cumulative sums `cs` of
+# the weights: the first i with u * total < cs[i] (never a weight 0: cs does not grow there), found
+# by bisection (findInterval() would check that cs is sorted, a pass over it at each draw).
+draw_d2 <- function(cs) {
+  v <- runif(1L) * cs[length(cs)]
+  lo <- 0L           # cs[lo] <= v, with cs[0] = 0
+  hi <- length(cs)   # v < cs[hi]
+  while (hi - lo > 1L) {
+    mid <- (lo + hi) %/% 2L
+    if (cs[mid] <= v) lo <- mid else hi <- mid
   }
-  storage.mode(newdata) <- "double"
-  as.integer(kmeans_operators(d)$labels(list(newdata, unname(object$centers))))
+  hi
 }

@@ -17,7 +17,13 @@ test_that("keops_kmeans() equals stats::kmeans (Lloyd) from the same centres, co
   expect_equal(fitted(ours), fitted(theirs), tolerance = 1e-12)
   expect_output(print(ours), "K-means clustering with 3 clusters of sizes")
   # stopped before convergence: iter.max + 1 passes, ifault 2 and stats' warning
-  expect_warning(short <- keops_kmeans(x, start, iter.max = 1), "did not converge in 1 iterations")
+  for (it in 1:2) {  # "1 iteration", "2 iterations"
+    w <- tryCatch(keops_kmeans(x, start, iter.max = it), warning = identity)
+    expect_s3_class(w, "rkeops_warning_convergence")
+    stats_warning <- tryCatch(kmeans(x, start, iter.max = it, algorithm = "Lloyd"), warning = identity)
+    expect_identical(conditionMessage(w), conditionMessage(stats_warning))
+  }
+  short <- suppressWarnings(keops_kmeans(x, start, iter.max = 1))
   theirs <- suppressWarnings(kmeans(x, start, iter.max = 1, algorithm = "Lloyd"))
   expect_equal(unclass(short)[names(theirs)], unclass(theirs), tolerance = 1e-10)
   expect_identical(short$ifault, 2L)
@@ -46,27 +52,56 @@ test_that("seeding by k-means++ is reproducible, nstart keeps the best, predict(
   set.seed(10)
   b <- keops_kmeans(x, 3)
   expect_identical(a, b)
-  # the seeding draws rows of x: the first is uniform
+  # the seeding draws rows of x: the first uniformly
   set.seed(10)
   first <- sample.int(nrow(x), 1L)
   set.seed(10)
-  expect_equal(unname(rkeops:::kmeans_pp(x, 3)[1, ]), unname(x[first, ]))
-  set.seed(11)
-  many <- keops_kmeans(x, 3, nstart = 4)
-  set.seed(11)
-  starts <- lapply(1:4, function(s) rkeops:::kmeans_pp(x, 3))
-  each <- vapply(starts, function(s) kmeans(x, s, algorithm = "Lloyd")$tot.withinss, 0)
-  expect_equal(many$tot.withinss, min(each), tolerance = 1e-10)
+  expect_identical(rkeops:::kmeans_pp(x, 3)[1], first)
+  # nstart: the seedings drawn one after the other (on the centred points, as keops_kmeans() does),
+  # Lloyd from each by stats::kmeans, the best kept; K = 6 on 3 blobs: the starts end apart
+  xc <- x - rep(colMeans(x), each = nrow(x))
+  set.seed(12)
+  many <- keops_kmeans(x, 6, iter.max = 50, nstart = 5)
+  set.seed(12)
+  starts <- lapply(1:5, function(s) rkeops:::kmeans_pp(xc, 6))
+  fits <- lapply(starts, function(s) kmeans(x, x[s, ], iter.max = 50, algorithm = "Lloyd"))
+  each <- vapply(fits, function(f) f$tot.withinss, 0)
+  expect_gt(max(each) - min(each), 1e-3 * min(each))
+  expect_equal(unclass(many)[1:9], unclass(fits[[which.min(each)]]), tolerance = 1e-10)
   new <- matrix(rnorm(2 * 41, 1, 3), 41, 2)
   brute <- apply(new, 1, function(p) which.min(colSums((t(many$centers) - p)^2)))
   expect_identical(predict(many, new), unname(brute))
+})
+
+test_that("k-means++ draws each centre with probability proportional to D^2", {
+  # 5 points (two the same) in the plane, 3 centres: the exact probability of each set of centres
+  # (the first uniform, the second in proportion to D^2 from it, the third to the least D^2 from
+  # both), against the frequencies of 2000 seedings. The third draw is the rejection step's.
+  x <- rbind(c(0, 0), c(0, 0), c(1, 0), c(0, 2), c(3, 3))
+  n <- nrow(x)
+  d2 <- as.matrix(dist(x))^2
+  sets <- combn(n, 3, paste, collapse = " ")
+  p <- setNames(numeric(length(sets)), sets)
+  for (a in 1:n) for (b in setdiff(1:n, a)) for (c in setdiff(1:n, c(a, b))) {
+    w <- pmin(d2[a, ], d2[b, ])
+    key <- paste(sort(c(a, b, c)), collapse = " ")
+    p[key] <- p[key] + d2[a, b] / sum(d2[a, ]) * w[c] / sum(w) / n
+  }
+  set.seed(3)
+  drawn <- replicate(2000, paste(sort(rkeops:::kmeans_pp(x, 3)), collapse = " "))
+  counts <- table(factor(drawn, levels = sets))
+  expect_identical(sum(counts[p == 0]), 0L)  # never both copies of a point
+  test <- suppressWarnings(chisq.test(counts[p > 0], p = p[p > 0]))
+  expect_gt(test$p.value, 1e-3)
+  # drawing by D (not D^2) or uniformly is told apart
+  expect_lt(suppressWarnings(chisq.test(counts[p > 0], p = rep(1, sum(p > 0)), rescale.p = TRUE))$p.value, 1e-6)
 })
 
 test_that("an empty cluster keeps its centre, with stats' warning", {
   local_precision("float64")
   x <- kmeans_data(7)
   start <- rbind(x[1, ], x[400, ], c(100, 100))
-  expect_warning(fit <- keops_kmeans(x, start), "empty cluster")
+  expect_warning(fit <- keops_kmeans(x, start), "empty cluster", class = "rkeops_warning_empty_cluster")
   expect_identical(fit$size[3], 0L)
   expect_equal(unname(fit$centers[3, ]), c(100, 100))
   expect_equal(fit$withinss[3], 0)
@@ -77,14 +112,86 @@ test_that("keops_kmeans() refuses bad input, naming the argument", {
   expect_error(keops_kmeans("a", 2), "'x' must be a numeric matrix", class = "rkeops_error_input")
   bad <- x
   bad[3, 1] <- NA
-  expect_error(keops_kmeans(bad, 2), "finite values", class = "rkeops_error_input")
+  expect_error(keops_kmeans(bad, 2), "'x' must be .* without NA, NaN or infinite values", class = "rkeops_error_input")
+  expect_error(keops_kmeans(data.frame(a = 1:5, b = letters[1:5]), 2), "'x' must be .*a column is not numeric",
+               class = "rkeops_error_input")
+  expect_error(keops_kmeans(x[1:3, ], x[1:4, ]), "'centers' must have at most as many rows \\(4\\) as 'x' \\(3\\)",
+               class = "rkeops_error_input")
   expect_error(keops_kmeans(x, 0), "'centers' must be a whole number >= 1", class = "rkeops_error_input")
-  expect_error(keops_kmeans(x, nrow(x) + 1), "'centers' must be", class = "rkeops_error_input")
-  expect_error(keops_kmeans(x, x[1:3, 1, drop = FALSE]), "3 columns|2 columns", class = "rkeops_error_input")
+  expect_error(keops_kmeans(x, nrow(x) + 1), "'centers' must be at most the number of points \\(601\\), not 602",
+               class = "rkeops_error_input")
+  expect_error(keops_kmeans(x, x[1:3, 1, drop = FALSE]), "'centers' must be .* with 2 columns, not 1",
+               class = "rkeops_error_input")
   expect_error(keops_kmeans(x, 2, iter.max = 0), "'iter.max'", class = "rkeops_error_input")
   expect_error(keops_kmeans(x, 2, algorithm = "Hartigan-Wong"), "'algorithm'", class = "rkeops_error_input")
   expect_error(keops_kmeans(matrix(1, 5, 2), 2), "more clusters \\(2\\) than distinct points",
                class = "rkeops_error_input")
+  # squared distances beyond float32's range: an error, not centres drawn from infinities
+  expect_error(keops_kmeans(c(0, 1e20, -1e20, 5, 7), 2), "'x': squared distances .* overflow", class = "rkeops_error_input")
   fit <- keops_kmeans(x, x[1:2, ])
-  expect_error(predict(fit, matrix(1, 2, 3)), "'newdata' must be", class = "rkeops_error_input")
+  expect_error(predict(fit, matrix(1, 2, 3)), "'newdata' must be .* with 2 columns, not 3", class = "rkeops_error_input")
+})
+
+test_that("keops_kmeans() in float32 far from the origin: stats' labels and centres, float64's results", {
+  # three blobs (sd 1, 8 apart) in D = 3, 517 points, moved by 1e3, 1e5 and 1e7: in float32 the
+  # engine sees the points centred, so the clusters do not depend on where the data are
+  set.seed(21)
+  base <- matrix(rnorm(3 * 517), 517, 3) + 8 * c(rep(0, 200), rep(1, 190), rep(2, 127))
+  start <- base[c(5, 250, 450), ]
+  ref <- kmeans(base, start, iter.max = 20, algorithm = "Lloyd")
+  for (offset in c(1e3, 1e5, 1e7)) {
+    x <- base + offset
+    theirs <- kmeans(x, start + offset, iter.max = 20, algorithm = "Lloyd")
+    ours <- keops_kmeans(x, start + offset, iter.max = 20)
+    tol <- 1e-4 * min(apply(x, 2, sd))
+    expect_identical(ours$cluster, theirs$cluster)
+    expect_identical(ours$cluster, ref$cluster)
+    expect_lt(max(abs(ours$centers - theirs$centers)), tol)
+    expect_equal(ours$totss, theirs$totss, tolerance = 1e-7)
+    expect_equal(ours$withinss, theirs$withinss, tolerance = 1e-5)
+    expect_equal(ours$betweenss, theirs$betweenss, tolerance = 1e-5)
+    expect_identical(ours$size, theirs$size)
+    expect_identical(ours$iter, theirs$iter)
+    # float64: stats' object field by field (stats' own sums lose digits at 1e7: 1e-8)
+    local({
+      local_precision("float64")
+      expect_equal(unclass(keops_kmeans(x, start + offset, iter.max = 20))[names(theirs)], unclass(theirs),
+                   tolerance = 1e-8)
+    })
+    # seeded: the same seeding and clusters as the data at the origin, the centres moved
+    set.seed(5)
+    moved <- keops_kmeans(x, 3)
+    set.seed(5)
+    here <- keops_kmeans(base, 3)
+    expect_identical(moved$cluster, here$cluster)
+    expect_lt(max(abs(moved$centers - offset - here$centers)), tol)
+    # predict() far from the origin: the nearest centre in float64
+    new <- base[c(1, 2, 300, 301, 500, 517), ] + offset + 0.3
+    brute <- apply(new, 1, function(p) which.min(colSums((t(ours$centers) - p)^2)))
+    expect_identical(predict(ours, new), unname(brute))
+  }
+})
+
+test_that("keops_kmeans() takes a vector (one column) and a data frame, as stats::kmeans does", {
+  local_precision("float64")
+  set.seed(8)
+  v <- c(rnorm(151), rnorm(97, 6))
+  names(v) <- paste0("p", seq_along(v))
+  theirs <- kmeans(v, c(-1, 5), algorithm = "Lloyd")
+  ours <- keops_kmeans(v, c(-1, 5))
+  expect_equal(unclass(ours)[names(theirs)], unclass(theirs), tolerance = 1e-10)
+  expect_identical(names(ours$cluster), names(v))
+  expect_identical(predict(ours, c(-2, 0.5, 7)), c(1L, 1L, 2L))
+  df <- data.frame(a = kmeans_data(9)[, 1], b = kmeans_data(9)[, 2])
+  start <- df[c(3, 320, 560), ]
+  theirs <- kmeans(df, start, algorithm = "Lloyd")
+  ours <- keops_kmeans(df, start)
+  expect_equal(unclass(ours)[names(theirs)], unclass(theirs), tolerance = 1e-10)
+  expect_identical(colnames(ours$centers), c("a", "b"))
+})
+
+test_that("the operators and programs of K-means are made once per shape", {
+  expect_identical(rkeops:::kmeans_operators(4), rkeops:::kmeans_operators(4))
+  expect_identical(rkeops:::kmeans_program(4, 7), rkeops:::kmeans_program(4, 7))
+  expect_false(identical(rkeops:::kmeans_program(4, 7), rkeops:::kmeans_program(4, 8)))
 })
