@@ -130,7 +130,7 @@ test_that("print(), summary(), fitted(), residuals() and predict() without newda
   expect_identical(predict(fit), fit$fitted.values)
   p <- predict(fit, se = TRUE)
   expect_identical(p$fit, fit$fitted.values)
-  expect_equal(unname(predict(fit, d$x)), unname(fit$fitted.values), tolerance = 1e-8)
+  expect_equal(predict(fit, d$x), fit$fitted.values, tolerance = 1e-8)
   r <- sqrt(outer(d$x[, 1], d$x[, 1], "-")^2 + outer(d$x[, 2], d$x[, 2], "-")^2) / 0.3
   K <- (1 + sqrt(3) * r) * exp(-sqrt(3) * r)
   keep <- wt > 0
