@@ -13,6 +13,15 @@
 #' exp(-sqrt(5) r)`. Observation weights scale the system symmetrically, `(W^1/2 K W^1/2 + nugget
 #' I) v = W^1/2 z`, `w = W^1/2 v` (a zero weight drops the observation).
 #'
+#' The kernels are stationary, so the engine is given the points centred (on the middle of their
+#' bounding box) and divided by `range`, once, in float64: coordinates as large as the data's
+#' extent in ranges, whatever its origin (UTM northings of 5e6 m lose no digits in float32), and
+#' one formula per kernel whatever the range. `predict()` moves the new points the same way. What
+#' float32 then bounds is the cancellation in the sums `sum_j k(y, x_j) w_j`: errors of about
+#' `2e-8 sum_j |k(y, x_j) w_j|`, and the coefficients grow as the nugget shrinks (400 points on the
+#' unit square, Gaussian, range 0.2: 1e-5 with nugget 0.01, 1e-3 with nugget 1e-4, whatever
+#' `eps`); `set_rkeops_options(precision = "float64")` when a small nugget needs more digits.
+#'
 #' @param x A numeric matrix (or data frame) of N points, one per row (a vector: one column).
 #' @param z The N observed values (a vector), or an `N x E` matrix of E series observed at the same
 #'   points.
@@ -22,11 +31,12 @@
 #' @param weights `NULL` or N non-negative observation weights (the noise of observation i has
 #'   variance `nugget / weights[i]`), of positive sum.
 #' @param eps,maxiter The conjugate gradients' tolerance and most iterations, as for [solve()].
-#' @return An object of class `"keops_krige"`: `coefficients` (N x E, or a vector), `fitted.values`
-#'   and `residuals` (of the observations), `iterations` and `residual` (the relative residual of the
-#'   system, from [solve()]), `rank` (of its preconditioner), and what `predict()` needs (`x`,
-#'   `kernel`, `range`, `nugget`, `weights`).
-#' @seealso `vignette("kriging")`, [solve()].
+#' @return An object of class `"keops_krige"` (see [new_keops_krige()]; `print()`, `summary()`,
+#'   `plot()`, `predict()`, `fitted()` and `residuals()` methods): `coefficients` (N x E, or a
+#'   vector), `fitted.values` and `residuals` (of the observations), `iterations` and `residual`
+#'   (the relative residual of the system, from [solve()]), `rank` (of its preconditioner), and what
+#'   `predict()` needs (`x`, `center`, `kernel`, `range`, `nugget`, `weights`).
+#' @seealso `vignette("kriging")`, [solve()], [predict.keops_krige()], [plot.keops_krige()].
 #' @export
 #' @examples
 #' set.seed(1)
@@ -37,9 +47,13 @@
 #' new <- matrix(runif(10), 5, 2)
 #' cbind(predict(fit, new), truth = sin(6 * new[, 1]) + cos(4 * new[, 2]))
 #' predict(fit, new, se = TRUE)$se
+#' fit
+#' summary(fit)
+#' plot(fit)
 keops_krige <- function(x, z, kernel = c("gaussian", "laplacian", "matern32", "matern52"), range, nugget,
                         weights = NULL, eps = 1e-6, maxiter = 1000) {
   fun <- "keops_krige"
+  call <- match.call()
   x <- check_points(x, "x", fun)
   n <- nrow(x)
   vector_z <- is.null(dim(z))
@@ -53,31 +67,50 @@ keops_krige <- function(x, z, kernel = c("gaussian", "laplacian", "matern32", "m
   check_number(range, "range", fun, sign = "positive")
   check_number(nugget, "nugget", fun, sign = "positive")
   if (!is.null(weights)) weights <- check_point_weights(weights, n, "weights", fun)
+  center <- (apply(x, 2L, min) + apply(x, 2L, max)) / 2
+  u <- krige_coordinates(x, center, range)
   root <- if (is.null(weights)) NULL else sqrt(weights)
-  K <- krige_kernel(Vi(x), Vj(x), kernel, range)
-  if (!is.null(root)) K <- Vi(matrix(root)) * K * Vj(matrix(root))
-  sol <- solve(K, if (is.null(root)) zm else zm * root, alpha = nugget, eps = eps, maxiter = maxiter, info = TRUE)
+  K <- krige_system(u, kernel, root)
+  sol <- lazy_solve(K, if (is.null(root)) zm else zm * root, alpha = nugget, eps = eps, maxiter = maxiter,
+                    info = TRUE, what = "keops_krige()", alpha_arg = "nugget")
   v <- matrix(as.vector(sol), n)
   w <- if (is.null(root)) v else v * root
   # K w, from the system: z - nugget W^-1 w (an observation of weight 0: computed)
   fitted <- zm - nugget * (if (is.null(root)) v else v / ifelse(root > 0, root, 1))
   dropped <- if (is.null(root)) integer(0) else which(root == 0)
   if (length(dropped)) {
-    fitted[dropped, ] <- unclass(krige_kernel(Vi(x[dropped, , drop = FALSE]), Vj(x), kernel, range) %*% w)
+    fitted[dropped, ] <- unclass(krige_kernel(Vi(u[dropped, , drop = FALSE]), Vj(u), kernel) %*% w)
   }
-  shape <- function(m) if (vector_z) as.vector(m) else m
-  structure(list(coefficients = shape(w), fitted.values = shape(fitted), residuals = shape(zm - fitted),
-                 iterations = attr(sol, "iterations"), residual = attr(sol, "residual"), rank = attr(sol, "rank"),
-                 x = x, kernel = kernel, range = range, nugget = nugget, weights = weights),
-            class = "keops_krige")
+  shape <- function(m) {
+    if (vector_z) return(as.vector(m))
+    colnames(m) <- colnames(z)
+    m
+  }
+  new_keops_krige(coefficients = shape(w), fitted.values = shape(fitted), residuals = shape(zm - fitted),
+                  iterations = attr(sol, "iterations"), residual = attr(sol, "residual"), rank = attr(sol, "rank"),
+                  x = x, center = center, kernel = kernel, range = range, nugget = nugget, weights = weights,
+                  precision = get_rkeops_options("precision"), call = call)
 }
 
-# The covariance k(|a_i - b_j|) as a LazyTensor, for the LazyTensors of points `a` (i) and `b` (j).
-krige_kernel <- function(a, b, kernel, range) krige_covariance(sqdist(a, b) / range^2, kernel)
+# The points as the engine sees them: centred on `center` and divided by `range`, in float64.
+krige_coordinates <- function(x, center, range) (x - rep(center, each = nrow(x))) / range
 
-# The same covariance as a dense matrix of R (for the kriging variances of a few points).
-krige_dense <- function(a, b, kernel, range) {
-  krige_covariance(pmax(outer(rowSums(a^2), rowSums(b^2), "+") - 2 * tcrossprod(a, b), 0) / range^2, kernel)
+# The matrix of the system, W^1/2 K W^1/2 (K without weights: root = NULL), for the coordinates u.
+krige_system <- function(u, kernel, root = NULL) {
+  K <- krige_kernel(Vi(u), Vj(u), kernel)
+  if (is.null(root)) K else Vi(matrix(root)) * K * Vj(matrix(root))
+}
+
+# The covariance k(|a_i - b_j|) as a LazyTensor, for the LazyTensors of coordinates `a` (i) and `b`
+# (j), already divided by the range.
+krige_kernel <- function(a, b, kernel) krige_covariance(sqdist(a, b), kernel)
+
+# The same covariance as a dense matrix of R, from the coordinates' differences (for the kriging
+# variances of a few points).
+krige_dense <- function(a, b, kernel) {
+  r2 <- 0
+  for (k in seq_len(ncol(a))) r2 <- r2 + outer(a[, k], b[, k], "-")^2
+  krige_covariance(r2, kernel)
 }
 
 # The covariance of the squared scaled distances `r2` (a LazyTensor or a matrix: the same arithmetic).
@@ -87,39 +120,4 @@ krige_covariance <- function(r2, kernel) {
          laplacian = exp(-sqrt(r2)),
          matern32 = (1 + sqrt(3 * r2)) * exp(-sqrt(3 * r2)),
          matern52 = (1 + sqrt(5 * r2) + 5 / 3 * r2) * exp(-sqrt(5 * r2)))
-}
-
-#' Kriging predictions at new points
-#'
-#' The kriging predictor `k(newdata, x) w` (one reduction over the new points times the data
-#' points), and with `se = TRUE` its standard errors `sqrt(1 - k_y^T (K + nugget W^-1)^-1 k_y)`
-#' (the noise-free process's kriging variance): they take one more [solve()] with the new points'
-#' covariances with the data as right-hand sides, in blocks of 256 new points (an N x 256 dense
-#' block at a time), so they are meant for up to a few thousand new points.
-#'
-#' @param object A fit made by [keops_krige()].
-#' @param newdata A numeric matrix (or data frame, or a vector for one-dimensional data) of new
-#'   points, with the columns of `x`.
-#' @param se Whether to return the standard errors too.
-#' @param ... Not used.
-#' @return The predictions (a vector, or a matrix for several series); with `se = TRUE`, a list of
-#'   `fit` and `se`.
-#' @export
-predict.keops_krige <- function(object, newdata, se = FALSE, ...) {
-  y <- check_points(newdata, "newdata", "predict", d = ncol(object$x))
-  w <- as.matrix(object$coefficients)
-  fit <- krige_kernel(Vi(y), Vj(object$x), object$kernel, object$range) %*% w
-  fit <- if (is.null(dim(object$coefficients))) as.vector(fit) else unclass(fit)
-  if (!isTRUE(se)) return(fit)
-  root <- if (is.null(object$weights)) NULL else sqrt(object$weights)
-  K <- krige_kernel(Vi(object$x), Vj(object$x), object$kernel, object$range)
-  if (!is.null(root)) K <- Vi(matrix(root)) * K * Vj(matrix(root))
-  blocks <- split(seq_len(nrow(y)), (seq_len(nrow(y)) - 1L) %/% 256L)
-  var <- unlist(use.names = FALSE, lapply(blocks, function(rows) {
-    k <- krige_dense(object$x, y[rows, , drop = FALSE], object$kernel, object$range)
-    if (!is.null(root)) k <- k * root
-    v <- solve(K, k, alpha = object$nugget, eps = 1e-8, maxiter = 10 * nrow(k))
-    1 - colSums(k * v)
-  }))
-  list(fit = fit, se = sqrt(pmax(var, 0)))
 }

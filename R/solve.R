@@ -98,6 +98,14 @@
 #' attr(w0, "iterations")              # plain conjugate gradients
 solve.LazyTensor <- function(a, b, alpha = 0, eps = 1e-6, maxiter = 10 * NROW(b), ranges = NULL,
                              precond = c("nystrom", "none"), rank = NULL, info = FALSE, ...) {
+  lazy_solve(a, b, alpha, eps, maxiter, ranges, precond, rank, info)
+}
+
+# solve.LazyTensor()'s work, for the functions built on it: `what` starts its warnings (and names
+# its progress bar), `alpha_arg` is the caller's argument that alpha is (keops_krige()'s
+# "nugget"), the one its warnings tell to increase.
+lazy_solve <- function(a, b, alpha = 0, eps = 1e-6, maxiter = 10 * NROW(b), ranges = NULL, precond = "nystrom",
+                       rank = NULL, info = FALSE, what = "solve()", alpha_arg = "alpha") {
   matvec <- lazy_matvec(a, "solve")
   dims <- dim(a)
   N <- dims[2L]
@@ -133,7 +141,7 @@ solve.LazyTensor <- function(a, b, alpha = 0, eps = 1e-6, maxiter = 10 * NROW(b)
     prec <- nystrom_preconditioner(a, alpha, rank, eps, t_iteration = iteration_time(a, b, op, ranges))
   }
   start <- list(x = matrix(0, nrow(b), ncol(b)), r = b, iterations = 0L)
-  res <- conjugate_gradients(op, prec$apply, b, start, eps, maxiter, "solve()")
+  res <- conjugate_gradients(op, prec$apply, b, start, eps, maxiter, what, alpha_arg)
   x <- res$x
   if (info) {
     attr(x, "iterations") <- res$iterations
@@ -184,8 +192,9 @@ solve_precond_arg <- function(precond) {
 # Conjugate gradients on the columns of b at once, from start$x with residual start$r, each column
 # with its own step lengths, stopped when every column's residual is below eps |b|. prec: a
 # function r -> P^-1 r (symmetric positive definite), or NULL. Returns x, the number of products
-# and the largest relative residual.
-conjugate_gradients <- function(op, prec, b, start, eps, maxiter, what) {
+# and the largest relative residual. `what` and `alpha_arg` name the caller and its argument alpha
+# in the warnings.
+conjugate_gradients <- function(op, prec, b, start, eps, maxiter, what, alpha_arg = "alpha") {
   x <- start$x
   r <- start$r
   iter <- start$iterations
@@ -209,11 +218,10 @@ conjugate_gradients <- function(op, prec, b, start, eps, maxiter, what) {
   rz <- colSums(r * z)
   p <- z
   breakdown <- FALSE
-  bar <- loop_progress(maxiter, paste(what, "conjugate gradients"))
+  bar <- cg_progress(maxiter, eps, bb, what)
   on.exit(bar$done(), add = TRUE)
   while (!all(done) && iter < maxiter) {
     iter <- iter + 1L
-    bar$set(iter)
     Ap <- op(p)
     pAp <- colSums(p * Ap)
     if (any(!(pAp > 0) & !done)) {
@@ -226,6 +234,7 @@ conjugate_gradients <- function(op, prec, b, start, eps, maxiter, what) {
     r <- r - scale_columns(Ap, step)
     rr <- colSums(r * r)
     done <- rr <= target
+    bar$set(iter, rr, done)
     if (all(done)) break
     z <- precondition(r)
     rz_new <- colSums(r * z)
@@ -239,11 +248,35 @@ conjugate_gradients <- function(op, prec, b, start, eps, maxiter, what) {
   relres[bb == 0] <- 0
   residual <- max(relres)
   if (!all(done)) {
-    why <- if (breakdown) " (alpha I + K is not positive definite in this precision: increase 'alpha')" else ""
-    warning(sprintf("%s: conjugate gradients did not converge in %d iterations (relative residual %.3g)%s",
-                    what, iter, residual, why), call. = FALSE)
+    message <- sprintf("%s: conjugate gradients did not converge in %d iterations (relative residual %.3g)",
+                       what, iter, residual)
+    if (breakdown) {
+      rkeops_warn(message, sprintf(" (%s I + K is not positive definite in this precision: increase '%s')",
+                                   alpha_arg, alpha_arg), kind = "not_positive_definite")
+    } else {
+      rkeops_warn(message, kind = "convergence")
+    }
   }
   list(x = x, iterations = iter, residual = residual)
+}
+
+# The progress bar of the conjugate gradients (loop_progress()), set(iter, rr, done) after each
+# iteration. Its total starts at maxiter, which the iterations rarely reach (cli's ETA said minutes
+# for a fit of seconds), then is the number of iterations that the residual's decrease so far
+# predicts: each divides it by about the same factor, so log(|r| / |b|) / log(eps) of the way is
+# made in `iter` iterations (the slowest column; within maxiter).
+cg_progress <- function(maxiter, eps, bb, what, env = parent.frame()) {
+  before <- .rkeops_env$progress_loop
+  bar <- loop_progress(maxiter, paste(what, "conjugate gradients"), env = env)
+  id <- .rkeops_env$progress_loop
+  if (!is.null(before) || is.null(id)) return(list(set = function(...) invisible(), done = bar$done))
+  set <- function(iter, rr, done) {
+    left <- !done & bb > 0
+    way <- if (!any(left)) 1 else if (eps < 1) min(log(rr[left] / bb[left]) / log(eps^2)) else 0
+    total <- if (isTRUE(way > 0)) min(maxiter, max(iter + !all(done), ceiling(iter / min(way, 1)))) else maxiter
+    cli::cli_progress_update(set = iter, total = total, id = id, .envir = env)
+  }
+  list(set = set, done = bar$done)
 }
 
 # m %*% diag(s) without sweep()'s overhead: each column of m times the matching element of s.

@@ -137,11 +137,12 @@ test_that("zero columns, info = FALSE, non-convergence and maxiter = 0", {
   expect_identical(attr(z, "residual"), 0)
   for (precond in c("nystrom", "none")) {
     expect_warning(w3 <- solve(d$K, b, alpha = 1e-3, eps = 1e-15, maxiter = 3, precond = precond, rank = 5,
-                               info = TRUE), "did not converge in 3 iterations")
+                               info = TRUE), "did not converge in 3 iterations", class = "rkeops_warning_convergence")
     expect_identical(attr(w3, "iterations"), 3L)
     expect_gt(attr(w3, "residual"), 1e-15)
   }
-  expect_warning(w0 <- solve(d$K, b, maxiter = 0), "did not converge in 0 iterations")
+  expect_warning(w0 <- solve(d$K, b, maxiter = 0), "^solve\\(\\): conjugate gradients did not converge in 0 iterations",
+                 class = "rkeops_warning_convergence")
   expect_identical(w0, matrix(0, 137, 2))
 })
 
@@ -280,7 +281,8 @@ test_that("an indefinite system or preconditioner is handled, not divided by", {
   d <- solve_case(137)
   b <- rnorm(137)
   for (precond in c("none", "nystrom")) {
-    expect_warning(w <- solve(-d$K, b, alpha = 0, precond = precond), "not positive definite")
+    expect_warning(w <- solve(-d$K, b, alpha = 0, precond = precond), "not positive definite.*increase 'alpha'",
+                   class = "rkeops_warning_not_positive_definite")
     expect_true(all(is.finite(w)))
   }
   # a preconditioner that is not positive definite is dropped: plain conjugate gradients
@@ -292,4 +294,21 @@ test_that("an indefinite system or preconditioner is handled, not divided by", {
   res <- rkeops:::conjugate_gradients(op, function(r) -r, B, start, 1e-12, 500, "test")
   expect_equal(res$x, base::solve(A, B), tolerance = 1e-8)
   expect_lt(res$residual, 1e-12)
+})
+
+test_that("the conjugate gradients' progress bar ends at the iterations made, not at maxiter", {
+  local_precision("float64")
+  d <- solve_case(137)
+  old <- options(rkeops.progress = TRUE, cli.progress_show_after = 0, cli.progress_throttle = 0,
+                 cli.progress_handlers_only = "logger")
+  on.exit(options(old), add = TRUE)
+  printed <- utils::capture.output(w <- solve(d$K, rnorm(137), alpha = 0.01, eps = 1e-10, maxiter = 5000,
+                                              precond = "none", info = TRUE))
+  counts <- regmatches(printed, regexec(" ([0-9]+)/([0-9]+) ", printed))
+  counts <- do.call(rbind, lapply(counts, function(m) as.numeric(m[2:3])))
+  expect_gt(attr(w, "iterations"), 10)
+  expect_lt(attr(w, "iterations"), 5000)
+  expect_identical(counts[1, ], c(0, 5000))                                       # created: maxiter
+  expect_identical(counts[nrow(counts), ], rep(as.numeric(attr(w, "iterations")), 2))  # ended: iterations
+  expect_match(printed[length(printed)], "terminated")
 })
