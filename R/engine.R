@@ -36,11 +36,13 @@ progress_delay <- function() {
 # already shows one.
 loop_progress <- function(total, name, env = parent.frame()) {
   if (!is.null(.rkeops_env$progress_loop) || !progress_wanted()) {
-    return(list(set = function(done) invisible(), done = function() invisible()))
+    return(list(set = function(done, total = NULL) invisible(), done = function() invisible(), shown = FALSE))
   }
   id <- cli::cli_progress_bar(name = name, total = total, .envir = env)
   .rkeops_env$progress_loop <- id
-  list(set = function(done) cli::cli_progress_update(set = done, id = id, .envir = env),
+  # (`total`: a new total, for loops whose length becomes known as they run)
+  list(set = function(done, total = NULL) cli::cli_progress_update(set = done, total = total, id = id, .envir = env),
+       shown = TRUE,
        done = function() {
          if (identical(.rkeops_env$progress_loop, id)) .rkeops_env$progress_loop <- NULL
          cli::cli_progress_done(id = id, .envir = env)

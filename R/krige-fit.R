@@ -1,26 +1,12 @@
 # The fits of keops_krige(): the object, its printing, summary, plot and predictions.
 
-#' The fit of a kriging
-#'
-#' `new_keops_krige()` makes the object that [keops_krige()] returns, of class `"keops_krige"`: a
-#' list of its arguments. [stats::fitted()], [stats::residuals()] and [stats::coef()] read its
-#' `fitted.values`, `residuals` and `coefficients`; `print()` shows it in a few lines, `summary()`
-#' adds the residuals' quantiles by series.
-#'
-#' @param coefficients The coefficients `w` (N x E, or a vector for one series).
-#' @param fitted.values,residuals The fitted values `K w` at the observations and the observed values
-#'   minus them, shaped like `coefficients`.
-#' @param iterations,residual,rank The conjugate gradients' iterations, relative residual and
-#'   preconditioner's rank (from [solve()]).
-#' @param x The N x D points (as given).
-#' @param center The D coordinates subtracted from the points (and the new points) before the engine
-#'   sees them.
-#' @param kernel,range,nugget,weights As given to [keops_krige()].
-#' @param precision The engine's precision of the fit.
-#' @param call The call.
-#' @return An object of class `"keops_krige"`.
-#' @keywords internal
-#' @export
+# The object keops_krige() returns, of class "keops_krige": a list of its arguments (stats'
+# fitted(), residuals() and coef() read `fitted.values`, `residuals` and `coefficients`).
+# `coefficients`: w (N x E, or a vector for one series); `fitted.values`, `residuals`: K w at the
+# observations and the observed values minus them, shaped like `coefficients`; `iterations`,
+# `residual`, `rank`: the conjugate gradients' (solve()); `x`: the N x D points as given; `center`:
+# the D coordinates subtracted from the points (and new points) before the engine sees them;
+# `kernel`, `range`, `nugget`, `weights` as given to keops_krige(); `precision`: the engine's.
 new_keops_krige <- function(coefficients, fitted.values, residuals, iterations, residual, rank, x, center,
                             kernel, range, nugget, weights = NULL, precision = "float32", call = NULL) {
   structure(list(coefficients = coefficients, fitted.values = fitted.values, residuals = residuals,

@@ -98,7 +98,8 @@ sinkhorn_run <- function(pb, rows, p, debias, iterations = length(rows$s), tol =
   input <- list(x = pb$x, y = pb$y, la = matrix(pb$la), lb = matrix(pb$lb),
                 f = zero(pb$f, nrow(pb$x)), g = zero(pb$g, nrow(pb$y)))
   if (debias) input <- c(input, list(fa = zero(pb$fa, nrow(pb$x)), gb = zero(pb$gb, nrow(pb$y))))
-  res <- program(input, schedule = rows)
+  # (the debiasing's weights only where its steps read them: a program refuses names it does not read)
+  res <- program(input, schedule = if (debias) rows else rows[setdiff(names(rows), c("wa", "ka"))])
   out <- lapply(res[setdiff(names(res), "err")], function(v) as.vector(v))
   c(out, list(iterations = attr(res, "iterations"), err = as.vector(res$err),
               trace = if (trace) as.vector(attr(res, "trace")$err)))

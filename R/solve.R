@@ -266,15 +266,13 @@ conjugate_gradients <- function(op, prec, b, start, eps, maxiter, what, alpha_ar
 # predicts: each divides it by about the same factor, so log(|r| / |b|) / log(eps) of the way is
 # made in `iter` iterations (the slowest column; within maxiter).
 cg_progress <- function(maxiter, eps, bb, what, env = parent.frame()) {
-  before <- .rkeops_env$progress_loop
   bar <- loop_progress(maxiter, paste(what, "conjugate gradients"), env = env)
-  id <- .rkeops_env$progress_loop
-  if (!is.null(before) || is.null(id)) return(list(set = function(...) invisible(), done = bar$done))
+  if (!bar$shown) return(list(set = function(...) invisible(), done = bar$done))
   set <- function(iter, rr, done) {
     left <- !done & bb > 0
     way <- if (!any(left)) 1 else if (eps < 1) min(log(rr[left] / bb[left]) / log(eps^2)) else 0
     total <- if (isTRUE(way > 0)) min(maxiter, max(iter + !all(done), ceiling(iter / min(way, 1)))) else maxiter
-    cli::cli_progress_update(set = iter, total = total, id = id, .envir = env)
+    bar$set(iter, total)
   }
   list(set = set, done = bar$done)
 }
