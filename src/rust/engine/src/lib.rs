@@ -14,6 +14,7 @@ pub mod error;
 pub mod knn;
 pub mod knn_search;
 pub mod formula;
+pub mod grouped_sum;
 pub mod iterate;
 pub mod math;
 pub mod memory;

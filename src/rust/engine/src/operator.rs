@@ -11,17 +11,26 @@ use crate::cuda::resident::DeviceMatrix;
 use crate::cuda::several::Several;
 use crate::error::{Error, Result};
 use crate::formula::{Category, Formula};
+use crate::grouped_sum::GroupedSum;
 use crate::precision::{ForPrecision, Precision};
 use crate::real::{Real, Stored};
 
 #[derive(Debug, Clone)]
 pub struct Operator {
     pub formula: Formula,
+    /// The O(N) form of a grouped sum (`Sum_Reduction(Equal(l, g) * F, axis)`) and the map of
+    /// its term, for the CPU.
+    grouped: Option<Box<(GroupedSum, Operator)>>,
 }
 
 impl Operator {
     pub fn new(formula: &str, args: &[String]) -> Result<Operator> {
-        Ok(Operator { formula: Formula::parse(formula, args)? })
+        let formula = Formula::parse(formula, args)?;
+        let grouped = GroupedSum::of(&formula).and_then(|g| {
+            let map = Operator::new(&g.map_formula, &g.map_args).ok()?;
+            (map.formula.variables.len() == g.map_inputs.len()).then(|| Box::new((g, map)))
+        });
+        Ok(Operator { formula, grouped })
     }
 
     /// The reduction of `inputs` (each on the host, or kept on a device: see `Values`), on the
@@ -66,6 +75,11 @@ impl Operator {
                 None => *x,
             })
             .collect();
+        if let (None, None, Some(grouped)) = (&gpu, &options.ranges, &self.grouped) {
+            if let Some(out) = run_grouped(&grouped.0, &grouped.1, &inputs, options)? {
+                return Ok(out);
+            }
+        }
         let red = &self.formula.reduction;
         let ranges = options.ranges.as_ref().map(|r| r.for_axis(red.axis));
         let call = Call { formula: &self.formula, inputs: &inputs, sizes, part: None, ranges, options };
@@ -245,6 +259,24 @@ fn shared_gpus(device: &cuda::Device, call: &Call) -> Result<Option<Several>> {
     let mut ordinals = vec![device.ordinal];
     ordinals.extend(&gpus[1..]);
     Several::open(&ordinals).map(Some)
+}
+
+/// The grouped sum `g` of `inputs` (on the host, checked): the map of its term, then the rows
+/// added by group (`grouped_sum`); None where a term is not finite (0 * Inf: the reduction over
+/// every pair says what each group is).
+fn run_grouped(g: &GroupedSum, map: &Operator, inputs: &[Input], options: &RunOptions) -> Result<Option<Output>> {
+    let map_inputs: Vec<Input> = g.map_inputs.iter().map(|&p| inputs[p]).collect();
+    let mut out = map.run(&map_inputs, options)?;
+    let terms = out.values.take().unwrap_or_default();
+    let (Some(labels), Some(groups)) = (inputs[g.label].host_data(), inputs[g.group].host_data()) else {
+        return Ok(None);
+    };
+    if !terms.iter().all(|v| v.is_finite()) {
+        return Ok(None);
+    }
+    out.values = Some(crate::grouped_sum::add_by_group(labels, groups, &terms, out.dim, options.precision));
+    out.nrow = groups.len();
+    Ok(Some(out))
 }
 
 /// `call` on `device`, in the types of the call's precision: the one place a precision becomes

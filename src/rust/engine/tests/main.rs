@@ -15,6 +15,7 @@ mod clustering;
 mod fuzz;
 mod gpu;
 mod gpu_shared_cache;
+mod grouped_sums;
 mod interrupts;
 mod knn_search;
 mod program;

@@ -48,12 +48,18 @@ pub fn rows_per_block<T: Real>(
     let red = &formula.reduction;
     // The terms must vary along the reduced index, as the reducers take them row at a time (a term
     // that does not, e.g. Sum_Reduction(x_i, 0), is summed as a product there).
+    // A map (one reduced index, e.g. no variable on that axis: Sum_Reduction(x_i * 2, 0)) has terms
+    // that vary along the output index only, which a block of rows takes as they come; row at a
+    // time, it cost ~250 ns a row (10^6 rows: 0.25 s for what a copy does in 15 ms).
     let varies = |id: usize| plan.roles[id].is_some_and(Role::varies_in_tile);
+    let varies_by_row = |id: usize| plan.roles[id].is_some_and(|r| matches!(r, Role::Outer | Role::Pair));
+    let terms_fit = (varies(red.f) && red.g.is_none_or(varies))
+        || (n_red == 1 && varies_by_row(red.f) && red.g.is_none_or(varies_by_row));
     let short = match ranges {
         None => (1..=LONGEST).contains(&n_red) && n_red < n_out,
         Some(ranges) => short_blocks(ranges),
     };
-    if !short || !varies(red.f) || !red.g.is_none_or(varies) {
+    if !short || !terms_fit {
         return None;
     }
     let n_red = n_red.min(LONGEST);
@@ -283,6 +289,26 @@ mod tests {
                         assert_eq!(blocks.indices, single.indices, "{case}, f32");
                     }
                 }
+            }
+        }
+    }
+
+    /// Maps (one reduced index, terms of the output index only: `keops_map()`) go by blocks of rows,
+    /// and give to the bit what rows one at a time give.
+    #[test]
+    fn maps_by_blocks_of_rows_equal_rows_one_at_a_time() {
+        let (rows, data) = (1001, data(1001, 1));
+        for axis in [0, 1] {
+            for text in ["Sum_Reduction(Exp(-x) * a + 1, AXIS)", "Min_ArgMin_Reduction(x - a, AXIS)", "LogSumExp_Reduction(a * a, AXIS)"] {
+                let formula = Formula::parse(&text.replace("AXIS", &axis.to_string()), &args(axis)).unwrap();
+                let (plan, acc) = (Plan::new(&formula), formula.accumulator(SumScheme::Auto));
+                assert!(rows_per_block::<f32>(&formula, &plan, &acc, rows, 1, 2, None).is_some(), "{text}: not by blocks");
+                let run64 = |short| run::<f64>(&formula, &data, rows, 1, SumScheme::Auto, None, short);
+                let (blocks, single) = (run64(true), run64(false));
+                assert!(same_bits(&blocks.values, &single.values) && blocks.indices == single.indices, "{text}, axis {axis}");
+                let run32 = |short| run::<f32>(&formula, &data, rows, 1, SumScheme::Auto, None, short);
+                let (blocks, single) = (run32(true), run32(false));
+                assert!(same_bits(&blocks.values, &single.values) && blocks.indices == single.indices, "{text}, axis {axis}, f32");
             }
         }
     }
