@@ -37,7 +37,10 @@
 #'   links to its neighbours ([plot.keops_knn()]).
 #' @details The computation uses the precision of [get_rkeops_options()]:
 #'   in float32, two neighbours whose distances differ by less than float32
-#'   can resolve may come in the other order than in a float64 search.
+#'   can resolve may come in the other order than in a float64 search. The
+#'   data and the queries are first translated by one centre (that of the
+#'   bounding box of `x`; the distances do not change), so that points far
+#'   from the origin keep the precision of points near it.
 #' @seealso `nn2()` of the RANN package and `get.knnx()` of FNN (trees),
 #'   [argKmin()] (brute force).
 #' @export
@@ -84,6 +87,11 @@ knn_reduction <- function(x, y, k, metric) {
     arg <- if (all(is.finite(x))) "y" else "x"
     rkeops_abort("keops_knn(): '", arg, "' must not hold NA, NaN or infinite values", kind = "input", arg = arg)
   }
+  # One centre for both, that of the data's box, as the engine's search: the distances are
+  # unchanged, and float32 keeps the precision of points far from the origin.
+  centre <- apply(x, 2, min) / 2 + apply(x, 2, max) / 2   # (the engine's knn::centre)
+  x <- x - rep(centre, each = nrow(x))
+  y <- y - rep(centre, each = nrow(y))
   d <- ncol(x)
   distance <- if (metric == "manhattan") "Sum(Abs(q - p))" else "SqDist(q, p)"
   op <- lazy_operator(sprintf("KMin_ArgKMin_Reduction(%s, %d, 0)", distance, k),

@@ -89,6 +89,45 @@ test_that("float32 finds the neighbours of float64 up to near ties", {
   expect_gt(mean(got$index == want$index), 0.999)
 })
 
+# The k = 5 neighbours found in float32 against float64 brute force (`knn_brute`): each at the
+# distance of the k nearest (ties aside), and the same indices for at least 99 % of the queries.
+expect_float64_neighbours <- function(got, want, what) {
+  at <- matrix(want$D[cbind(rep(seq_len(nrow(got$index)), 5), as.vector(got$index))], ncol = 5)
+  expect_lt(max(abs(at - want$distance)), 1e-6, label = what)
+  expect_lt(max(abs(got$distance - want$distance)), 1e-5, label = what)
+  expect_gte(mean(rowSums(got$index == want$index) == 5), 0.99, label = what)
+}
+
+test_that("float32 finds the float64 neighbours of points far from the origin (centred first)", {
+  local_precision("float32")
+  set.seed(157)
+  # Near 1e6 float32's spacing is 0.0625: uncentred, 1 query in 2000 had the float64 neighbours.
+  u <- matrix(runif(3 * 2003), ncol = 3)
+  q <- matrix(runif(3 * 517), ncol = 3)
+  for (offset in c(1e3, 1e6, 1e7)) {
+    x <- u + offset
+    y <- q + offset
+    want <- knn_brute(x, y, 5)
+    for (prune in c(NA, FALSE)) {
+      expect_float64_neighbours(keops_knn(x, y, 5, prune = prune), want, paste(offset, prune))
+    }
+  }
+  expect_float64_neighbours(keops_knn(x, k = 5), knn_brute(x, x, 5), "queries that are the data")
+})
+
+test_that("the brute-force reduction under rkeops_use_future() centres the points too", {
+  skip_if_not_installed("future")
+  local_precision("float32")
+  set.seed(158)
+  x <- matrix(runif(3 * 1003), ncol = 3) + 1e6
+  y <- matrix(runif(3 * 301), ncol = 3) + 1e6
+  future::plan(future::sequential)
+  old <- rkeops_use_future(blocks = 2)
+  on.exit(do.call(rkeops_use_future, old), add = TRUE)
+  expect_float64_neighbours(keops_knn(x, y, 5), knn_brute(x, y, 5), "future")
+  expect_match(rkeops:::last_run()$backend, "^future")
+})
+
 test_that("bad arguments are named errors", {
   x <- matrix(runif(30), 10)
   expect_error(keops_knn("a", k = 1), "'x' must be a numeric matrix", class = "rkeops_error_input")

@@ -1,16 +1,18 @@
 //! The exact K-nearest-neighbour search of R's `keops_knn()`, end to end in one call: brute force,
 //! or the search pruned by grid cells (`knn::knn_plan`) run as a block-sparse KMin_ArgKMin on the
 //! sorted clouds, the queries it cannot certify searched again within a sure bound, and the results
-//! written once, in the user's order, by the caller (`Neighbours::write`: into R's vectors). On a
+//! written once, in the user's order, by the caller (`Neighbours::write`: into R's vectors). Every
+//! run, pruned or not, on any backend, gets the data and the queries less one centre (`knn::centre`,
+//! the data's): their float32 copies then keep the precision of points near the origin. On a
 //! GPU the pruned kernel takes milliseconds; the sorted copies, the restoring of the order and R's
 //! passes over 10^7 results took most of the call when R drove these steps (bench/RESULTS.md).
 
 use std::time::Instant;
 
 use crate::api::{Input, Output, RunOptions};
-use crate::clustering::Points;
+use crate::clustering::{column_bounds, Points};
 use crate::error::{Error, Result};
-use crate::knn::{knn_plan, KnnPlan, Metric, Search};
+use crate::knn::{centre, knn_plan, KnnPlan, Metric, Search};
 use crate::operator::Operator;
 use crate::parallel;
 use crate::precision::Precision;
@@ -169,11 +171,17 @@ impl KnnSearch<'_> {
     }
 
     /// The `k` nearest data of each of `queries`: by brute force, or over the plan's ranges of the
-    /// sorted clouds.
+    /// sorted clouds; both less one centre (the plan's sorted copies are already), before the
+    /// backend converts them.
     fn find(&self, op: &Operator, queries: Points, plan: Option<KnnPlan>, options: &RunOptions) -> Result<Found> {
         let (data, d) = (self.data, self.data.d);
         let Some(plan) = plan else {
-            let inputs = [Input::host(queries.values, queries.n, d), Input::host(data.values, data.n, d)];
+            let centre = centre(&column_bounds(data, "x")?);
+            let data_values = data.less(&centre);
+            // (the queries being the data: one copy for both)
+            let query_values = if queries.same_as(data) { None } else { Some(queries.less(&centre)) };
+            let query_values = query_values.as_deref().unwrap_or(&data_values);
+            let inputs = [Input::host(query_values, queries.n, d), Input::host(&data_values, data.n, d)];
             return Found::new(op.run(&inputs, options)?, None, None);
         };
         let none = BlockRanges { blocks: Vec::new(), slices: Vec::new(), reduced: Vec::new() };

@@ -114,3 +114,59 @@ fn pruned_searches_of_values_that_are_not_finite_name_the_input() {
         assert!(e.contains(name) && e.contains("NaN"), "{name}: {e}");
     }
 }
+
+/// Uniform points far from the origin, in float32: the search centres them (one centre for the
+/// data and the queries) before they are rounded to float32, so that at 1e6 (float32 spacing
+/// 0.0625) it finds the float64 neighbours of nearly every query, as near the origin; uncentred, it
+/// found those of 1 query in 2000. Pruned or not, queries that are the data or not.
+fn check_offsets(options: &RunOptions) {
+    let mut rng = Rng(11);
+    let (n, m, d, k) = (3001, 517, 3, 5);
+    for offset in [1e3, 1e6, 1e7] {
+        let shifted = |v: Vec<f64>| v.into_iter().map(|v| v + offset).collect::<Vec<f64>>();
+        let data_values = shifted(cloud(&mut rng, n, d, false));
+        let query_values = shifted(cloud(&mut rng, m, d, false));
+        let data = Points::new(&data_values, n, d).unwrap();
+        for queries in [data, Points::new(&query_values, m, d).unwrap()] {
+            let want = brute(data, queries, k, Metric::Euclidean);
+            for pruning in [Pruning::Never, Pruning::Always] {
+                let search = KnnSearch { data, queries, k, metric: Metric::Euclidean, cell_points: 16.0, pruning };
+                let found = search.run(options).unwrap();
+                let (mut distances, mut indices) = (vec![0.0; queries.n * k], vec![0; queries.n * k]);
+                found.write_distances(&mut distances, f64::sqrt);
+                found.write_indices(&mut indices);
+                let case = format!("{}: offset {offset}, {} queries, {pruning:?}", found.backend, queries.n);
+                let mut same = 0;
+                for (q, want) in want.iter().enumerate() {
+                    // the true distances of the neighbours found: the k smallest, up to float32's
+                    // rounding of the centred points (|x| < 1: ~1e-7)
+                    let index = |c: usize| indices[c * queries.n + q] as usize - 1;
+                    let at: Vec<f64> = (0..k).map(|c| distance(data, index(c), queries, q, Metric::Euclidean)).collect();
+                    for c in 0..k {
+                        let (got, w) = (at[c], want[c]);
+                        assert!((got - w).abs() <= 1e-6, "{case}: query {q}, neighbour {c}: {got} != {w}");
+                        let reported = distances[c * queries.n + q];
+                        assert!((reported - w).abs() <= 1e-5, "{case}: query {q}, distance {c}: {reported} != {w}");
+                    }
+                    same += usize::from(at == *want);
+                }
+                let all = queries.n;
+                assert!(same as f64 >= 0.99 * all as f64, "{case}: {same} of {all} queries with the float64 neighbours");
+            }
+        }
+    }
+}
+
+#[test]
+fn points_far_from_the_origin_find_the_float64_neighbours_in_float32() {
+    check_offsets(&RunOptions { backend: Backend::Cpu, precision: Precision::F32, threads: 2, ..Default::default() });
+}
+
+#[test]
+fn points_far_from_the_origin_find_the_float64_neighbours_in_float32_on_a_gpu() {
+    if let Err(why) = device::availability(0) {
+        println!("NO GPU: the K-NN search of points far from the origin is not checked on a GPU here ({why})");
+        return;
+    }
+    check_offsets(&RunOptions { backend: Backend::Gpu(0), precision: Precision::F32, ..Default::default() });
+}
