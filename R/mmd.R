@@ -8,7 +8,10 @@
 #' the matrices.
 #'
 #' @param x,y Numeric matrices of points, one per row, with the same number of columns.
-#' @param a,b `NULL` (uniform) or the non-negative weights of the points, normalised to sum 1.
+#' @param a,b `NULL` (uniform: `1/N`, `1/M`) or the non-negative weights of the points, used as
+#'   given, as GeomLoss does: masses other than 1 are measures of those masses (the loss of clouds of
+#'   masses 1 and 1.5 is not that of their normalised weights). Unlike [keops_sinkhorn()], whose
+#'   balanced transport normalises them.
 #' @param kernel `"energy"`, `"gaussian"` or `"laplacian"`.
 #' @param blur The kernel's length scale (not used by `"energy"`).
 #' @return The loss, a number.
@@ -26,8 +29,6 @@ keops_mmd <- function(x, y, a = NULL, b = NULL, kernel = c("energy", "gaussian",
   y <- check_points(y, "y", fun, d = ncol(x))
   a <- check_point_weights(a, nrow(x), "a", fun)
   b <- check_point_weights(b, nrow(y), "b", fun)
-  a <- a / sum(a)
-  b <- b / sum(b)
   kernel <- check_choice(kernel, c("energy", "gaussian", "laplacian"), "kernel")
   check_number(blur, "blur", fun, sign = "positive")
   # <u, K v> over the pairs of p (i) and q (j)

@@ -5,7 +5,9 @@
 # One iteration, from the potentials f (of x), g (of y), and with `debias` fa (of x against x) and
 # gb (of y against y):
 #   lf = lse_j(log b_j + (g_j - C(x_i, y_j)) / eps)       (the softmin of f is -eps lf)
-#   err = sum_i |a_i exp((f_i + eps lf_i) / eps) - a_i|    (the row marginal's L1 error)
+#   err = sum_i |a_i exp((f_i + eps lf_i) / eps) - a_i exp(-f_i / rho)|
+#                                  (the row marginal's L1 error: a_i exp(-f_i / rho) is the
+#                                   unbalanced plan's row marginal at the optimum; a_i when balanced)
 #   fs = c1 f - c2 lf                                      (the f that g's update reads)
 #   f = w f - k lf
 #   lg = lse_i(log a_i + (fs_i - C(x_i, y_j)) / eps); g = w g - k lg
@@ -27,8 +29,9 @@ sinkhorn_operators <- function(d, p) {
     xy <- c(sprintf("x = Vi(%d)", d), sprintf("y = Vj(%d)", d), "lw = Vj(1)", "h = Vj(1)")
     list(
       lse = keops_kernel(sprintf("LogSumExp_Reduction(lw + (h - %s) * s, 0)", cost), c(xy, "s = Pm(1)")),
-      err = keops_kernel("Sum_Reduction(Abs(Exp(la + (f + de * lf) * s) - Exp(la)) + off, 1)",
-                         c("la = Vi(1)", "f = Vi(1)", "lf = Vi(1)", "de = Pm(1)", "s = Pm(1)", "off = Pm(1)")),
+      err = keops_kernel("Sum_Reduction(Abs(Exp(la + (f + e * lf) * s) - Exp(la - f * r)) + off, 1)",
+                         c("la = Vi(1)", "f = Vi(1)", "lf = Vi(1)", "e = Pm(1)", "s = Pm(1)", "r = Pm(1)",
+                           "off = Pm(1)")),
       relax = keops_map("w * h - k * l", c("h = Vi(1)", "l = Vi(1)", "w = Pm(1)", "k = Pm(1)")),
       # sum_j exp(lw_j + (f_i + h_j - C_ij) s) grad_x C(x_i, y_j): the plan's rows times the cost's gradient
       plan_grad = keops_kernel(sprintf("Sum_Reduction(Exp(lw + (f + h - %s) * s) * (%s), 0)", cost, grad),
@@ -82,7 +85,7 @@ sinkhorn_rows <- function(eps, kind, rho = NULL, omega = 1) {
   symmetric <- kind != "alternate"                    # g's update reads the previous f
   wa <- ifelse(kind %in% c("averaged", "alternate"), 0.5, 0)
   k <- (1 - w) * damping * eps
-  list(s = 1 / eps, de = damping * eps, w = w, k = k, c1 = ifelse(symmetric, 1, w), c2 = ifelse(symmetric, 0, k),
+  list(s = 1 / eps, e = eps, r = if (is.null(rho)) 0 * eps else 1 / rho + 0 * eps, w = w, k = k, c1 = ifelse(symmetric, 1, w), c2 = ifelse(symmetric, 0, k),
        wa = wa, ka = (1 - wa) * damping * eps, off = ifelse(kind == "alternate", 0, 1e20))
 }
 

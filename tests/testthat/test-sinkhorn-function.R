@@ -148,3 +148,149 @@ test_that("the two-scale keops_sinkhorn() gives the dense solver's loss, potenti
   expect_error(keops_sinkhorn(x, y, multiscale = "yes"), "'multiscale' must be TRUE or FALSE",
                class = "rkeops_error_input")
 })
+
+# Plain-R float64 references for the gradient and unbalanced tests below: the cost |x - y|^p / p,
+# the softmin -eps lse_j(lw_j + (h_j - C_ij) / eps), the plan's gradient sum_j P_ij grad_x C(x_i, y_j)
+# and log-domain Sinkhorn run to convergence.
+ref_cost <- function(x, y, p = 2) {
+  d2 <- pmax(outer(rowSums(x^2), rowSums(y^2), "+") - 2 * tcrossprod(x, y), 0)
+  if (p == 2) d2 / 2 else sqrt(d2)
+}
+ref_softmin <- function(C, lw, h, eps) {
+  M <- sweep(sweep(-C, 2, h, "+") / eps, 2, lw, "+")
+  m <- apply(M, 1, max)
+  -eps * (m + log(rowSums(exp(M - m))))
+}
+ref_plan_grad <- function(x, y, la, lb, f, g, eps) {
+  P <- exp(outer(la + f / eps, lb + g / eps, "+") - ref_cost(x, y) / eps)
+  x * rowSums(P) - P %*% y
+}
+# Alternate (damped when rho) updates until the potentials move less than tol; f made again from the
+# last g (the plan's rows then sum to a, or a exp(-f / rho)).
+ref_sinkhorn <- function(x, y, a, b, eps, rho = NULL, tol = 1e-12, max_iter = 1e5) {
+  C <- ref_cost(x, y)
+  damp <- if (is.null(rho)) 1 else 1 / (1 + eps / rho)
+  f <- numeric(nrow(x))
+  g <- numeric(nrow(y))
+  for (k in seq_len(max_iter)) {
+    f_new <- damp * ref_softmin(C, log(b), g, eps)
+    g_new <- damp * ref_softmin(t(C), log(a), f_new, eps)
+    moved <- max(abs(f_new - f), abs(g_new - g))
+    f <- f_new
+    g <- g_new
+    if (moved < tol) break
+  }
+  list(f = damp * ref_softmin(C, log(b), g, eps), g = g)
+}
+# The converged Sinkhorn divergence (GeomLoss's dual formulas) and, balanced, its gradient in x.
+ref_divergence <- function(x, y, a, b, blur, reach = NULL) {
+  eps <- blur^2
+  rho <- if (!is.null(reach)) reach^2
+  xy <- ref_sinkhorn(x, y, a, b, eps, rho)
+  xx <- ref_sinkhorn(x, x, a, a, eps, rho)
+  yy <- ref_sinkhorn(y, y, b, b, eps, rho)
+  u <- if (is.null(rho)) identity else function(h) (rho + eps / 2) * (1 - exp(-h / rho))
+  value <- sum(a * (u(xy$f) - u(xx$f))) + sum(b * (u(xy$g) - u(yy$g)))
+  gradient <- if (is.null(rho)) {
+    ref_plan_grad(x, y, log(a), log(b), xy$f, xy$g, eps) - ref_plan_grad(x, x, log(a), log(a), xx$f, xx$g, eps)
+  }
+  list(value = value, gradient = gradient, f = xy$f, g = xy$g)
+}
+# GeomLoss's SamplesLoss("sinkhorn", p = 2, debias = TRUE) in plain R: symmetric averaged updates
+# along its temperatures, a last extrapolation (f from the previous g, g from the previous f), and
+# its autodiff gradient in x: the plan of the extrapolated f and the previous g (and the same for x
+# with itself). bench/sinkhorn_geomloss.R checked it against GeomLoss 0.3.1 (1e-13).
+ref_geomloss <- function(x, y, a, b, blur, scaling = 0.5) {
+  r <- apply(rbind(x, y), 2, range)
+  diameter <- sqrt(sum((r[2, ] - r[1, ])^2))
+  steps <- seq(2 * log(diameter), 2 * log(blur), by = 2 * log(scaling))
+  epsilons <- c(diameter^2, exp(steps[steps > 2 * log(blur)]), blur^2)   # numpy's arange: the end left out
+  la <- log(a)
+  lb <- log(b)
+  Cxy <- ref_cost(x, y)
+  Cxx <- ref_cost(x, x)
+  Cyy <- ref_cost(y, y)
+  update <- function(pot, eps) {
+    list(f = ref_softmin(Cxy, lb, pot$g, eps), g = ref_softmin(t(Cxy), la, pot$f, eps),
+         fa = ref_softmin(Cxx, la, pot$fa, eps), gb = ref_softmin(Cyy, lb, pot$gb, eps))
+  }
+  pot <- update(list(f = 0 * a, g = 0 * b, fa = 0 * a, gb = 0 * b), epsilons[1])
+  for (eps in epsilons) pot <- Map(function(old, new) (old + new) / 2, pot, update(pot, eps))
+  last <- update(pot, blur^2)
+  list(value = sum(a * (last$f - last$fa)) + sum(b * (last$g - last$gb)),
+       gradient = ref_plan_grad(x, y, la, lb, last$f, pot$g, blur^2) -
+         ref_plan_grad(x, x, la, la, last$fa, pot$fa, blur^2))
+}
+
+gradient_test_clouds <- function() {
+  set.seed(11)
+  n <- 31
+  m <- 37
+  x <- matrix(runif(2 * n), n, 2)
+  a <- runif(n)
+  list(x = x, a = a / sum(a), b = rep(1 / m, m),
+       y = list(far = matrix(runif(2 * m), m, 2) + 3, overlapping = matrix(runif(2 * m), m, 2) * 0.8 + 0.3))
+}
+
+test_that("keops_sinkhorn()'s gradient is nearer the converged one than GeomLoss's at tol = NULL", {
+  local_precision("float64")
+  d <- gradient_test_clouds()
+  rel <- function(g, ref) max(abs(g - ref)) / max(abs(ref))
+  for (case in names(d$y)) {
+    y <- d$y[[case]]
+    conv <- ref_divergence(d$x, y, d$a, d$b, blur = 0.2)
+    gl <- ref_geomloss(d$x, y, d$a, d$b, blur = 0.2)
+    quick <- keops_sinkhorn(d$x, y, d$a, d$b, blur = 0.2, tol = NULL, gradient = TRUE)
+    # the loss is GeomLoss's, with or without the gradient
+    expect_equal(as.vector(quick), gl$value, tolerance = 1e-12, info = case)
+    expect_identical(as.vector(quick), as.vector(keops_sinkhorn(d$x, y, d$a, d$b, blur = 0.2, tol = NULL)))
+    expect_lt(rel(attr(quick, "gradient"), conv$gradient), rel(gl$gradient, conv$gradient), label = case)
+    done <- keops_sinkhorn(d$x, y, d$a, d$b, blur = 0.2, gradient = TRUE)
+    expect_lt(rel(attr(done, "gradient"), conv$gradient), 2e-3)
+  }
+  # far clouds: 0.75 % from the converged gradient at tol = NULL, GeomLoss's 1.05 % (the plan of the
+  # last f and g was 58 % off on such a case: its rows summed to 0.7 to 2.7 times a)
+  far <- keops_sinkhorn(d$x, d$y$far, d$a, d$b, blur = 0.2, tol = NULL, gradient = TRUE)
+  expect_lt(rel(attr(far, "gradient"), ref_divergence(d$x, d$y$far, d$a, d$b, blur = 0.2)$gradient), 0.02)
+})
+
+test_that("keops_sinkhorn()'s gradient is the finite differences of its loss, at tol = NULL and the default tol", {
+  local_precision("float64")
+  d <- gradient_test_clouds()
+  entries <- cbind(c(1, 9, 17, 31, 4, 23), c(1, 1, 2, 2, 2, 1))     # a few (x_i)_k: 2 losses each
+  # at tol = NULL the envelope gradient is not the derivative of the loss: 0.72 % off on far clouds
+  # (GeomLoss's 1.05 %), 6.8 % on overlapping ones (7.7 %); 5e-5 and 3.5e-4 at tol = 1e-3
+  for (tol in list(NULL, 1e-3)) {
+    for (case in names(d$y)) {
+      y <- d$y[[case]]
+      loss <- function(xx) as.vector(keops_sinkhorn(xx, y, d$a, d$b, blur = 0.2, tol = tol))
+      fd <- apply(entries, 1, function(e) {
+        h <- 0 * d$x
+        h[e[1], e[2]] <- 1e-5
+        (loss(d$x + h) - loss(d$x - h)) / 2e-5
+      })
+      g <- attr(keops_sinkhorn(d$x, y, d$a, d$b, blur = 0.2, tol = tol, gradient = TRUE), "gradient")
+      bound <- if (!is.null(tol)) 1e-3 else if (case == "far") 0.02 else 0.1
+      expect_lt(max(abs(g[entries] - fd)) / max(abs(g)), bound, label = paste(case, "tol", format(tol)))
+    }
+  }
+})
+
+test_that("keops_sinkhorn(reach =) iterates until tol: the plan's row marginal is a exp(-f / reach^2)", {
+  local_precision("float64")
+  d <- gradient_test_clouds()
+  y <- d$y$overlapping
+  eps <- 0.1^2
+  for (reach in c(0.3, 1)) {
+    conv <- ref_divergence(d$x, y, d$a, d$b, blur = 0.1, reach = reach)
+    quick <- keops_sinkhorn(d$x, y, d$a, d$b, blur = 0.1, reach = reach, tol = NULL)
+    s <- keops_sinkhorn(d$x, y, d$a, d$b, blur = 0.1, reach = reach, tol = 1e-6, potentials = TRUE)
+    expect_gt(attr(s, "iterations"), attr(quick, "iterations"))
+    expect_equal(as.vector(s), conv$value, tolerance = 1e-5, info = paste("reach", reach))
+    f <- attr(s, "f")
+    P <- exp(outer(log(d$a) + f / eps, log(d$b) + attr(s, "g") / eps, "+") - ref_cost(d$x, y) / eps)
+    expect_lt(sum(abs(rowSums(P) - d$a * exp(-f / reach^2))), 1e-6)
+  }
+  expect_warning(keops_sinkhorn(d$x, y, d$a, d$b, blur = 0.1, reach = 1, tol = 1e-12, max_iter = 3), "max_iter = 3",
+                 class = "rkeops_warning_convergence")
+})
