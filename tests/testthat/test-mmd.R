@@ -36,7 +36,8 @@ test_that("keops_mmd() takes the weights as given, as GeomLoss: masses 1 and 1.5
     ref <- sum(a * k(dist(x, x)) %*% a) / 2 + sum(b * k(dist(y, y)) %*% b) / 2 - sum(a * k(dist(x, y)) %*% b)
     normalised <- ref - sum(b * k(dist(y, y)) %*% b) / 2 + sum(b * k(dist(y, y)) %*% b) / 1.5^2 / 2 -
       sum(a * k(dist(x, y)) %*% b) * (1 / 1.5 - 1)
-    expect_equal(keops_mmd(x, y, a, b, kernel, blur = 0.5), ref, tolerance = 1e-10, info = kernel)
+    # (float64 sums in the GPU's order: 1.3e-9 relative on an H200)
+    expect_equal(keops_mmd(x, y, a, b, kernel, blur = 0.5), ref, tolerance = 1e-8, info = kernel)
     expect_gt(abs(ref - normalised), 0.05 * abs(ref))       # the two conventions differ here
   }
   # the uniform default is 1/N: the same as weights summing to 1

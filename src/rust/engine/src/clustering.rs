@@ -302,7 +302,15 @@ pub fn cluster_summary(x: Points, labels: &[u32], clusters: usize, weights: Opti
             return Err(Error::Invalid(format!("'weights' must be {} non-negative finite numbers", x.n)));
         }
     }
-    // (clusters may be many more than the points: labels need not be consecutive)
+    // (clusters may be more than the points: labels need not be consecutive; but a summary of
+    // mostly empty clusters, 64 per point and 2^20 beyond, is a mistake that would fill the memory)
+    let most = x.n.saturating_mul(64).max(1 << 20);
+    if clusters > most {
+        return Err(Error::Invalid(format!(
+            "'labels' go up to {clusters}: at most {most} clusters are summarised for {} points (number the clusters 1, 2, ...)",
+            x.n
+        )));
+    }
     let words = clusters.saturating_mul(x.d.saturating_add(4));
     crate::memory::check_fits(words.saturating_mul(8), "the summary of the clusters")?;
     let weight = |i: usize| weights.map_or(1.0, |w| w[i]);

@@ -60,7 +60,8 @@ pub fn r_array<T: RElement>(
         Some(offsets) => {
             let rows = shape.first().copied().unwrap_or(0);
             let b = offsets.len();
-            if b == 0 || rows % b != 0 {
+            // (no rows for values: nothing to lay out in members)
+            if b == 0 || rows % b != 0 || (rows == 0 && !res.is_empty()) {
                 return Err(RError::unnamed_input(format!("{rows} result rows are not {b} members of equal size")));
             }
             dims[0] = (rows / b) as i32;
