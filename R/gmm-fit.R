@@ -151,6 +151,7 @@ print.summary.keops_gmm <- function(x, ...) {
 #' @param object A mixture fitted by [keops_gmm()].
 #' @param ... Not used.
 #' @return `logLik()`: an object of class `"logLik"`; `nobs()`: N.
+#' @importFrom stats logLik nobs
 #' @export
 logLik.keops_gmm <- function(object, ...) {
   structure(object$loglik, df = object$df, nobs = object$n, class = "logLik")

@@ -31,7 +31,7 @@
 #' @param weights `NULL` or N non-negative observation weights (the noise of observation i has
 #'   variance `nugget / weights[i]`), of positive sum.
 #' @param eps,maxiter The conjugate gradients' tolerance and most iterations, as for [solve()].
-#' @return An object of class `"keops_krige"` (see [new_keops_krige()]; `print()`, `summary()`,
+#' @return An object of class `"keops_krige"` (`print()`, `summary()`,
 #'   `plot()`, `predict()`, `fitted()` and `residuals()` methods): `coefficients` (N x E, or a
 #'   vector), `fitted.values` and `residuals` (of the observations), `iterations` and `residual`
 #'   (the relative residual of the system, from [solve()]), `rank` (of its preconditioner), and what
