@@ -122,7 +122,7 @@ kmeans_pp <- function(x, k, tries = 32L) {
       new <- t(x[picked[(counted + 1L):(m - 1L)], , drop = FALSE])  # one centre per column
       for (attempt in seq_len(tries)) {
         i <- draw_d2(cs)
-        if (runif(1L) * d2[i] < min(colSums((new - x[i, ])^2))) {
+        if (stats::runif(1L) * d2[i] < min(colSums((new - x[i, ])^2))) {
           picked[m] <- i
           break
         }
@@ -152,7 +152,7 @@ kmeans_pp <- function(x, k, tries = 32L) {
 # the weights: the first i with u * total < cs[i] (never a weight 0: cs does not grow there), found
 # by bisection (findInterval() would check that cs is sorted, a pass over it at each draw).
 draw_d2 <- function(cs) {
-  v <- runif(1L) * cs[length(cs)]
+  v <- stats::runif(1L) * cs[length(cs)]
   lo <- 0L           # cs[lo] <= v, with cs[0] = 0
   hi <- length(cs)   # v < cs[hi]
   while (hi - lo > 1L) {
