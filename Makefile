@@ -77,6 +77,7 @@ SIZES ?=
 ITER_BUDGET ?= $(if $(filter command line,$(origin BUDGET)),$(BUDGET),60)
 ITER_REPS ?= $(if $(filter command line,$(origin REPS)),$(REPS),3)
 
+.PHONY: bench-kmeans-seeding bench-gmm-start
 .PHONY: all deps install vignettes demo test fuzz check doc site site-check clean distclean bench-cpu bench-iterative bench-program bench-algorithms bench-ranges bench-solve bench-batch bench-future bench-gpus bench-tensor vendor
 
 all: install
@@ -181,6 +182,14 @@ bench-algorithms: install
 # make bench-ranges: block-sparse reductions and keops_knn() (bench/ranges.R), N = M points.
 RANGES_N ?= 1e6
 KNN_N ?= $(RANGES_N)
+# keops_kmeans(x, 50) with its k-means++ seeding against stats::kmeans (Lloyd), 10^6 x 2 (issue 52;
+# REPS, N, K in the environment), and keops_gmm's default start against Mclust (ARI, log-likelihood).
+bench-kmeans-seeding: install
+	R_LIBS=$(LIB_DIR) Rscript bench/kmeans-seeding.R
+
+bench-gmm-start: install
+	R_LIBS=$(LIB_DIR) Rscript bench/gmm-start.R
+
 bench-ranges: install
 	BACKEND='$(BACKEND)' N=$(RANGES_N) KNN_N=$(KNN_N) REPS=$(ITER_REPS) R_LIBS=$(LIB_DIR) Rscript bench/ranges.R
 

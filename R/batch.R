@@ -197,13 +197,7 @@ batch_args <- function(info, categories) {
 
 
 batch_operator <- function(formula, args, sum_scheme) {
-  key <- paste(c(formula, sum_scheme, args), collapse = "\r")
-  op <- .batch_ops[[key]]
-  if (is.null(op)) {
-    op <- make_kernel(formula, args, sum_scheme)
-    assign(key, op, envir = .batch_ops)
-  }
-  op
+  memoised(.batch_ops, c(formula, sum_scheme, args), function() make_kernel(formula, args, sum_scheme))
 }
 
 # `res` (an engine result with the members' rows end to end) cut into the members' matrices

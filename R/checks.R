@@ -176,7 +176,7 @@ rkeops_warn <- function(..., kind) {
 # The value kept in environment `cache` under `key`, made by `make()` the first time: the operators
 # and programs of the algorithm functions, built once per process and shape.
 memoised <- function(cache, key, make) {
-  key <- paste(key, collapse = "/")
+  key <- paste(key, collapse = "\r")
   value <- cache[[key]]
   if (is.null(value)) {
     value <- make()

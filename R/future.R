@@ -280,12 +280,8 @@ future_block_run <- function(task, shared) {
   }
   .rkeops_env$options <- opts
   .rkeops_env$future <- NULL
-  key <- paste(c(shared$formula, shared$args, shared$sum_scheme), collapse = "\r")
-  op <- .future_ops[[key]]
-  if (is.null(op)) {
-    op <- make_kernel(shared$formula, shared$args, shared$sum_scheme)
-    assign(key, op, envir = .future_ops)
-  }
+  op <- memoised(.future_ops, c(shared$formula, shared$args, shared$sum_scheme),
+                 function() make_kernel(shared$formula, shared$args, shared$sum_scheme))
   value <- op(task$inputs, ranges = task$ranges)
   list(value = value, backend = .rkeops_env$last_run$backend, timings = .rkeops_env$last_run$timings,
        process = Sys.getpid(), ncore = if (is.null(opts$ncore)) NA_integer_ else opts$ncore)

@@ -4,13 +4,7 @@
 .lazy_ops <- new.env(parent = emptyenv())
 
 lazy_operator <- function(formula, args) {
-  key <- paste(c(formula, args), collapse = "\r")
-  op <- .lazy_ops[[key]]
-  if (is.null(op)) {
-    op <- keops_kernel(formula, args)
-    assign(key, op, envir = .lazy_ops)
-  }
-  op
+  memoised(.lazy_ops, c(formula, args), function() keops_kernel(formula, args))
 }
 
 # The engine's axis for `index`: "i" reduces over i (axis 1), "j" over j (axis 0).
