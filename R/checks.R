@@ -63,9 +63,11 @@ rkeops_error <- function(message, kind, arg = NULL, call = NULL) {
 # pastes its arguments. `arg`: the argument or input that is wrong (input errors). `call`: the
 # call to show, none by default (the messages say which function they come from).
 rkeops_abort <- function(..., kind, arg = NULL, call = NULL) {
-  message <- paste(unlist(lapply(list(...), as.character)), collapse = "")
-  stop(rkeops_error(message, kind, arg, call))
+  stop(rkeops_error(pasted(...), kind, arg, call))
 }
+
+# The pieces `...` pasted together as stop() pastes its arguments.
+pasted <- function(...) paste(unlist(lapply(list(...), as.character)), collapse = "")
 
 # How a message names argument `arg` of `fun`: "fun(): 'arg'", or "'arg'" without `fun`.
 arg_label <- function(arg, fun = NULL) {
@@ -168,9 +170,8 @@ check_points <- function(x, arg, fun = NULL, d = NULL, min_rows = 1L, allow_vect
 # "condition"), the pieces `...` pasted together as in rkeops_abort(), so that code can muffle or
 # catch one kind (e.g. `convergence`, `degenerate`, `empty_cluster`) without reading the message.
 rkeops_warn <- function(..., kind) {
-  message <- paste(unlist(lapply(list(...), as.character)), collapse = "")
   warning(structure(class = c(paste0("rkeops_warning_", kind), "rkeops_warning", "warning", "condition"),
-                    list(message = message, call = NULL)))
+                    list(message = pasted(...), call = NULL)))
 }
 
 # The value kept in environment `cache` under `key`, made by `make()` the first time: the operators
