@@ -1,7 +1,7 @@
 //! What the engine's callers pass and get back: inputs (as R holds them, or kept on a device),
 //! where to compute, the options of a run and its results.
 
-use crate::cuda::resident::DeviceMatrix;
+use crate::error::Result;
 use crate::precision::Precision;
 use crate::ranges::Ranges;
 use crate::reduction::SumScheme;
@@ -20,9 +20,28 @@ pub struct Input<'a> {
 pub enum Values<'a> {
     /// R's doubles, column-major.
     Host(&'a [f64]),
-    /// Kept on a device (`DeviceMatrix`): it must be in the precision of the call, and on the
+    /// Kept on a device (`KeptMatrix`): it must be in the precision of the call, and on the
     /// call's device when it computes on a GPU; the CPU reads it back.
-    Device(&'a DeviceMatrix),
+    Device(&'a dyn KeptMatrix),
+}
+
+/// A matrix a backend keeps on its device between calls (`keops_device()`: CUDA's
+/// `DeviceMatrix`), seen from outside that backend.
+pub trait KeptMatrix: std::fmt::Debug + Send + Sync {
+    /// `(nrow, ncol)`.
+    fn shape(&self) -> (usize, usize);
+    fn precision(&self) -> Precision;
+    /// The GPU it lives on.
+    fn ordinal(&self) -> usize;
+    /// Its values, back on the host as doubles (exactly the stored values).
+    fn to_host(&self) -> Result<Vec<f64>>;
+    /// For its backend, which reads it in place.
+    fn as_any(&self) -> &dyn std::any::Any;
+
+    /// "GPU 0 in float32", for messages.
+    fn where_(&self) -> String {
+        format!("GPU {} in {}", self.ordinal(), self.precision().name())
+    }
 }
 
 impl<'a> Input<'a> {
@@ -32,8 +51,9 @@ impl<'a> Input<'a> {
     }
 
     /// A matrix kept on a device, of its shape.
-    pub fn device(matrix: &'a DeviceMatrix) -> Input<'a> {
-        Input { values: Values::Device(matrix), nrow: matrix.nrow, ncol: matrix.ncol }
+    pub fn device(matrix: &'a dyn KeptMatrix) -> Input<'a> {
+        let (nrow, ncol) = matrix.shape();
+        Input { values: Values::Device(matrix), nrow, ncol }
     }
 
     /// The host data, if it is there.
@@ -45,11 +65,16 @@ impl<'a> Input<'a> {
     }
 
     /// The matrix kept on a device, if it is one.
-    pub fn kept(&self) -> Option<&'a DeviceMatrix> {
+    pub fn kept(&self) -> Option<&'a dyn KeptMatrix> {
         match self.values {
             Values::Host(_) => None,
             Values::Device(m) => Some(m),
         }
+    }
+
+    /// The matrix kept on a device, if it is one of type `M` (a backend's own).
+    pub fn kept_as<M: 'static>(&self) -> Option<&'a M> {
+        self.kept().and_then(|m| m.as_any().downcast_ref())
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::ops::Range;
 
-use crate::api::{Input, RunOptions};
+use crate::api::{Input, Output, RunOptions};
 use crate::error::Result;
 use crate::formula::Formula;
 use crate::ranges::BlockRanges;
@@ -63,4 +63,12 @@ pub struct Columns {
     pub values: Option<Vec<f64>>,
     pub indices: Option<Vec<i32>>,
     pub states: Option<Vec<f64>>,
+}
+
+/// What a loop in the engine asks of a step's operator (`crate::operator::Operator`): a plain run,
+/// or its checked call, for a backend that evaluates it into its own matrices.
+pub trait Operation {
+    fn run(&self, inputs: &[Input], options: &RunOptions) -> Result<Output>;
+    /// The checked reduction of `inputs` with `options` (its ranges validated).
+    fn call<'c>(&'c self, inputs: &'c [Input<'c>], options: &'c RunOptions) -> Result<Call<'c>>;
 }

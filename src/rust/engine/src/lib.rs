@@ -5,7 +5,9 @@
 
 pub mod api;
 pub mod backend;
+pub mod buffers;
 pub mod cache;
+pub(crate) mod choose;
 pub mod clustering;
 pub mod cpu;
 pub mod cuda;

@@ -1,19 +1,13 @@
 //! The public entry point: an `Operator` is a parsed formula; `run` checks the inputs against the
 //! declared variables, evaluates the reduction and returns column-major results, as R stores them.
 
-use crate::api::{Backend, Input, Output, RunOptions, Values};
-use crate::backend::{BackendDevice, Call, Columns, Timings};
-use crate::cpu::Cpu;
-use crate::cuda;
-use crate::cuda::launch::Kept;
-use crate::cuda::recorded::Recorded;
-use crate::cuda::resident::DeviceMatrix;
-use crate::cuda::several::Several;
+use crate::api::{Input, Output, RunOptions, Values};
+use crate::backend::{Call, Operation, Timings};
+use crate::choose::{choose, Chosen};
 use crate::error::{Error, Result};
 use crate::formula::{Category, Formula};
 use crate::grouped_sum::GroupedSum;
-use crate::precision::{ForPrecision, Precision};
-use crate::real::{Real, Stored};
+use crate::precision::Precision;
 
 #[derive(Debug, Clone)]
 pub struct Operator {
@@ -36,36 +30,13 @@ impl Operator {
     /// The reduction of `inputs` (each on the host, or kept on a device: see `Values`), on the
     /// backend `options` choose.
     pub fn run(&self, inputs: &[Input], options: &RunOptions) -> Result<Output> {
-        self.run_to(inputs, options, None)
-    }
-
-    /// `run` on a GPU, the values written into `target` (a matrix of the result's shape on the
-    /// device of the call, in its precision, float32 or float64) instead of coming back. The work is
-    /// only queued on the device's stream: wait with `Device::synchronize` before reading `target`
-    /// or freeing any input (`crate::iterate` does). The `Output` holds no results. With `record`,
-    /// its launches are also recorded there, to be issued again (`Recorded::replay`) with the same
-    /// inputs and target.
-    pub fn run_into(
-        &self,
-        inputs: &[Input],
-        options: &RunOptions,
-        target: &DeviceMatrix,
-        record: Option<&mut Option<Recorded>>,
-    ) -> Result<Output> {
-        self.run_to(inputs, options, Some(Kept { matrix: target, record }))
-    }
-
-    fn run_to(&self, inputs: &[Input], options: &RunOptions, kept: Option<Kept>) -> Result<Output> {
-        let sizes = self.check_inputs(inputs)?;
-        if let Some(ranges) = &options.ranges {
-            ranges.validate(sizes.0, sizes.1)?;
-        }
-        let gpu = chosen_gpu(options)?;
-        self.check_residence(inputs, kept.as_ref().map(|k| k.matrix), options.precision, gpu.as_deref())?;
+        self.check_inputs(inputs)?;
+        let chosen = choose(options)?;
+        self.check_residence(inputs, options.precision, chosen.gpu())?;
         // The CPU computes from host data: inputs kept on a device are read back.
-        let downloaded: Vec<Option<Vec<f64>>> = match gpu {
-            Some(_) => vec![],
-            None => inputs.iter().map(|x| x.kept().map(DeviceMatrix::to_host).transpose()).collect::<Result<_>>()?,
+        let downloaded: Vec<Option<Vec<f64>>> = match chosen {
+            Chosen::Gpu(_) => vec![],
+            Chosen::Cpu => inputs.iter().map(|x| x.kept().map(|m| m.to_host()).transpose()).collect::<Result<_>>()?,
         };
         let inputs: Vec<Input> = inputs
             .iter()
@@ -75,65 +46,36 @@ impl Operator {
                 None => *x,
             })
             .collect();
-        if let (None, None, Some(grouped)) = (&gpu, &options.ranges, &self.grouped) {
+        if let (Chosen::Cpu, None, Some(grouped)) = (&chosen, &options.ranges, &self.grouped) {
             if let Some(out) = run_grouped(&grouped.0, &grouped.1, &inputs, options)? {
                 return Ok(out);
             }
         }
-        let red = &self.formula.reduction;
-        let ranges = options.ranges.as_ref().map(|r| r.for_axis(red.axis));
-        let call = Call { formula: &self.formula, inputs: &inputs, sizes, part: None, ranges, options };
+        let call = self.call(&inputs, options)?;
         let mut timings = Timings::new();
-        let (columns, backend) = match (gpu, kept) {
-            (None, _) => (on(&Cpu, &call, &mut timings)?, Cpu.describe()),
-            (Some(device), Some(kept)) => {
-                device.evaluate_into(&call, kept, &mut timings)?;
-                (Columns { values: None, indices: None, states: None }, device.describe())
-            }
-            (Some(device), None) => match shared_gpus(&device, &call)? {
-                Some(several) => (on(&several, &call, &mut timings)?, several.describe()),
-                None => (on(&*device, &call, &mut timings)?, device.describe()),
-            },
-        };
+        let (columns, backend) = chosen.evaluate(&call, &mut timings)?;
         let (nrow, _) = call.out_and_reduced();
-        let Columns { values, indices, .. } = columns;
-        Ok(Output { values, indices, nrow, k: red.k, dim: self.formula.output_dim(), backend, timings })
+        let red = &self.formula.reduction;
+        Ok(Output { values: columns.values, indices: columns.indices, nrow, k: red.k, dim: self.formula.output_dim(), backend, timings })
     }
 
-    /// Checks that the inputs kept on a device, and the matrix the result is to be kept in, are in
-    /// the precision of the call and on its device.
-    fn check_residence(
-        &self,
-        inputs: &[Input],
-        target: Option<&DeviceMatrix>,
-        precision: Precision,
-        gpu: Option<&cuda::Device>,
-    ) -> Result<()> {
-        let precision_name = format!("{precision:?}").replace('F', "float");
+    /// Checks that the inputs kept on a device are in the precision of the call and on its GPU
+    /// (`gpu`; the CPU reads them back).
+    fn check_residence(&self, inputs: &[Input], precision: Precision, gpu: Option<usize>) -> Result<()> {
         let kept = self.formula.variables.iter().zip(inputs).filter_map(|(v, x)| Some((v, x.kept()?)));
         for (var, m) in kept {
             let bad = |what: String| Error::Input { name: var.name.clone(), what };
-            if m.precision != precision {
+            if m.precision() != precision {
                 return Err(bad(format!(
-                    "is kept on {}, but this computation is in {precision_name}: keep it again in that precision, or pass the matrix itself",
+                    "is kept on {}, but this computation is in {}: keep it again in that precision, or pass the matrix itself",
                     m.where_(),
+                    precision.name()
                 )));
             }
-            if let Some(device) = gpu.filter(|d| d.ordinal != m.ordinal()) {
+            if let Some(ordinal) = gpu.filter(|&d| d != m.ordinal()) {
                 return Err(bad(format!(
-                    "is kept on {}, but this computation runs on GPU {}: keep it on that device, or pass the matrix itself",
+                    "is kept on {}, but this computation runs on GPU {ordinal}: keep it on that device, or pass the matrix itself",
                     m.where_(),
-                    device.ordinal
-                )));
-            }
-        }
-        if let Some(m) = target {
-            let on_device = gpu.is_some_and(|d| d.ordinal == m.ordinal());
-            if m.precision != precision || !on_device {
-                return Err(Error::Invalid(format!(
-                    "the result cannot be kept on {}: this computation is in {precision_name}, on {}",
-                    m.where_(),
-                    gpu.map_or("the CPU".to_string(), |d| format!("GPU {}", d.ordinal))
                 )));
             }
         }
@@ -150,8 +92,9 @@ impl Operator {
                 Values::Host(data) if data.len() != input.nrow * input.ncol => {
                     return bad(format!("holds {} values, not {} x {}", data.len(), input.nrow, input.ncol));
                 }
-                Values::Device(m) if (m.nrow, m.ncol) != (input.nrow, input.ncol) => {
-                    return bad(format!("is kept as {} x {}, not {} x {}", m.nrow, m.ncol, input.nrow, input.ncol));
+                Values::Device(m) if m.shape() != (input.nrow, input.ncol) => {
+                    let (nrow, ncol) = m.shape();
+                    return bad(format!("is kept as {nrow} x {ncol}, not {} x {}", input.nrow, input.ncol));
                 }
                 _ => {}
             }
@@ -238,29 +181,6 @@ impl Operator {
     }
 }
 
-/// The GPU a call computes on (None: the CPU): the one asked for, or an error saying why it cannot
-/// be used; with `Backend::Auto`, the option's device where one can be used.
-pub(crate) fn chosen_gpu(options: &RunOptions) -> Result<Option<std::sync::Arc<cuda::Device>>> {
-    Ok(match options.backend {
-        Backend::Cpu => None,
-        Backend::Gpu(d) => Some(cuda::device::device(d)?),
-        Backend::Auto => cuda::device::device(options.device).ok(),
-    })
-}
-
-/// The GPUs of `RunOptions::gpus` (the call's device first) when they can share this call: its
-/// inputs from the host, not empty.
-fn shared_gpus(device: &cuda::Device, call: &Call) -> Result<Option<Several>> {
-    let gpus = &call.options.gpus;
-    let alone = call.inputs.iter().any(|x| x.kept().is_some()) || call.sizes.0 == 0 || call.sizes.1 == 0;
-    if gpus.len() <= 1 || alone {
-        return Ok(None);
-    }
-    let mut ordinals = vec![device.ordinal];
-    ordinals.extend(&gpus[1..]);
-    Several::open(&ordinals).map(Some)
-}
-
 /// The grouped sum `g` of `inputs` (on the host, checked): the map of its term, then the rows
 /// added by group (`grouped_sum`); None where a term is not finite (0 * Inf: the reduction over
 /// every pair says what each group is).
@@ -279,22 +199,17 @@ fn run_grouped(g: &GroupedSum, map: &Operator, inputs: &[Input], options: &RunOp
     Ok(Some(out))
 }
 
-/// `call` on `device`, in the types of the call's precision: the one place a precision becomes
-/// types for a run.
-fn on<B: BackendDevice>(device: &B, call: &Call, timings: &mut Timings) -> Result<Columns> {
-    call.options.precision.dispatch(TypedCall { device, call, timings })
-}
+impl Operation for Operator {
+    fn run(&self, inputs: &[Input], options: &RunOptions) -> Result<Output> {
+        Operator::run(self, inputs, options)
+    }
 
-struct TypedCall<'a, B> {
-    device: &'a B,
-    call: &'a Call<'a>,
-    timings: &'a mut Timings,
-}
-
-impl<B: BackendDevice> ForPrecision for TypedCall<'_, B> {
-    type Output = Result<Columns>;
-
-    fn run<S: Stored, T: Real>(self) -> Result<Columns> {
-        self.device.evaluate::<S, T>(self.call, self.timings)
+    fn call<'c>(&'c self, inputs: &'c [Input<'c>], options: &'c RunOptions) -> Result<Call<'c>> {
+        let sizes = self.check_inputs(inputs)?;
+        if let Some(ranges) = &options.ranges {
+            ranges.validate(sizes.0, sizes.1)?;
+        }
+        let ranges = options.ranges.as_ref().map(|r| r.for_axis(self.formula.reduction.axis));
+        Ok(Call { formula: &self.formula, inputs, sizes, part: None, ranges, options })
     }
 }

@@ -17,6 +17,7 @@ mod sitrep;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use engine::api::KeptMatrix;
 use engine::cuda::resident::DeviceMatrix;
 use engine::{Backend, BlockRanges, Input, Operator, Precision, Ranges, RunOptions, SumScheme};
 use extendr_api::prelude::*;
@@ -125,7 +126,7 @@ fn keops_run(formula: &str, args: Robj, inputs: Robj, options: Robj, sum_scheme:
             .zip(&resident)
             .zip(names.chain(std::iter::repeat("?")))
             .map(|((x, resident), name)| match resident {
-                Some(m) => Ok(Input::device(m)),
+                Some(m) => Ok(Input::device(m.as_ref())),
                 None => numeric_input(x, name),
             })
             .collect::<Fallible<Vec<_>>>()?;
@@ -283,10 +284,10 @@ fn block_sparse(ranges: &Robj) -> Fallible<Option<Ranges>> {
 }
 
 /// What an R device matrix holds: the matrix, until `keops_device_free` empties it.
-type DeviceSlot = Option<Arc<DeviceMatrix>>;
+type DeviceSlot = Option<Arc<dyn KeptMatrix>>;
 
 /// The matrix behind an R device matrix (an external pointer made by `keops_device_put`).
-fn device_matrix(x: &Robj, name: &str) -> Fallible<Arc<DeviceMatrix>> {
+fn device_matrix(x: &Robj, name: &str) -> Fallible<Arc<dyn KeptMatrix>> {
     let slot: &ExternalPtr<DeviceSlot> = x.try_into().map_err(|_| {
         RError::input(
             name,
@@ -325,10 +326,11 @@ fn keops_device_put(x: Robj, precision: &str, device: i32) -> Robj {
 fn keops_device_get(x: Robj) -> Robj {
     guarded(|| {
         let m = device_matrix(&x, "x")?;
+        let (nrow, ncol) = m.shape();
         let values = m.to_host()?;
         Ok(List::from_names_and_values(
             ["values", "nrow", "ncol", "where"],
-            [Robj::from(values), Robj::from(m.nrow as i32), Robj::from(m.ncol as i32), Robj::from(m.where_())],
+            [Robj::from(values), Robj::from(nrow as i32), Robj::from(ncol as i32), Robj::from(m.where_())],
         )?
         .into())
     })

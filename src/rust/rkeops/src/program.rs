@@ -76,7 +76,7 @@ fn with_program<R>(program: &Robj, work: impl FnOnce(&Program) -> Fallible<R>) -
     let mut built = Vec::with_capacity(names.len());
     for (((name, x), s), resident) in names.iter().zip(&initial).zip(&schedules).zip(&resident) {
         let initial = match resident {
-            Some(m) => Some(Input::device(m)),
+            Some(m) => Some(Input::device(m.as_ref())),
             None => (!x.is_null()).then(|| numeric_input(x, name)).transpose()?,
         };
         let schedule = match s.is_null() {

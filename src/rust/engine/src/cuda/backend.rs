@@ -32,7 +32,7 @@ impl Device {
     }
 
     /// `evaluate`, the values written into `kept`'s matrix on this device and its launches only
-    /// queued (see `Operator::run_into`).
+    /// queued (`OnDevice::evaluate_into`: a loop's step).
     pub fn evaluate_into(&self, call: &Call, kept: Kept, timings: &mut Timings) -> Result<()> {
         call.options.precision.dispatch(KeptCall { device: self, call, kept, timings })
     }

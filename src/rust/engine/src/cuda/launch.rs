@@ -88,7 +88,7 @@ pub fn evaluate<S: Stored, T: Real>(
         None => (None, None),
     };
     let inputs = call.inputs;
-    let resident: Vec<Option<&DeviceMatrix>> = inputs.iter().map(Input::kept).collect();
+    let resident: Vec<Option<&DeviceMatrix>> = inputs.iter().map(Input::kept_as::<DeviceMatrix>).collect();
     let extent = Extent::new(call, &resident, target)?;
     check_target::<S, T>(&extent, compiled.kernel.width, target)?;
     // (the room for the results, first touched here, counted with them)

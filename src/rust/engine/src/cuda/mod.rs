@@ -6,6 +6,7 @@
 //! The CUDA libraries are loaded at run time: without them everything else keeps working.
 
 pub mod backend;
+pub mod buffers;
 pub mod codegen;
 pub mod device;
 pub mod dot_tiles;
@@ -19,4 +20,5 @@ pub mod resident;
 pub mod several;
 pub mod workspace;
 
+pub use buffers::OnDevice;
 pub use device::{availability, Device};

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use cudarc::driver::{result, sys};
 
 use super::device::{guarded, Device};
+use crate::api::KeptMatrix;
 use crate::real::Stored;
 use crate::error::{Error, Result};
 use crate::precision::Precision;
@@ -136,11 +137,6 @@ impl DeviceMatrix {
         self.ptr + (k * bytes_per_value(self.precision)) as u64
     }
 
-    /// "GPU 0 in float32", for messages.
-    pub fn where_(&self) -> String {
-        format!("GPU {} in {}", self.device.ordinal, self.precision.name())
-    }
-
     /// Its values, back on the host as doubles (exactly the stored values).
     pub fn to_host(&self) -> Result<Vec<f64>> {
         let len = self.nrow * self.ncol;
@@ -168,6 +164,28 @@ impl DeviceMatrix {
                 Precision::F64 => download::<f64>(self.ptr, len).map_err(failed)?,
             })
         })
+    }
+}
+
+impl KeptMatrix for DeviceMatrix {
+    fn shape(&self) -> (usize, usize) {
+        (self.nrow, self.ncol)
+    }
+
+    fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    fn ordinal(&self) -> usize {
+        self.device.ordinal
+    }
+
+    fn to_host(&self) -> Result<Vec<f64>> {
+        DeviceMatrix::to_host(self)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 

@@ -6,27 +6,25 @@
 //! buffers after each iteration. Results that are indices (ArgMin, ArgKMin) are stored as values
 //! (1-based, as R numbers them), usable by later steps.
 //!
-//! On a GPU (`device`) every buffer stays on the device for the whole program: each step writes its
-//! result into a second buffer (a kernel may read the value it replaces) which then becomes the current one,
-//! and its launches, recorded in the first two iterations, are issued again from the third on, with
-//! no checks, packing or waits (a selection's indices are written as numbers on the device). The
-//! host waits only to test the stopping rule, to trace, and at the end. Elsewhere (the CPU; float16,
-//! whose results are float32; a program of one iteration) each step is a plain run on host data,
-//! with no R in the loop.
+//! The loop (`forward`) is written once for wherever the buffers are kept (`crate::buffers`): on a
+//! GPU every buffer stays on the device for the whole program, and each step's launches are recorded
+//! and issued again; elsewhere (the CPU; float16, whose results are float32; a program of one
+//! iteration) each step is a plain run on host data, with no R in the loop.
 
-use std::borrow::Cow;
 use std::time::Duration;
 
-use crate::api::{Input, RunOptions, Values};
+use crate::api::{Input, RunOptions};
 use crate::backend::Timings;
 use crate::error::{Error, Result};
+use crate::choose::{choose, ForBuffers};
+use crate::buffers::Buffers;
 use crate::operator::Operator;
 use crate::precision::Precision;
 use crate::ranges::Ranges;
 use crate::reduction::SumScheme;
 
-mod device;
-pub(crate) use device::{DeviceLoop, DeviceState};
+mod forward;
+pub(crate) use forward::{Forward, State};
 
 /// A named matrix of the program: its value before the first step that reads it (none when a step
 /// writes it first), and the values it takes at each iteration when it follows a `Schedule`.
@@ -102,15 +100,23 @@ pub(crate) const INTERRUPT_EVERY: Duration = Duration::from_millis(10);
 pub fn run(program: &Program, options: &RunOptions) -> Result<ProgramResult> {
     let shapes = check(program)?;
     let step_options = program.step_options(options);
-    let gpu = crate::operator::chosen_gpu(options)?;
     let run = CheckedRun { program, shapes: &shapes, step_options: &step_options, options, passes: 1 };
     // float16 storage computes in float32: its results cannot be stored back in float16 on the
     // device without a rounding that a plain call would not make, so that program runs on host data;
     // so does a program of one iteration, which has nothing to keep on the device from one iteration
     // to the next (its steps are plain calls, which reuse the device's buffers).
-    match gpu {
-        Some(device) if options.precision != Precision::F16 && program.iterations > 1 => run.on_device(device),
-        _ => run.on_host(),
+    let on_device = options.precision != Precision::F16 && program.iterations > 1;
+    choose(options)?.with_buffers(options.precision, on_device, Looped(&run))
+}
+
+/// A checked program, run wherever its buffers are kept.
+struct Looped<'r, 'a>(&'r CheckedRun<'a>);
+
+impl<'a> ForBuffers<'a> for Looped<'_, 'a> {
+    type Output = Result<ProgramResult>;
+
+    fn run<B: Buffers<'a>>(self, memory: B) -> Result<ProgramResult> {
+        forward::run(self.0, memory)
     }
 }
 
@@ -269,19 +275,6 @@ fn check_buffer(b: &Buffer) -> Result<()> {
 }
 
 impl Buffer<'_> {
-    /// The initial values on the host: borrowed, read back from a device (kept in the program's
-    /// `precision`: a plain call refuses another, so does a program), or none.
-    pub(crate) fn initial_values(&self, precision: Precision) -> Result<Cow<'_, [f64]>> {
-        match self.initial.map(|x| x.values) {
-            Some(Values::Host(data)) => Ok(Cow::Borrowed(data)),
-            Some(Values::Device(kept)) if kept.precision != precision => {
-                Err(self.kept_elsewhere(kept.where_(), "the CPU", precision))
-            }
-            Some(Values::Device(kept)) => Ok(Cow::Owned(kept.to_host()?)),
-            None => Ok(Cow::Owned(Vec::new())),
-        }
-    }
-
     /// The error of a buffer kept on a device or in a precision other than the program's.
     pub(crate) fn kept_elsewhere(&self, kept_on: String, runs_on: &str, precision: Precision) -> Error {
         Error::Input {
@@ -326,42 +319,6 @@ impl CheckedRun<'_> {
         report(self.options, done, self.program.iterations * self.passes);
     }
 
-    /// Each step a plain run on host data (the CPU, or a GPU in float16).
-    fn on_host(&self) -> Result<ProgramResult> {
-        let p = self.program;
-        // (the initial values borrowed: a program of one iteration copies nothing more than a call)
-        let precision = self.options.precision;
-        let mut values: Vec<Cow<[f64]>> = p.buffers.iter().map(|b| b.initial_values(precision)).collect::<Result<_>>()?;
-        let mut timings = PhaseTotals::default();
-        let mut backend = "CPU".to_string();
-        let mut trace: Vec<Vec<f64>> = vec![Vec::new(); p.trace.len()];
-        let mut done = 0;
-        while done < p.iterations {
-            for (b, value) in p.scheduled(done) {
-                values[b] = Cow::Borrowed(value);
-            }
-            for (step, options) in p.steps.iter().zip(self.step_options) {
-                let inputs: Vec<Input> =
-                    step.inputs.iter().map(|&b| Input::host(&values[b], self.shapes[b].0, self.shapes[b].1)).collect();
-                let out = step.operator.run(&inputs, options)?;
-                timings.add(&out.timings);
-                backend = out.backend;
-                values[step.output] = Cow::Owned(result_values(out.values, out.indices));
-            }
-            for (t, &b) in trace.iter_mut().zip(&p.trace) {
-                t.extend_from_slice(&values[b]);
-            }
-            done += 1;
-            if self.stops(done - 1, || Ok(p.stop.map_or_else(Vec::new, |s| values[s.buffer].to_vec())))? {
-                break;
-            }
-            self.report(done);
-        }
-        self.report(p.iterations);
-        let outputs = p.outputs.iter().map(|&b| values[b].to_vec()).collect();
-        Ok(self.result(outputs, done, trace, backend, timings))
-    }
-
     pub(crate) fn result(
         &self,
         outputs: Vec<Vec<f64>>,
@@ -380,15 +337,6 @@ impl CheckedRun<'_> {
 pub(crate) fn report(options: &RunOptions, done: usize, total: usize) {
     if let Some(report) = options.progress {
         report(done.min(total) as u64, total as u64);
-    }
-}
-
-/// A step's result as the values of its buffer: its values, or its indices (1-based) as numbers.
-pub(crate) fn result_values(values: Option<Vec<f64>>, indices: Option<Vec<i32>>) -> Vec<f64> {
-    match (values, indices) {
-        (Some(v), _) => v,
-        (None, Some(i)) => i.into_iter().map(f64::from).collect(),
-        (None, None) => Vec::new(),
     }
 }
 

@@ -7,13 +7,11 @@
 //! input's share of the gradient, given by the engine's gradients of the step's reduction
 //! (`step`). Index results (ArgMin) pass no gradient.
 //!
-//! On a GPU (`device`), both passes keep every value on the device and issue each step's launches
-//! again as they were recorded, as a program does; elsewhere (`host`: the CPU; float16; steps whose
-//! gradients need forward runs first, such as a log-sum-exp's) each reduction is a plain run on
-//! host data.
+//! Both passes are written once (`backward`) for wherever the matrices are kept: on a GPU they keep
+//! every value on the device and issue each step's launches again as they were recorded, as a
+//! program does; elsewhere (the CPU; float16) each reduction is a plain run on host data.
 
-mod device;
-mod host;
+mod backward;
 mod step;
 
 use std::sync::Arc;
@@ -21,7 +19,8 @@ use std::sync::Arc;
 use crate::api::RunOptions;
 use crate::backend::Timings;
 use crate::error::{Error, Result};
-use crate::operator::chosen_gpu;
+use crate::buffers::Buffers;
+use crate::choose::{choose, ForBuffers};
 use crate::precision::Precision;
 use crate::program::{self, Program};
 use step::StepGradient;
@@ -90,11 +89,19 @@ pub fn gradient(
         step_options: p.step_options(options),
         options,
     };
-    match chosen_gpu(options)? {
-        Some(device) if options.precision != Precision::F16 && device::fits(&backward) => {
-            device::gradient(&backward, device)
-        }
-        _ => host::gradient(&backward),
+    // (float16 on host data, as a program: see `program::run`)
+    let on_device = options.precision != Precision::F16;
+    choose(options)?.with_buffers(options.precision, on_device, Differentiated(&backward))
+}
+
+/// A checked gradient, run wherever its matrices are kept.
+struct Differentiated<'a>(&'a Backward<'a>);
+
+impl<'a> ForBuffers<'a> for Differentiated<'a> {
+    type Output = Result<Gradients>;
+
+    fn run<B: Buffers<'a>>(self, memory: B) -> Result<Gradients> {
+        backward::gradient(self.0, memory)
     }
 }
 

@@ -8,8 +8,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::api::{Input, RunOptions};
-use crate::backend::Timings;
 use crate::differentiate::GradientRun;
 use crate::error::Result;
 use crate::formula::gradient::{declarations, GradientOutput, GradientPlan};
@@ -126,26 +124,6 @@ impl StepGradient {
             }
         }
         Ok(StepGradient { groups, reads })
-    }
-
-    /// Whether every group is one reduction (what a GPU runs with the program's buffers kept there).
-    pub fn fused(&self) -> bool {
-        self.groups.iter().all(|g| matches!(g.how, How::Fused(_)))
-    }
-}
-
-impl Group {
-    /// The group's result for `inputs` (host data: the step's inputs, then the adjoint of its
-    /// output), column-major, with its number of rows; the seconds of each phase of its run (of
-    /// the fused reduction's: a plan's runs are not timed).
-    pub fn evaluate(&self, inputs: &[Input], options: &RunOptions) -> Result<(Vec<f64>, usize, Timings)> {
-        match &self.how {
-            How::Fused(op) => {
-                let out = op.run(inputs, options)?;
-                Ok((out.values.unwrap_or_default(), out.nrow, out.timings))
-            }
-            How::Plan(run) => run.evaluate(inputs, options).map(|(values, (nrow, _))| (values, nrow, Timings::new())),
-        }
     }
 }
 

@@ -1,0 +1,147 @@
+//! The loop of a program, written once for wherever its matrices are kept (`Buffers`: on one GPU,
+//! or in host memory with each step a plain call). Every buffer is a matrix of that memory for the
+//! whole program: each step writes its result into a second matrix (a kernel may read the value it
+//! replaces), which then becomes the current one; its work, recorded in the first two iterations
+//! where the memory records (the GPU), is issued again from the third on, with no checks, packing or
+//! waits. The host waits only to test the stopping rule, to trace, and at the end. The gradient of a
+//! program (`crate::program_gradient`) runs its forward pass with this loop too, keeping the value
+//! each step replaces.
+
+use std::time::Instant;
+
+use super::{CheckedRun, PhaseTotals, ProgramResult, INTERRUPT_EVERY};
+use crate::api::Values;
+use crate::buffers::Buffers;
+use crate::error::{Error, Result};
+
+/// The buffers of a program: the current value of each, and for each buffer that a step writes, a
+/// second matrix that receives the step's result before it becomes the current one.
+pub(crate) struct State<B> {
+    pub current: Vec<B>,
+    next: Vec<Option<B>>,
+}
+
+/// Called before each step with its number and the value its result is about to replace.
+pub(crate) type Keep<'k, B> = &'k mut dyn FnMut(usize, &B) -> Result<()>;
+
+impl<B> State<B> {
+    /// The buffers of `run`'s program in `memory`, from their initial values (zeros for the
+    /// others). An initial value kept on a device is copied (the program writes its buffers).
+    pub(crate) fn new<'a, M: Buffers<'a, Buffer = B>>(run: &CheckedRun<'a>, memory: &M) -> Result<State<B>> {
+        let p = run.program;
+        let precision = run.options.precision;
+        let zeros = |b: usize| memory.zeros(run.shapes[b].0, run.shapes[b].1);
+        let initial = |b: usize| match p.buffers[b].initial.map(|x| x.values) {
+            Some(Values::Host(d)) => memory.put(d, run.shapes[b].0, run.shapes[b].1),
+            Some(Values::Device(kept)) if kept.precision() != precision || !memory.reads(kept) => {
+                Err(p.buffers[b].kept_elsewhere(kept.where_(), &memory.describe(), precision))
+            }
+            Some(Values::Device(kept)) => memory.adopt(kept),
+            None => zeros(b),
+        };
+        let written = |b: usize| p.steps.iter().any(|s| s.output == b);
+        let current = (0..p.buffers.len()).map(initial).collect::<Result<_>>()?;
+        let next = (0..p.buffers.len()).map(|b| written(b).then(|| zeros(b)).transpose()).collect::<Result<_>>()?;
+        Ok(State { current, next })
+    }
+}
+
+/// Runs a checked program with its matrices in `memory`.
+pub(crate) fn run<'a, M: Buffers<'a>>(run: &CheckedRun<'a>, memory: M) -> Result<ProgramResult> {
+    let clock = Instant::now();
+    let mut state = State::new(run, &memory)?;
+    let mut timings = PhaseTotals::default();
+    timings.add(&[("upload once", clock.elapsed().as_secs_f64())]);
+    let clock = Instant::now();
+    let looped = Forward { run, memory: &memory }.run(&mut state, &mut timings, None);
+    // Nothing queued may still use the buffers when they are read or freed.
+    let waited = memory.synchronize();
+    let (done, trace) = looped?;
+    waited?;
+    timings.add(&[("loop", clock.elapsed().as_secs_f64())]);
+    let clock = Instant::now();
+    let outputs = run.program.outputs.iter().map(|&b| memory.read(&state.current[b])).collect::<Result<_>>()?;
+    timings.add(&[("download once", clock.elapsed().as_secs_f64())]);
+    Ok(run.result(outputs, done, trace, memory.describe(), timings))
+}
+
+/// The loop of a program.
+pub(crate) struct Forward<'r, 'a, M> {
+    pub run: &'r CheckedRun<'a>,
+    pub memory: &'r M,
+}
+
+impl<'a, M: Buffers<'a>> Forward<'_, 'a, M> {
+    /// Runs the iterations (queued: wait before reading or freeing `state`), with `keep` called
+    /// before each step; returns how many ran and the trace.
+    pub(crate) fn run(
+        &self,
+        state: &mut State<M::Buffer>,
+        timings: &mut PhaseTotals,
+        mut keep: Option<Keep<M::Buffer>>,
+    ) -> Result<(usize, Vec<Vec<f64>>)> {
+        let CheckedRun { program: p, options, .. } = *self.run;
+        // Each step's work, recorded in the first two iterations (its output buffer alternates
+        // between two matrices), is issued again from the third on.
+        let mut recorded: Vec<[Option<M::Record>; 2]> = p.steps.iter().map(|_| [None, None]).collect();
+        let mut asked = Instant::now();
+        let mut trace: Vec<Vec<f64>> = vec![Vec::new(); p.trace.len()];
+        let mut done = 0;
+        while done < p.iterations {
+            for (b, value) in p.scheduled(done) {
+                self.memory.write(&state.current[b], value)?;
+            }
+            for (s, records) in recorded.iter_mut().enumerate() {
+                if let Some(keep) = keep.as_mut() {
+                    keep(s, &state.current[p.steps[s].output])?;
+                }
+                self.step(s, state, &mut records[done % 2], timings)?;
+                if let Some(interrupted) = options.interrupt.filter(|_| asked.elapsed() >= INTERRUPT_EVERY) {
+                    if interrupted() {
+                        return Err(Error::Interrupted);
+                    }
+                    asked = Instant::now();
+                }
+            }
+            for (t, &b) in trace.iter_mut().zip(&p.trace) {
+                t.extend(self.memory.read(&state.current[b])?);
+            }
+            done += 1;
+            let stop_values = || p.stop.map_or(Ok(Vec::new()), |s| self.memory.read(&state.current[s.buffer]));
+            if self.run.stops(done - 1, stop_values)? {
+                break;
+            }
+            // (queued: the bar can run ahead of the device by the work queued)
+            self.run.report(done);
+        }
+        self.run.report(p.iterations);
+        Ok((done, trace))
+    }
+
+    /// Step `s`: its result into the `next` matrix of its output, which then becomes the current one.
+    fn step(
+        &self,
+        s: usize,
+        state: &mut State<M::Buffer>,
+        record: &mut Option<M::Record>,
+        timings: &mut PhaseTotals,
+    ) -> Result<()> {
+        let step = &self.run.program.steps[s];
+        let options = &self.run.step_options[s];
+        let target = state.next[step.output].take().expect("allocated for every output");
+        let issued = match record.as_ref() {
+            Some(work) => self.memory.replay(work),
+            None => {
+                let inputs: Vec<&M::Buffer> = step.inputs.iter().map(|&b| &state.current[b]).collect();
+                self.memory.evaluate_into(step.operator, &inputs, options, &target, options.tuning.replay).map(
+                    |(phases, work)| {
+                        timings.add(&phases);
+                        *record = work;
+                    },
+                )
+            }
+        };
+        state.next[step.output] = Some(std::mem::replace(&mut state.current[step.output], target));
+        issued
+    }
+}
