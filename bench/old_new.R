@@ -72,11 +72,39 @@ case("keops_iterate Sinkhorn n=1000 200 it.", function() {
                                               f = matrix(0, n), g = matrix(0, n)), 200)
 }, function(v) sum(v$f))
 
-if (gpu) {
-  bench_dir <- dirname(sub("^--file=", "", grep("^--file=", commandArgs(FALSE), value = TRUE)))
-  for (e in parse(file.path(bench_dir, "iterative.R"))) {   # its landmark_data()
-    if (is.call(e) && identical(e[[1]], as.name("<-")) && identical(as.character(e[[2]])[1], "landmark_data")) eval(e)
+bench_dir <- dirname(sub("^--file=", "", grep("^--file=", commandArgs(FALSE), value = TRUE)))
+# the definitions of bench/iterative.R that these cases use (its data and the vignettes' functions)
+from_iterative <- function(names) {
+  for (e in parse(file.path(bench_dir, "iterative.R"))) {
+    if (is.call(e) && identical(e[[1]], as.name("<-")) && as.character(e[[2]])[1] %in% names) eval(e, globalenv())
   }
+}
+if (requireNamespace("knitr", quietly = TRUE)) {
+  # the programs of the vignettes (bench/iterative.R's program rows), made once as a user keeps them
+  from_iterative(c("gmm_data", "sinkhorn_data", "kmeans_data"))
+  vig <- list(gmm = vignette_functions("gmm", c("lazy", "program"), root = dirname(bench_dir)),
+              sinkhorn = vignette_functions("sinkhorn", c("solver", "dense", "program"), root = dirname(bench_dir)),
+              kmeans = vignette_functions("kmeans", c("kmeans-function", "program"), root = dirname(bench_dir)))
+  for (N in if (gpu) c(1e4, 1e5) else 2e3) {
+    d <- sinkhorn_data(N)
+    program <- vig$sinkhorn$sinkhorn_program(ncol(d$x), tol = 0, max_iter = 10)
+    case(sprintf("Sinkhorn vignette program N=M=%g 10 it.", N),
+         function() vig$sinkhorn$run_program(d$x, d$a, d$y, d$b, 0.05, n_anneal = 9, program = program),
+         function(v) sum(v$f))
+  }
+  d <- if (gpu) gmm_data(5e5, 1000, 5) else gmm_data(5e4, 50, 5)
+  program <- vig$gmm$em_program(10, 5)
+  input <- vig$gmm$em_program_input(d$x, d$start)
+  case(sprintf("GMM vignette program N=%g K=%g D=5 10 it.", nrow(d$x), length(d$start$w)), function() program(input),
+       function(v) sum(attr(v, "trace")$ll))
+  d <- if (gpu) kmeans_data(1e6, 2, 50) else kmeans_data(1e5, 2, 50)
+  program <- vig$kmeans$make_kmeans_program(2, 10)
+  case(sprintf("K-means vignette program N=%g D=2 K=50 10 it.", nrow(d$x)),
+       function() vig$kmeans$kmeans_keops_program(d$x, d$init, 10, program), function(v) sum(v$centers))
+}
+
+if (gpu) {
+  from_iterative("landmark_data")
   d <- landmark_data()
   case("keops_landmarks seed 003 1847 pts nt=40 400 it.",
        function() keops_landmarks(d$q0, d$target, sigma = 1.5, nt = 40, lambda = 5e5, iter.max = 400),
