@@ -1,5 +1,7 @@
 # keops_sinkhorn(tol = NULL) against GeomLoss 0.3.1 (loss and gradient in x), and both against the
-# converged gradient (plain-R log-domain Sinkhorn to 1e-12, from tests/testthat/test-sinkhorn-function.R).
+# converged gradient (plain-R log-domain Sinkhorn to 1e-12, from tests/testthat/test-sinkhorn-function.R);
+# "before": the gradient as keops_sinkhorn() made it until 2026-11-29 (the plan of the last g, without
+# the further update at blur^p), rebuilt in plain R from the returned potentials.
 # Three steps (GeomLoss: pip install geomloss torch numpy):
 #   Rscript bench/sinkhorn_geomloss.R write DIR      # the cases, as CSV
 #   python3 bench/sinkhorn_geomloss.py DIR           # GeomLoss's loss and gradient of each
@@ -32,10 +34,16 @@ for (nm in names(cases)) {
   }
   gl <- unname(as.matrix(read.csv(file.path(dir, paste0(nm, ".out.csv")), header = FALSE)))
   conv <- ref_divergence(x, y, a, b, blur)
-  s <- keops_sinkhorn(x, y, a, b, blur = blur, tol = NULL, gradient = TRUE)
+  s <- keops_sinkhorn(x, y, a, b, blur = blur, tol = NULL, gradient = TRUE, potentials = TRUE)
   plain <- ref_geomloss(x, y, a, b, blur)       # the test's plain-R GeomLoss
-  cat(sprintf(paste("%-9s loss vs GeomLoss %.1e; plain-R GeomLoss vs GeomLoss: loss %.1e, gradient %.1e;",
-                    "gradient vs converged: rkeops %.4f, GeomLoss %.4f\n"),
-              nm, abs(s - gl[1, 1]) / abs(gl[1, 1]), abs(plain$value - gl[1, 1]) / abs(gl[1, 1]),
-              rel(plain$gradient, gl[-1, ]), rel(attr(s, "gradient"), conv$gradient), rel(gl[-1, ], conv$gradient)))
+  # the previous gradient (before 2026-11-29), in plain R from the returned potentials: the
+  # row-normalised plans of the last g and f_aa, without the further update
+  e <- blur^2
+  row_plan <- function(q, lw, h) ref_plan_grad(x, q, log(a), lw, ref_softmin(ref_cost(x, q), lw, h, e), h, e)
+  before <- row_plan(y, log(b), attr(s, "g")) - row_plan(x, log(a), attr(s, "f_aa"))
+  cat(sprintf(paste("%-9s loss vs GeomLoss %.1e, vs converged %.1e; plain-R GeomLoss vs GeomLoss: loss %.1e,",
+                    "gradient %.1e; gradient vs converged: rkeops %.4f (before %.4f), GeomLoss %.4f\n"),
+              nm, abs(s - gl[1, 1]) / abs(gl[1, 1]), abs(s - conv$value) / abs(conv$value),
+              abs(plain$value - gl[1, 1]) / abs(gl[1, 1]), rel(plain$gradient, gl[-1, ]),
+              rel(attr(s, "gradient"), conv$gradient), rel(before, conv$gradient), rel(gl[-1, ], conv$gradient)))
 }

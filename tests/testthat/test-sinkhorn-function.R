@@ -141,6 +141,24 @@ test_that("the two-scale keops_sinkhorn() gives the dense solver's loss, potenti
   expect_lt(max(abs(attr(two, "f") - attr(dense, "f") - shift)), 0.05 * eps)
   expect_lt(max(abs(attr(two, "g") - attr(dense, "g") + shift)), 0.05 * eps)
   expect_equal(attr(two, "gradient"), attr(dense, "gradient"), tolerance = 1e-3)
+  # at tol = NULL (GeomLoss's schedule alone) neither has converged: the dense gradient is 62 % off
+  # the converged one here. The iterations whose blur is larger than a cell run on the cells'
+  # centroids, so the two solvers take different paths, and the few fine updates do not contract
+  # the difference: measured on four tori (seeds 6 to 9), the two-scale gradient is 0.33 to 0.59
+  # times the dense one's distance to the converged gradient away from it (20 to 37 %), and 0.97 to
+  # 1.0 times as far from the converged one; the losses 0.5 to 1.6 % apart (3.6 % from converged).
+  # Bounds: 0.75 and 1.05 times that distance (a path error, not a truncation one: both scale with
+  # how far from convergence the schedule stops).
+  rel <- function(g, ref) max(abs(g - ref)) / max(abs(ref))
+  quick <- function(multiscale) {
+    keops_sinkhorn(x, y, b = b, blur = 0.05, tol = NULL, multiscale = multiscale, gradient = TRUE)
+  }
+  dense_quick <- quick(FALSE)
+  two_quick <- quick(TRUE)
+  off <- rel(attr(dense_quick, "gradient"), attr(dense, "gradient"))
+  expect_lt(rel(attr(two_quick, "gradient"), attr(dense_quick, "gradient")), 0.75 * off)
+  expect_lt(rel(attr(two_quick, "gradient"), attr(dense, "gradient")), 1.05 * off)
+  expect_equal(as.vector(two_quick), as.vector(dense_quick), tolerance = 0.03)
   # a blur larger than the cells: every iteration but the last on the cells
   wide <- function(multiscale) keops_sinkhorn(x, y, blur = 0.5, tol = 1e-6, multiscale = multiscale)
   expect_equal(as.vector(wide(TRUE)), as.vector(wide(FALSE)), tolerance = 1e-5)
@@ -232,34 +250,47 @@ gradient_test_clouds <- function() {
        y = list(far = matrix(runif(2 * m), m, 2) + 3, overlapping = matrix(runif(2 * m), m, 2) * 0.8 + 0.3))
 }
 
-test_that("keops_sinkhorn()'s gradient is nearer the converged one than GeomLoss's at tol = NULL", {
+test_that("keops_sinkhorn()'s gradient at tol = NULL: within 2 % of converged on far clouds, nearer than GeomLoss's", {
   local_precision("float64")
   d <- gradient_test_clouds()
   rel <- function(g, ref) max(abs(g - ref)) / max(abs(ref))
+  entries <- cbind(c(1, 17, 30), c(1, 2, 2))
   for (case in names(d$y)) {
     y <- d$y[[case]]
-    conv <- ref_divergence(d$x, y, d$a, d$b, blur = 0.2)
-    gl <- ref_geomloss(d$x, y, d$a, d$b, blur = 0.2)
-    quick <- keops_sinkhorn(d$x, y, d$a, d$b, blur = 0.2, tol = NULL, gradient = TRUE)
-    # the loss is GeomLoss's, with or without the gradient
-    expect_equal(as.vector(quick), gl$value, tolerance = 1e-12, info = case)
-    expect_identical(as.vector(quick), as.vector(keops_sinkhorn(d$x, y, d$a, d$b, blur = 0.2, tol = NULL)))
-    expect_lt(rel(attr(quick, "gradient"), conv$gradient), rel(gl$gradient, conv$gradient), label = case)
-    done <- keops_sinkhorn(d$x, y, d$a, d$b, blur = 0.2, gradient = TRUE)
-    expect_lt(rel(attr(done, "gradient"), conv$gradient), 2e-3)
+    for (blur in c(0.1, 0.2)) {
+      info <- paste(case, "blur", blur)
+      conv <- ref_divergence(d$x, y, d$a, d$b, blur)
+      if (case == "far" && blur == 0.1) {
+        # the converged reference is the derivative of the converged loss (5e-11 measured)
+        loss <- function(xx) as.vector(keops_sinkhorn(xx, y, d$a, d$b, blur = blur, tol = 1e-10, max_iter = 1e5))
+        fd <- apply(entries, 1, function(e) {
+          h <- 0 * d$x
+          h[e[1], e[2]] <- 1e-5
+          (loss(d$x + h) - loss(d$x - h)) / 2e-5
+        })
+        expect_lt(max(abs(conv$gradient[entries] - fd)) / max(abs(conv$gradient)), 1e-7, label = info)
+      }
+      gl <- ref_geomloss(d$x, y, d$a, d$b, blur)
+      quick <- keops_sinkhorn(d$x, y, d$a, d$b, blur = blur, tol = NULL, gradient = TRUE)
+      # the loss is GeomLoss's, with or without the gradient
+      expect_equal(as.vector(quick), gl$value, tolerance = 1e-12, info = info)
+      expect_identical(as.vector(quick), as.vector(keops_sinkhorn(d$x, y, d$a, d$b, blur = blur, tol = NULL)))
+      # measured: far 1.67 % (blur 0.1) and 0.51 % (0.2), GeomLoss's 2.77 and 1.05 %; overlapping 10.8
+      # and 2.2 %, GeomLoss's 14.3 and 5.2 % (the plan of the last g alone: far 2.18 % at blur 0.1)
+      expect_lt(rel(attr(quick, "gradient"), conv$gradient), rel(gl$gradient, conv$gradient), label = info)
+      if (case == "far") expect_lt(rel(attr(quick, "gradient"), conv$gradient), 0.02, label = info)
+      done <- keops_sinkhorn(d$x, y, d$a, d$b, blur = blur, gradient = TRUE)
+      expect_lt(rel(attr(done, "gradient"), conv$gradient), 2e-3, label = info)
+    }
   }
-  # far clouds: 0.75 % from the converged gradient at tol = NULL, GeomLoss's 1.05 % (the plan of the
-  # last f and g was 58 % off on such a case: its rows summed to 0.7 to 2.7 times a)
-  far <- keops_sinkhorn(d$x, d$y$far, d$a, d$b, blur = 0.2, tol = NULL, gradient = TRUE)
-  expect_lt(rel(attr(far, "gradient"), ref_divergence(d$x, d$y$far, d$a, d$b, blur = 0.2)$gradient), 0.02)
 })
 
 test_that("keops_sinkhorn()'s gradient is the finite differences of its loss, at tol = NULL and the default tol", {
   local_precision("float64")
   d <- gradient_test_clouds()
   entries <- cbind(c(1, 9, 17, 31, 4, 23), c(1, 1, 2, 2, 2, 1))     # a few (x_i)_k: 2 losses each
-  # at tol = NULL the envelope gradient is not the derivative of the loss: 0.72 % off on far clouds
-  # (GeomLoss's 1.05 %), 6.8 % on overlapping ones (7.7 %); 5e-5 and 3.5e-4 at tol = 1e-3
+  # at tol = NULL the envelope gradient is not the derivative of the loss: 0.21 % off on far clouds
+  # (GeomLoss's 0.35 %), 2.4 % on overlapping ones (3.2 %); 3e-5 and 1.6e-4 at tol = 1e-3
   for (tol in list(NULL, 1e-3)) {
     for (case in names(d$y)) {
       y <- d$y[[case]]
@@ -270,7 +301,7 @@ test_that("keops_sinkhorn()'s gradient is the finite differences of its loss, at
         (loss(d$x + h) - loss(d$x - h)) / 2e-5
       })
       g <- attr(keops_sinkhorn(d$x, y, d$a, d$b, blur = 0.2, tol = tol, gradient = TRUE), "gradient")
-      bound <- if (!is.null(tol)) 1e-3 else if (case == "far") 0.02 else 0.1
+      bound <- if (!is.null(tol)) 1e-3 else if (case == "far") 0.005 else 0.05
       expect_lt(max(abs(g[entries] - fd)) / max(abs(g)), bound, label = paste(case, "tol", format(tol)))
     }
   }
@@ -282,14 +313,23 @@ test_that("keops_sinkhorn(reach =) iterates until tol: the plan's row marginal i
   y <- d$y$overlapping
   eps <- 0.1^2
   for (reach in c(0.3, 1)) {
+    info <- paste("reach", reach)
     conv <- ref_divergence(d$x, y, d$a, d$b, blur = 0.1, reach = reach)
     quick <- keops_sinkhorn(d$x, y, d$a, d$b, blur = 0.1, reach = reach, tol = NULL)
-    s <- keops_sinkhorn(d$x, y, d$a, d$b, blur = 0.1, reach = reach, tol = 1e-6, potentials = TRUE)
-    expect_gt(attr(s, "iterations"), attr(quick, "iterations"))
-    expect_equal(as.vector(s), conv$value, tolerance = 1e-5, info = paste("reach", reach))
-    f <- attr(s, "f")
-    P <- exp(outer(log(d$a) + f / eps, log(d$b) + attr(s, "g") / eps, "+") - ref_cost(d$x, y) / eps)
-    expect_lt(sum(abs(rowSums(P) - d$a * exp(-f / reach^2))), 1e-6)
+    iterations <- attr(quick, "iterations")
+    for (tol in c(1e-3, 1e-6)) {
+      # stopped by tol, not by max_iter (which warns), and more iterations for a smaller tol
+      expect_no_warning(s <- keops_sinkhorn(d$x, y, d$a, d$b, blur = 0.1, reach = reach, tol = tol, potentials = TRUE))
+      expect_gt(attr(s, "iterations"), iterations)
+      iterations <- attr(s, "iterations")
+      # the unbalanced plan's row marginal error, from its potentials in plain R, below tol
+      f <- attr(s, "f")
+      P <- exp(outer(log(d$a) + f / eps, log(d$b) + attr(s, "g") / eps, "+") - ref_cost(d$x, y) / eps)
+      expect_lt(sum(abs(rowSums(P) - d$a * exp(-f / reach^2))), tol, label = paste(info, "tol", tol))
+      # and the value nearer the converged one than the schedule's alone
+      expect_lt(abs(s - conv$value), abs(quick - conv$value), label = paste(info, "tol", tol))
+    }
+    expect_equal(as.vector(s), conv$value, tolerance = 1e-5, info = info)
   }
   expect_warning(keops_sinkhorn(d$x, y, d$a, d$b, blur = 0.1, reach = 1, tol = 1e-12, max_iter = 3), "max_iter = 3",
                  class = "rkeops_warning_convergence")
