@@ -1,5 +1,49 @@
 //! The reductions: what they compute, the shape of their output, how they are named in formulas,
 //! and their gradients (`gradient`).
+//!
+//! # Adding a reduction
+//!
+//! A reduction's definition is spread over the evaluators; the compiler's exhaustive `match`es on
+//! `ReductionKind` find most places, but not those that test a kind with `matches!`, `==` or a
+//! predicate below (a new kind silently takes their `false` branch). Every place, in order (the
+//! list was checked by grepping `MaxArgMax` / `Max_ArgMax` and `SumSoftMaxWeight` across the
+//! engine and the R package):
+//!
+//! 1. Here: the variant of `ReductionKind`, its name in `from_name` and in `NAMES` (the parser's
+//!    error message lists them), its arguments in `signature` (a new form of arguments needs a
+//!    new `Signature`, then `formula::lower_reduction` reads it), and the predicates
+//!    `returns_values`, `returns_indices`, `is_k_selection`, `keeps_maxima`, `selects`: they
+//!    decide the output's shape for R, the GPU's selection storage and sifting
+//!    (`cuda::codegen::{selection, sift}`) and the finish code.
+//! 2. `state.rs` (`Accumulator`): the state of a row (`state_len`), the width of the result
+//!    (`width`), and `init`, `merge` (two states of the same row, in order: blocks, chunks,
+//!    several GPUs) and `finalize`. The CPU and the GPU share this layout of the state.
+//! 3. The CPU: `cpu/reducers.rs` (`Accumulator::accumulate`, a tile of values into a state) and
+//!    `cpu/columns.rs` (`work_columns` and `Columns::reduce`, the column-wise path of short
+//!    reduced ranges); `cpu/fusion.rs::fuse` lists the kinds whose distance kernels it fuses
+//!    (optional).
+//! 4. Gradients: `gradient.rs`: `Differentiate::rule` (the gradient as a formula of Sum
+//!    reductions of saved results, or `Rule::Zero` for a result of indices only) and
+//!    `gradient_input_dim` (whose `_` arm gives a new kind the result's dimension).
+//! 5. The GPU kernel: `cuda/codegen/reducer.rs` (`Reducer::init`, `tile_begin`, `accumulate`,
+//!    `tile_end`, `store`: the registers of a row, the steps of the loop, the state written in the
+//!    layout of step 2), `cuda/codegen/body.rs::loop_over_tile` (which loop a kind takes:
+//!    `exponentials` for the log-sum-exps, `candidates` for sifted selections); then
+//!    `cuda/finish.rs`: `is_selection`, `functions` (the finalisation on the device), `merge_source`
+//!    / `merge_kernel` (the merge of chunk states) and `merge_blocks`.
+//! 6. The engine's tests: the kind in `tests/common/formulas.rs::REDUCTIONS` (it drives the GPU
+//!    tests against the CPU and `examples/formula_graphs.rs`; the fuzzer's `SEEDS` are there
+//!    too), a check against an independent reference in `tests/reductions.rs`, the value of an
+//!    empty range in `tests/ranges.rs`, its gradient in `tests/autodiff.rs`,
+//!    `tests/sifted_selections.rs` for a selection, and the list of `cpu/short_range.rs`'s tests;
+//!    a case in `examples/kernel_list.rs` (the generated CUDA, compared byte for byte across
+//!    refactors).
+//! 7. The R package: `R/lazytensor-reduce.R` (the LazyTensor functions of the reduction, e.g.
+//!    `max_argmax` and its alias `max_argmax_reduction`, with their roxygen blocks and NAMESPACE
+//!    exports, the `switch` of `reduction.LazyTensor` and its error message listing the names),
+//!    the documented lists in `R/keops_kernel.R` and `R/keops_grad.R`, and tests against
+//!    plain R in `tests/testthat/test-reductions.R` (with `test-rkeops2-lazytensor.R`,
+//!    `test-fuzz.R`, `test-batch.R`, `test-future.R`, which run every reduction along their paths).
 
 pub mod gradient;
 mod state;

@@ -8,7 +8,8 @@
 //! values reach the sums either way (NaN terms, which no test catches); infinite ones make the
 //! group be taken again. The end of a tile (fewer than 32 indices) takes the exact step.
 
-use super::{emit, Gen, Reducer, LAZY};
+use super::gen::Gen;
+use super::reducer::{emit, Reducer, LAZY};
 use crate::cuda::dtype::Dtype;
 use crate::reduction::ReductionKind;
 

@@ -1,0 +1,276 @@
+//! A node's value in the kernel (`Gen::node`): the CUDA of each operation of the language on the
+//! register arrays of its arguments (`Operands`).
+
+use super::gen::Gen;
+use crate::formula::{Node, NodeId, Op};
+use crate::plan::Role;
+
+impl Gen<'_> {
+    /// Emits `T v{id}[dim]` computed from its arguments.
+    pub(super) fn node(&mut self, id: NodeId) {
+        let (formula, layout) = (self.formula, self.layout);
+        let node = &formula.graph.nodes[id];
+        let o = Operands {
+            out: self.name(id),
+            d: node.dim,
+            args: node.args.iter().map(|&x| (self.name(x), formula.graph.dim(x))).collect(),
+        };
+        let body = match node.op {
+            _ if layout.dots.is_some_and(|dots| dots.node == id) => {
+                layout.dots.map(|dots| dots.read(&o.out)).unwrap_or_default()
+            }
+            Op::Input(_) => return,
+            Op::Constant(_) => {
+                let slot = self.constant_nodes.iter().position(|&c| c == id).expect("every number has a slot");
+                format!("{}[0] = rk_consts[{slot}];", o.out)
+            }
+            Op::Neg
+            | Op::Abs
+            | Op::Acos
+            | Op::Asin
+            | Op::Atan
+            | Op::Cos
+            | Op::Sin
+            | Op::Exp
+            | Op::Log
+            | Op::Floor
+            | Op::Sqrt
+            | Op::Inv
+            | Op::Square
+            | Op::ReLU
+            | Op::Rsqrt
+            | Op::Sign
+            | Op::Step
+            | Op::SinXDivX
+            | Op::XLogX
+            | Op::Round(_)
+            | Op::Pow(_)
+            | Op::ClampInt(..) => self.one_argument(node, &o),
+            Op::Add
+            | Op::Sub
+            | Op::Mul
+            | Op::Div
+            | Op::Atan2
+            | Op::Powf
+            | Op::Equal
+            | Op::NotEqual
+            | Op::LessThan
+            | Op::LessOrEqual
+            | Op::Clamp
+            | Op::IfElse
+            | Op::Mod => self.several_arguments(node, &o),
+            Op::Sum | Op::SqNorm2 | Op::Dot | Op::Max | Op::Min | Op::ArgMax | Op::ArgMin => {
+                Gen::over_components(node, &o)
+            }
+            Op::Elem(_)
+            | Op::ElemT(..)
+            | Op::Extract(..)
+            | Op::ExtractT(..)
+            | Op::Concat
+            | Op::OneHot(_)
+            | Op::SumT(_)
+            | Op::MatVecMult
+            | Op::VecMatMult
+            | Op::TensorProd => self.reshaping(node, &o),
+        };
+        let indent = if matches!(layout.plan.roles[id], Some(Role::Inner | Role::Pair)) { "        " } else { "  " };
+        // A number's value stays out of the source (it is in rk_consts).
+        let what = match node.op {
+            Op::Constant(_) => "number".to_string(),
+            op => format!("{op:?}"),
+        };
+        self.line(&format!("{indent}// node {id}: {what}\n{indent}T {}[{}]; {body}", o.out, o.d));
+    }
+
+    /// The body of an element-wise operation of one argument.
+    fn one_argument(&self, node: &Node, o: &Operands) -> String {
+        let at = |i: usize, k: &str| o.at(i, k);
+        let m = |f: &str| self.math(f);
+        let elementwise = |expr: String| o.elementwise(expr);
+        match node.op {
+            Op::Neg => elementwise(format!("-{}", at(0, "k"))),
+            Op::Abs => elementwise(format!("{}({})", m("fabs"), at(0, "k"))),
+            Op::Acos => elementwise(format!("{}({})", m("acos"), at(0, "k"))),
+            Op::Asin => elementwise(format!("{}({})", m("asin"), at(0, "k"))),
+            Op::Atan => elementwise(format!("{}({})", m("atan"), at(0, "k"))),
+            Op::Cos => elementwise(format!("{}({})", m("cos"), at(0, "k"))),
+            Op::Sin => elementwise(format!("{}({})", m("sin"), at(0, "k"))),
+            Op::Exp => elementwise(format!("rk_exp({})", at(0, "k"))),
+            Op::Log => elementwise(format!("{}({})", m("log"), at(0, "k"))),
+            Op::Floor => elementwise(format!("{}({})", m("floor"), at(0, "k"))),
+            Op::Sqrt => elementwise(format!("{}({})", m("sqrt"), at(0, "k"))),
+            Op::Inv => elementwise(format!("(T)1 / {}", at(0, "k"))),
+            Op::Square => elementwise(format!("{0} * {0}", at(0, "k"))),
+            Op::ReLU => elementwise(format!("({0} < (T)0) ? (T)0 : {0}", at(0, "k"))),
+            Op::Rsqrt => elementwise(format!("({0} == (T)0) ? (T)0 : (T)1 / {1}({0})", at(0, "k"), m("sqrt"))),
+            Op::Sign => elementwise(format!("({0} > (T)0) ? (T)1 : (({0} < (T)0) ? (T)-1 : {0})", at(0, "k"))),
+            Op::Step => elementwise(format!("({0} >= (T)0) ? (T)1 : (({0} < (T)0) ? (T)0 : {0})", at(0, "k"))),
+            Op::SinXDivX => elementwise(format!("({0} == (T)0) ? (T)1 : {1}({0}) / {0}", at(0, "k"), m("sin"))),
+            Op::XLogX => elementwise(format!("({0} == (T)0) ? (T)0 : {0} * {1}({0})", at(0, "k"), m("log"))),
+            Op::Round(0) => elementwise(format!("{}({})", m("round"), at(0, "k"))),
+            Op::Round(digits) => {
+                let p = format!("((T){:?})", 10f64.powi(digits));
+                elementwise(format!("{}({} * {p}) / {p}", m("round"), at(0, "k")))
+            }
+            Op::Pow(n) => elementwise(format!("rk_powi({}, {n})", at(0, "k"))),
+            Op::ClampInt(lo, hi) => {
+                elementwise(format!("({0} < (T){lo}) ? (T){lo} : (({0} > (T){hi}) ? (T){hi} : {0})", at(0, "k")))
+            }
+            op => unreachable!("{op:?} is not an operation of one argument"),
+        }
+    }
+
+    /// The body of an element-wise operation of two or three arguments (a dimension-1 argument is
+    /// broadcast).
+    fn several_arguments(&self, node: &Node, o: &Operands) -> String {
+        let at = |i: usize, k: &str| o.at(i, k);
+        let m = |f: &str| self.math(f);
+        let elementwise = |expr: String| o.elementwise(expr);
+        match node.op {
+            Op::Add => elementwise(format!("{} + {}", at(0, "k"), at(1, "k"))),
+            Op::Sub => elementwise(format!("{} - {}", at(0, "k"), at(1, "k"))),
+            Op::Mul => elementwise(format!("{} * {}", at(0, "k"), at(1, "k"))),
+            // A divisor that does not vary in the loop over the reduced index (a number of the
+            // formula, now a kernel argument, or a value of the row) goes through rk_div_fixed.
+            Op::Div if matches!(self.layout.plan.roles[node.args[1]], Some(Role::Constant | Role::Outer)) => {
+                elementwise(format!("rk_div_fixed({}, {})", at(0, "k"), at(1, "k")))
+            }
+            Op::Div => elementwise(format!("{} / {}", at(0, "k"), at(1, "k"))),
+            Op::Atan2 => elementwise(format!("{}({}, {})", m("atan2"), at(0, "k"), at(1, "k"))),
+            Op::Powf => elementwise(format!("{}({}, {})", m("pow"), at(0, "k"), at(1, "k"))),
+            Op::Equal => elementwise(format!("({} == {}) ? (T)1 : (T)0", at(0, "k"), at(1, "k"))),
+            Op::NotEqual => elementwise(format!("({} != {}) ? (T)1 : (T)0", at(0, "k"), at(1, "k"))),
+            Op::LessThan => elementwise(format!("({} < {}) ? (T)1 : (T)0", at(0, "k"), at(1, "k"))),
+            Op::LessOrEqual => elementwise(format!("({} <= {}) ? (T)1 : (T)0", at(0, "k"), at(1, "k"))),
+            Op::Clamp => elementwise(format!(
+                "({0} < {1}) ? {1} : (({0} > {2}) ? {2} : {0})",
+                at(0, "k"),
+                at(1, "k"),
+                at(2, "k")
+            )),
+            Op::IfElse => elementwise(format!("({} >= (T)0) ? {} : {}", at(0, "k"), at(1, "k"), at(2, "k"))),
+            Op::Mod => elementwise(format!(
+                "{0} - {1} * {3}(({0} - {2}) / {1})",
+                at(0, "k"),
+                at(1, "k"),
+                at(2, "k"),
+                m("floor")
+            )),
+            op => unreachable!("{op:?} is not an element-wise operation of several arguments"),
+        }
+    }
+
+    /// The body of a reduction over the components of a vector (of dimension 1).
+    fn over_components(node: &Node, o: &Operands) -> String {
+        let at = |i: usize, k: &str| o.at(i, k);
+        let (out, a) = (&o.out, &o.args);
+        match node.op {
+            Op::Sum => {
+                format!("{out}[0] = {}; for (int k = 1; k < {}; k++) {out}[0] += {};", at(0, "0"), a[0].1, at(0, "k"))
+            }
+            Op::SqNorm2 => {
+                format!("{out}[0] = (T)0; for (int k = 0; k < {}; k++) {out}[0] += {1} * {1};", a[0].1, at(0, "k"))
+            }
+            Op::Dot => format!(
+                "{out}[0] = (T)0; for (int k = 0; k < {}; k++) {out}[0] += {} * {};",
+                a[0].1.max(a[1].1),
+                at(0, "k"),
+                at(1, "k")
+            ),
+            Op::Max | Op::Min => {
+                let cmp = if node.op == Op::Max { ">" } else { "<" };
+                format!(
+                    "{out}[0] = {0}; for (int k = 1; k < {1}; k++) {{ T x = {2}; if (x {cmp} {out}[0] || rk_isnan(x)) {out}[0] = x; }}",
+                    at(0, "0"),
+                    a[0].1,
+                    at(0, "k")
+                )
+            }
+            Op::ArgMax | Op::ArgMin => {
+                let cmp = if node.op == Op::ArgMax { ">" } else { "<" };
+                format!(
+                    "{{ T best = {0}; {out}[0] = (T)0; for (int k = 1; k < {1}; k++) {{ T x = {2}; \
+                     if (x {cmp} best || (rk_isnan(x) && !rk_isnan(best))) {{ best = x; {out}[0] = (T)k; }} }} }}",
+                    at(0, "0"),
+                    a[0].1,
+                    at(0, "k")
+                )
+            }
+            op => unreachable!("{op:?} is not a reduction over the components"),
+        }
+    }
+
+    /// The body of a reshaping (elements, extraction, concatenation, ...) or of a product of
+    /// matrices and vectors.
+    fn reshaping(&self, node: &Node, o: &Operands) -> String {
+        let at = |i: usize, k: &str| o.at(i, k);
+        let m = |f: &str| self.math(f);
+        let elementwise = |expr: String| o.elementwise(expr);
+        let (out, d, a) = (&o.out, o.d, &o.args);
+        match node.op {
+            Op::Elem(p) => format!("{out}[0] = {};", at(0, &p.to_string())),
+            Op::ElemT(_, p) => format!("for (int k = 0; k < {d}; k++) {out}[k] = (T)0; {out}[{p}] = {};", at(0, "0")),
+            Op::Extract(start, _) => format!("for (int k = 0; k < {d}; k++) {out}[k] = {};", at(0, &format!("{start} + k"))),
+            Op::ExtractT(start, _) => format!(
+                "for (int k = 0; k < {d}; k++) {out}[k] = (T)0; for (int k = 0; k < {}; k++) {out}[{start} + k] = {};",
+                a[0].1,
+                at(0, "k")
+            ),
+            Op::Concat => format!(
+                "for (int k = 0; k < {0}; k++) {out}[k] = {1}; for (int k = 0; k < {2}; k++) {out}[{0} + k] = {3};",
+                a[0].1,
+                at(0, "k"),
+                a[1].1,
+                at(1, "k")
+            ),
+            Op::OneHot(_) => format!("for (int k = 0; k < {d}; k++) {out}[k] = ({}({}) == (T)k) ? (T)1 : (T)0;", m("round"), at(0, "0")),
+            Op::SumT(_) => elementwise(at(0, "0")),
+            Op::MatVecMult => format!(
+                "for (int k = 0; k < {d}; k++) {{ {out}[k] = (T)0; for (int l = 0; l < {}; l++) {out}[k] += {} * {}; }}",
+                a[1].1,
+                at(0, &format!("k + {d} * l")),
+                at(1, "l")
+            ),
+            Op::VecMatMult => format!(
+                "for (int l = 0; l < {d}; l++) {{ {out}[l] = (T)0; for (int k = 0; k < {0}; k++) {out}[l] += {1} * {2}; }}",
+                a[0].1,
+                at(0, "k"),
+                at(1, &format!("k + {} * l", a[0].1))
+            ),
+            Op::TensorProd => format!(
+                "for (int l = 0; l < {}; l++) for (int k = 0; k < {1}; k++) {out}[k + {1} * l] = {2} * {3};",
+                a[1].1,
+                a[0].1,
+                at(0, "k"),
+                at(1, "l")
+            ),
+            op => unreachable!("{op:?} is not a reshaping"),
+        }
+    }
+}
+
+/// The register arrays of a node and of its arguments, as `Gen::node` writes its body.
+struct Operands {
+    /// The node's array, and its dimension.
+    out: String,
+    d: usize,
+    /// Each argument's array and its dimension.
+    args: Vec<(String, usize)>,
+}
+
+impl Operands {
+    /// Component `k` of argument `i`, broadcasting dimension 1.
+    fn at(&self, i: usize, k: &str) -> String {
+        let (name, dim) = &self.args[i];
+        if *dim == 1 {
+            format!("{name}[0]")
+        } else {
+            format!("{name}[{k}]")
+        }
+    }
+
+    /// Every component of the node set to `expr` (of `k`).
+    fn elementwise(&self, expr: String) -> String {
+        format!("for (int k = 0; k < {d}; k++) {out}[k] = {expr};", d = self.d, out = self.out)
+    }
+}
