@@ -175,6 +175,19 @@ test_that("the gradient of a batched program is each member's; a shared input's 
     sum(vapply(1:3, function(b) as.vector(prog(list(x = x[, , b], y = matrix(v, 8), f = f, s = 0.7))$loss), 1))
   }, as.vector(y))
   expect_equal(as.vector(got$y), fd, tolerance = 1e-6)
+  # a buffer per member differentiated with weights: a batch like the buffer, or one member's shared
+  w <- array(runif(8 * 3), c(8, 1, 3))
+  got <- keops_program_grad(prog, list(x = x, y = x, f = f, s = 0.7), of = "f", wrt = "x", weight = w)
+  shared <- keops_program_grad(prog, list(x = x, y = x, f = f, s = 0.7), of = "f", wrt = "x", weight = w[, , 1])
+  for (b in 1:3) {
+    one <- function(wb) keops_program_grad(prog, list(x = x[, , b], y = x[, , b], f = f, s = 0.7), of = "f",
+                                           wrt = "x", weight = wb)$x
+    expect_equal(got$x[, , b], one(w[, , b]), tolerance = 1e-12, info = paste("member", b))
+    expect_equal(shared$x[, , b], one(w[, , 1]), tolerance = 1e-12, info = paste("member", b))
+  }
+  e <- tryCatch(keops_program_grad(prog, list(x = x, y = x, f = f, s = 0.7), of = "f", wrt = "x",
+                                   weight = list(1:8, 1:7, 1:8)), error = identity)
+  expect_identical(e$arg, "weight")
   e <- tryCatch(keops_program_grad(prog, list(x = x, y = y, f = f, s = list(1, 2, 3)), of = "loss", wrt = "s"),
                 error = identity)
   expect_s3_class(e, "rkeops_error_input")
