@@ -3,11 +3,15 @@
 #' Fixed-point algorithms such as log-domain Sinkhorn alternate reductions, each result an input
 #' of the next. Written as an R loop, every reduction is a call whose fixed costs (R, conversions,
 #' copies to and from the GPU, a wait for the GPU) are, on small problems, most of the time.
-#' `keops_iterate()` runs the whole loop in the engine: on a GPU every input is copied once, the
-#' iterated values stay on the device from one reduction to the next, the steps are queued without
-#' waiting, and from the third iteration on each step issues the kernel launches recorded for it
-#' (checks, numbers and block-sparse work are prepared once); on the CPU each step is the same
-#' computation as a call of the operator.
+#' `keops_iterate()` runs the whole loop in the engine.
+#'
+#' `keops_iterate()` is a thin wrapper over [keops_program()]: `keops_iterate(ops, input, n)` is
+#' `keops_program(ops, iterations = n)(input)` (its outputs, the iterated values, without the
+#' program's attributes), after checks of its own (each name of `ops` a variable it replaces; inputs
+#' that no operator reads are left out). Everything said there holds here: on a GPU every input is
+#' copied once, the iterated values stay on the device, and from the third iteration on each step
+#' issues the kernel launches recorded for it; batches run as in a batched program. For maps,
+#' stopping rules, schedules, traces, block-sparse steps or gradients, use [keops_program()].
 #'
 #' Each iteration runs the operators of `ops` in order. The result of `ops$name` replaces the value
 #' of the variable `name`, which must be an `i` or `j` variable (`Vi`, `Vj`) of at least one of the
@@ -18,10 +22,10 @@
 #'
 #' Any input may be a batch (an `n x d x B` array or a list of matrices, as for [keops_kernel()]):
 #' the loop then runs every member at once, each reduction one call for the whole batch, and the
-#' iterated values are batches (an initial value that is not a batch is the start of every member).
-#' Inputs kept on the GPU ([keops_device()]) and `ranges` are not taken here. In float16, the loop
-#' runs in the engine too, but each result comes back to the host (float16 results are computed in
-#' float32). The engine's timings are in `rkeops:::last_run()`, summed over the loop.
+#' iterated values are batches (an initial value that is not a batch is the start of every member;
+#' see Batches in [keops_program()]). Inputs kept on the GPU ([keops_device()]) are taken as a
+#' program takes them, outside batches. The engine's timings are in `rkeops:::last_run()`, summed
+#' over the loop.
 #'
 #' @param ops A named list of operators made by [keops_kernel()]: the result of `ops$name`
 #'   replaces the variable `name`.
@@ -31,7 +35,8 @@
 #' @param iterations The number of times the operators run, in order (0: the initial values come back).
 #' @return A named list of the iterated variables' final values: matrices, or for a batch arrays
 #'   (`n x d x B`) or lists like the inputs.
-#' @seealso [keops_kernel()], and `vignette("batched-ot", package = "rkeops")`.
+#' @seealso [keops_program()], which this wraps; [keops_kernel()], and
+#'   `vignette("batched-ot", package = "rkeops")`.
 #' @export
 #' @examples
 #' # Log-domain Sinkhorn between two histograms on a line (lambda = 0.05): with
@@ -92,66 +97,17 @@ keops_iterate <- function(ops, input, iterations) {
                    " has one value per row, so it must be a Vi or Vj variable", kind = "input", arg = "ops")
     }
   }
-  for (name in names(input)) {
-    if (inherits(input[[name]], "keops_device_matrix")) {
-      rkeops_abort("input '", name, "' is kept on the GPU (keops_device()): keops_iterate() copies its ",
-                   "inputs to the device once itself; pass the matrix", kind = "input", arg = name)
-    }
-  }
-  sizes <- vapply(input, batch_size, 1L)
-  B <- max(c(1L, sizes), na.rm = TRUE)
-  batched <- any(!is.na(sizes))
-  if (batched) {
-    # Every member starts from an iterated value that is not a batch.
-    for (name in iterated) {
-      if (is.na(sizes[[name]])) input[[name]] <- batch_of_copies(input[[name]], B)
-    }
-  }
-  steps <- vector("list", length(ops))
-  states <- vector("list", length(iterated))
-  names(states) <- iterated
-  shapes <- list()     # for a batch, how each iterated value comes back: list(rows, as_list)
   for (s in seq_along(specs)) {
-    spec <- specs[[s]]
-    info <- spec$info
-    op_input <- input[info$names]
-    if (batched) {
-      layout <- batch_layout(op_input, info, info$axis)
-      args <- batch_args(info, layout$categories)
-      values <- layout$inputs
-      ranges <- layout$ranges
-    } else {
-      args <- spec$args
-      values <- prepare_inputs(unname(op_input), info)
-      ranges <- NULL
+    reduction <- specs[[s]]$info$reduction
+    if (reduction %in% c("ArgMin", "ArgMax", "ArgKMin", "MinArgMin", "MaxArgMax", "KMin", "KMinArgKMin")) {
+      rkeops_abort("ops$", iterated[s], ": ", reduction, " cannot be iterated: only reductions that return one ",
+                   "value per row (or vector) can", kind = "input", arg = "ops")
     }
-    sources <- match(info$names, iterated, nomatch = 0L)
-    for (k in which(sources > 0L)) {
-      name <- info$names[k]
-      if (is.null(states[[name]])) {
-        states[[name]] <- values[[k]]
-        if (batched) shapes[[name]] <- list(rows = layout$rows[[info$categories[k]]], as_list = layout$as_list)
-      }
-      values[k] <- list(NULL)
-    }
-    steps[[s]] <- list(formula = spec$formula, args = args, inputs = values,
-                       sources = as.integer(sources), output = s, sum_scheme = spec$sum_scheme,
-                       ranges = ranges_for_engine(ranges))
   }
-  states <- lapply(states, function(x) if (is.matrix(x)) x else matrix(x, ncol = 1L))
-  res <- rust_result(.Call(wrap__keops_iterate_run, steps, states, as.integer(iterations),
-                           engine_options()))
-  record_run(res$backend, res$timings)
-  out <- res$states
-  if (batched) {
-    for (name in iterated) out[[name]] <- batch_value(out[[name]], shapes[[name]]$rows, shapes[[name]]$as_list)
-  }
+  # The loop is the program of these steps; its outputs are the iterated values.
+  # (as before the wrapper, an input that no operator reads is left out, not refused)
+  read <- unique(unlist(lapply(specs, function(spec) spec$info$names)))
+  out <- keops_program(ops, iterations = iterations)(input[intersect(names(input), read)])
+  attributes(out) <- list(names = names(out))
   out
-}
-
-# `x` (a matrix or vector) as a batch of `B` identical members: an `n x d x B` array.
-batch_of_copies <- function(x, B) {
-  if (is.data.frame(x)) x <- as.matrix(x)
-  if (!is.matrix(x)) x <- matrix(x, ncol = 1L)
-  array(rep.int(as.double(x), B), c(dim(x), B))
 }

@@ -22,6 +22,24 @@
 #' no value in `input` when a step writes it before any step reads it; its shape is that of the
 #' result.
 #'
+#' **Batches.** Any input may be a batch of B independent problems, as for [keops_kernel()]: an
+#' `n x d x B` array or a list of B matrices (members may then differ in size), for a parameter a
+#' `1 x d x B` array or a list of B vectors. The program then runs every member at once, one engine
+#' call: the members of each buffer are laid end to end and each reduction sums over the pairs of
+#' one member only (block-diagonal ranges, built from the members' sizes; a step's own `ranges`,
+#' from [keops_step()], are those of one member, used in every member's block, so the members must
+#' then have the same sizes). A matrix that is not a batch is shared: copied to every member (an
+#' initial value is the start of every member); so is a batch of one member; a parameter that is
+#' not a batch stays one value, and a `schedule` is shared by every member. Indices (`ArgMin`) count
+#' from 1 within each member. A reduction to one row (no variable of the result's index, as the
+#' stopping test above) sums over every member: one value for the whole batch, which `until`, `trace`
+#' and `output` may name but no later step may read. So `until` stops the batch when the values of
+#' every member are below `tol` (all members run the same iterations: a member that has converged
+#' runs on until the last one has). Outputs and traces come back per member, as the batch was given:
+#' an `n x d x B` array (a trace `iterations x (n d) x B`), or a list of B matrices when an input was
+#' a list; a buffer of one value for the whole batch comes back as one matrix. [keops_iterate()] is
+#' this for the programs whose steps are reductions only.
+#'
 #' @param steps A named list of operators made by [keops_kernel()] or [keops_map()] (or
 #'   [keops_step()] for a block-sparse one), in the order they run; each name is the buffer its result
 #'   goes to.
@@ -43,7 +61,8 @@
 #'   row repeated after its end (a buffer with a schedule needs no value in `input`: it starts at the
 #'   first row, as a column). It returns a named list of the `output` buffers (matrices), with
 #'   attributes `iterations` (how many ran) and `trace` (a named list of matrices: one row per
-#'   iteration, the buffer's values in R's order).
+#'   iteration, the buffer's values in R's order). Inputs may be batches (see Batches): then the
+#'   outputs and traces are per member.
 #' @seealso [keops_map()], [keops_iterate()] (the loops whose updates are raw reduction results).
 #' @export
 #' @examples
@@ -61,6 +80,10 @@
 #' res <- kmeans_step(list(x = x, c = x[1:4, ], j = 1:4))
 #' res$c
 #' table(res$labels)
+#' # The same for three sets of points of different sizes, one engine call: a list per member.
+#' xs <- list(x[1:100, ], x[101:350, ], x[351:500, ])
+#' batch <- kmeans_step(list(x = xs, c = lapply(xs, function(m) m[1:4, ]), j = 1:4))
+#' batch$c[[2]]
 keops_program <- function(steps, iterations = 1, until = NULL, tol = 0, every = 1, trace = NULL,
                           output = NULL) {
   if (!is.list(steps) || is.object(steps) || length(steps) == 0L || is.null(names(steps)) ||
@@ -108,6 +131,13 @@ keops_program <- function(steps, iterations = 1, until = NULL, tol = 0, every = 
   program <- function(input = list(), schedule = NULL) {
     program_check_input(input)
     program_check_names(settings, input, schedule)
+    batch <- program_batch(settings, input, schedule)
+    if (!is.null(batch)) {
+      # (the layout depends on the members' sizes: made for each batched call)
+      given <- unique(c(names(batch$input), names(schedule)))
+      out <- program_run(batch$settings, program_layout(batch$settings, given), batch$input, schedule)
+      return(program_batch_outputs(out, batch))
+    }
     if (plain && is.null(schedule)) {
       values <- input[specs[[1L]]$reads]
       plain_values <- TRUE
@@ -310,6 +340,11 @@ keops_map <- function(formula, args, sum_scheme = "auto") {
 #' steps that return indices (`ArgMin`) pass no gradient. The gradients of a step's sums (and maps)
 #' are computed together, one reduction per axis.
 #'
+#' With batched inputs (see [keops_program()]), `of` is taken over every member (a buffer of one value
+#' for the whole batch, or all the members' values with `weight` a batch like the buffer or one
+#' member's weights shared): the gradient in a batched input is that of each member, in a shared one
+#' the sum of the members'; a batch of parameters cannot be in `wrt`.
+#'
 #' On a GPU, both passes keep every value on the device and issue each step's launches again as
 #' they were first recorded (as a program does); the host waits once. A program with a step whose
 #' gradient needs forward runs first (a log-sum-exp, a min) runs each reduction as a plain call on
@@ -348,24 +383,41 @@ keops_program_grad <- function(program, input, of, wrt, weight = NULL, schedule 
     rkeops_abort("wrt: '", missing[1L], "' has no value in 'input' to differentiate", kind = "input", arg = "wrt")
   }
   program_check_names(settings, input, schedule, also = of)
-  layout <- program_layout(settings, unique(c(names(input), names(schedule))))
+  batch <- program_batch(settings, input, schedule)
+  run <- settings
+  values <- input
+  if (!is.null(batch)) {
+    # the steps and buffers of the members laid end to end; the gradient of the sum over the members
+    batched_param <- intersect(wrt, names(batch$params))
+    if (length(batched_param)) {
+      rkeops_abort("wrt: '", batched_param[1L], "' is a batch of parameters (Pm): its gradient in a batched ",
+                   "program is not available; run each member", kind = "input", arg = "wrt")
+    }
+    run <- batch$settings
+    values <- batch$input
+    weight <- program_batch_weight(weight, batch, of)
+  }
+  layout <- program_layout(run, unique(c(names(values), names(schedule))))
   at <- match(c(of, wrt), layout$buffers)
   if (anyNA(at)) {
     rkeops_abort("'", c(of, wrt)[is.na(at)][1L], "' is not a buffer of the program", kind = "input",
                  arg = if (is.na(at[1L])) "of" else "wrt")
   }
   if (!is.null(weight)) weight <- as.double(weight)
-  res <- rust_result(.Call(wrap__keops_program_gradient, program_description(layout, input, schedule),
+  res <- rust_result(.Call(wrap__keops_program_gradient, program_description(layout, values, schedule),
                            as.integer(at[1L] - 1L), weight, as.integer(at[-1L] - 1L), engine_options()))
   record_run(res$backend, res$timings)
   out <- lapply(seq_along(wrt), function(k) {
     g <- res$gradients[[k]]
     x <- input[[wrt[k]]]
+    if (!is.null(batch)) return(program_batch_gradient(g, x, wrt[k], batch))
     if (is.null(dim(x))) g else array(g, dim(x))
   })
   names(out) <- wrt
+  outputs <- stats::setNames(res$outputs, settings$output)
+  if (!is.null(batch)) outputs <- program_batch_outputs(outputs, batch)[settings$output]
   attr(out, "iterations") <- res$iterations
-  attr(out, "outputs") <- stats::setNames(res$outputs, settings$output)
+  attr(out, "outputs") <- outputs
   out
 }
 

@@ -158,7 +158,7 @@ test_that("keops_iterate() says what is wrong with its arguments", {
                class = "rkeops_error_input")
   expect_error(keops_iterate(list(s = ops$g), input, 2), "'s' is a parameter", class = "rkeops_error_input")
   # a result of the wrong shape for the variable it replaces: f is 5 x 1, g's result 4 x 1
-  expect_error(keops_iterate(list(f = ops$g), input, 2), "its result is 4 x 1, but the value it replaces is 5 x 1",
+  expect_error(keops_iterate(list(f = ops$g), input, 2), "its result is 4 x 1, but buffer 'f' is 5 x 1",
                class = "rkeops_error_input")
   knn <- keops_kernel("ArgKMin_Reduction(SqDist(x, y), 2, 0)", c("x = Vi(1)", "y = Vj(1)"))
   expect_error(keops_iterate(list(x = knn), list(x = x, y = y), 1), "cannot be iterated",
