@@ -6,7 +6,6 @@ mod batch;
 mod clustering;
 mod error;
 mod gradient;
-mod iterate;
 mod knn;
 mod plan;
 mod program;
@@ -410,7 +409,6 @@ extendr_module! {
     use batch;
     use clustering;
     use gradient;
-    use iterate;
     use knn;
     use sitrep;
     use plan;
