@@ -2,19 +2,46 @@
 
 # Lloyd's iterations on the centred points `x` from the centres `start` (centred as `x`): the
 # labels, the centres (centred), the sizes, the clusters' sums of squares and the passes made.
+# The passes go two at a time (`kmeans_pairs()`), an odd last one alone (`kmeans_program()`).
 kmeans_lloyd <- function(x, start, iter.max) {
   d <- ncol(x)
-  k <- nrow(start)
-  j <- seq_len(k)
-  res <- kmeans_program(d, iter.max)(list(x = x, c = start, labels = rep(0, nrow(x)), j = j, one = 1))
-  iter <- attr(res, "iterations")
-  converged <- res$changed[[1L]] < 0.5
+  j <- seq_len(nrow(start))
+  pairs <- iter.max %/% 2L
+  res <- list(labels = rep(0, nrow(x)), c = start)
+  passes <- 0L
+  converged <- FALSE
+  if (pairs > 0L) {
+    res <- kmeans_pairs(d, pairs)(list(x = x, c = start, lb = rep(0, nrow(x)), j = j))
+    t <- attr(res, "iterations")
+    # converged in the first pass of the last pair: the second found the same labels and centres
+    first <- res$ca[[1L]] < 0.5
+    converged <- first || res$changed[[1L]] < 0.5
+    passes <- 2L * t - first
+    res$labels <- res$lb
+  }
+  if (!converged && iter.max %% 2L == 1L) {
+    res <- kmeans_program(d, 1L)(list(x = x, c = res$c, labels = res$labels, j = j, one = 1))
+    converged <- res$changed[[1L]] < 0.5
+    passes <- passes + 1L
+  }
   # The sums of squares once, after the loop: in the loop they would cost one more pass over the
   # N x K pairs per iteration (a fifth of an iteration on the CPU) for a value only the last one needs.
-  withinss <- as.vector(kmeans_operators(d)$withinss(list(res$labels, x, j, res$c)))
+  withinss <- kmeans_withinss(x, res$labels, res$c, converged)
   list(cluster = as.integer(res$labels), centers = res$c, withinss = withinss,
-       size = as.integer(round(res$sc[, d + 1L])), iter = if (converged) iter else iter + 1L,
+       size = as.integer(round(res$sc[, d + 1L])), iter = if (converged) passes else passes + 1L,
        ifault = if (!converged) 2L)
+}
+
+# The clusters' sums of squares of the points `x` labelled `labels` around the centres `centers`.
+# Once converged, each point's label is its nearest centre: its squared distance is the nearest
+# one's (the engine's nearest-centre path, O(N K) at a few instructions per pair), added by cluster
+# (a grouped sum, O(N)); 1e6 points, K = 50: 7 ms against 31 for a sum over the N x K pairs, which
+# stays for a fit that did not converge.
+kmeans_withinss <- function(x, labels, centers, converged) {
+  ops <- kmeans_operators(ncol(x))
+  j <- seq_len(nrow(centers))
+  if (!converged) return(as.vector(ops$withinss(list(labels, x, j, centers))))
+  as.vector(ops$by_cluster(list(labels, ops$nearest(list(x, centers)), j)))
 }
 
 # The operators of K-means in dimension `d`, made once per dimension and process.
@@ -32,11 +59,21 @@ kmeans_operators <- function(d) {
       # per centre j: the sum of its points and their count
       sc = keops_kernel("Sum_Reduction(Equal(labels, j) * Concat(x, IntCst(1)), 1)",
                         c(vi("labels", 1), vi("x"), vj("j", 1))),
+      # the same for the pairs of passes (kmeans_pairs()): points whose labels la and lb differ,
+      # the sums and counts of the clusters of la, of lb
+      differ = keops_kernel("Sum_Reduction(Abs(la - lb), 1)", c(vi("la", 1), vi("lb", 1))),
+      sc_a = keops_kernel("Sum_Reduction(Equal(la, j) * Concat(x, IntCst(1)), 1)",
+                          c(vi("la", 1), vi("x"), vj("j", 1))),
+      sc_b = keops_kernel("Sum_Reduction(Equal(lb, j) * Concat(x, IntCst(1)), 1)",
+                          c(vi("lb", 1), vi("x"), vj("j", 1))),
       # a centre with no point stays where it is
       c = keops_map(sprintf("IfElse(Elem(sc, %d) - 0.5, Extract(sc, 0, %d) / Elem(sc, %d), c)", d, d, d),
                     c(vj("sc", d + 1), vj("c"))),
       withinss = keops_kernel("Sum_Reduction(Equal(labels, j) * SqDist(x, c), 1)",
                               c(vi("labels", 1), vi("x"), vj("j", 1), vj("c"))),
+      # per centre j: the sum of its points' values v (a grouped sum: O(N) on the CPU)
+      by_cluster = keops_kernel("Sum_Reduction(Equal(labels, j) * v, 1)",
+                                c(vi("labels", 1), vi("v", 1), vj("j", 1))),
       # k-means++: each point's squared distance to the nearest centre
       nearest = keops_kernel("Min_Reduction(SqDist(x, c), 0)", c(vi("x"), vj("c"))))
   })
@@ -49,6 +86,21 @@ kmeans_program <- function(d, iter.max) {
     ops <- kmeans_operators(d)
     keops_program(ops[c("old", "labels", "changed", "sc", "c")], iterations = iter.max, until = "changed",
                   tol = 0.5, output = c("labels", "changed", "sc", "c"))
+  })
+}
+
+# The program of Lloyd's passes two at a time, in dimension `d`: the labels of the first pass in
+# `la`, of the second in `lb`, each pass's changed labels counted against the other's (`ca`, then
+# `changed`, the stopping rule: none). No copy of the labels before each pass (the `old` of
+# `kmeans_program()`): on the CPU, 8 of ~25 ms a pass for 1e6 points. A loop stopped in a first pass
+# runs the second for nothing (the same labels and centres again).
+kmeans_pairs <- function(d, pairs) {
+  memoised(kmeans_cache, c("pairs", d, pairs), function() {
+    ops <- kmeans_operators(d)
+    steps <- list(la = ops$labels, ca = ops$differ, sc = ops$sc_a, c = ops$c,
+                  lb = ops$labels, changed = ops$differ, sc = ops$sc_b, c = ops$c)
+    keops_program(steps, iterations = pairs, until = "changed", tol = 0.5,
+                  output = c("lb", "ca", "changed", "sc", "c"))
   })
 }
 

@@ -4,12 +4,13 @@
 #' does, and returns the same object: each iteration assigns every point to its nearest centre (an
 #' `ArgMin` reduction over the N x K pairs), then moves each centre to the mean of its points (a sum
 #' over the N x K pairs), until no point changes cluster or `iter.max` iterations have run. The
-#' whole loop is one program ([keops_program()]): on a GPU, the points, labels and centres stay on
+#' whole loop runs in the engine ([keops_program()], two passes per iteration of the program): on a GPU, the points, labels and centres stay on
 #' the device and only the result comes back.
 #'
-#' Costs: each iteration is two reductions over N x K pairs of dimension D (the labels, the
-#' centres' sums; memory O(N + K) beyond `x`), and the clusters' sums of squares `withinss` one more
-#' after the last. k-means++ seeding (`centers` a number) draws each centre by rejection from squared
+#' Costs: each iteration is one reduction over N x K pairs of dimension D (the labels: on the CPU,
+#' a path of its own for a few centres, at a few instructions per pair) and the centres' sums (on the
+#' CPU a grouped sum, O(N)); memory O(N + K) beyond `x`. The clusters' sums of squares `withinss` come
+#' once after the last iteration. k-means++ seeding (`centers` a number) draws each centre by rejection from squared
 #' distances brought up to date only when they have become too stale: the distances to each centre
 #' are computed once, by the engine (N x K pairs in all, in a few reductions), not in K passes in R. The points are centred (their column means subtracted, in
 #' float64) before the engine sees them, so that data far from the origin keep their digits in

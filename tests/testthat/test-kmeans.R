@@ -195,3 +195,22 @@ test_that("the operators and programs of K-means are made once per shape", {
   expect_identical(rkeops:::kmeans_program(4, 7), rkeops:::kmeans_program(4, 7))
   expect_false(identical(rkeops:::kmeans_program(4, 7), rkeops:::kmeans_program(4, 8)))
 })
+
+test_that("keops_kmeans() with many clusters (K = 37, D = 3) equals stats::kmeans from the same start", {
+  # the assignment by the engine's nearest-centre path (K not a multiple of its lanes, N not a
+  # multiple of its groups of points), the sums by the grouped sums taken from the points
+  local_precision("float64")
+  set.seed(8)
+  x <- matrix(rnorm(3 * 1037), 1037, 3) + 4 * matrix(sample(0:4, 3 * 1037, TRUE), 1037, 3)
+  start <- x[sample(1037, 37), ]
+  for (iter in c(3, 50)) {
+    ours <- suppressWarnings(keops_kmeans(x, start, iter.max = iter))
+    theirs <- suppressWarnings(kmeans(x, start, iter.max = iter, algorithm = "Lloyd"))
+    expect_equal(unclass(ours)[names(theirs)], unclass(theirs), tolerance = 1e-10)
+  }
+  # float32: the labels of the points that are not near a tie in float64
+  local_precision("float32")
+  ours <- keops_kmeans(x, start, iter.max = 50)
+  expect_gt(mean(ours$cluster == theirs$cluster), 0.99)
+  expect_equal(ours$tot.withinss, theirs$tot.withinss, tolerance = 1e-4)
+})

@@ -181,20 +181,30 @@ impl Operator {
     }
 }
 
-/// The grouped sum `g` of `inputs` (on the host, checked): the map of its term, then the rows
-/// added by group (`grouped_sum`); None where a term is not finite (0 * Inf: the reduction over
-/// every pair says what each group is).
+/// The grouped sum `g` of `inputs` (on the host, checked): the rows added by group
+/// (`grouped_sum`), their terms taken from the inputs where the term is made of inputs and
+/// constants, else from the map of the term; None where a term is not finite (0 * Inf: the
+/// reduction over every pair says what each group is).
 fn run_grouped(g: &GroupedSum, map: &Operator, inputs: &[Input], options: &RunOptions) -> Result<Option<Output>> {
+    use crate::grouped_sum::{add_by_group, direct_columns, direct_sources, Column};
     let map_inputs: Vec<Input> = g.map_inputs.iter().map(|&p| inputs[p]).collect();
-    let mut out = map.run(&map_inputs, options)?;
-    let terms = out.values.take().unwrap_or_default();
     let (Some(labels), Some(groups)) = (inputs[g.label].host_data(), inputs[g.group].host_data()) else {
         return Ok(None);
     };
-    if !terms.iter().all(|v| v.is_finite()) {
-        return Ok(None);
+    let data: Option<Vec<&[f64]>> = map_inputs.iter().map(Input::host_data).collect();
+    if let (Some(sources), Some(data)) = (direct_sources(&map.formula), data) {
+        let clock = std::time::Instant::now();
+        let columns = direct_columns(&sources, &data, labels.len(), options.precision);
+        let Some(values) = add_by_group(labels, groups, &columns, options.precision) else { return Ok(None) };
+        let timings = vec![("grouped sum", clock.elapsed().as_secs_f64())];
+        let (nrow, dim) = (groups.len(), columns.len());
+        return Ok(Some(Output { values: Some(values), indices: None, nrow, k: 1, dim, backend: "CPU".into(), timings }));
     }
-    out.values = Some(crate::grouped_sum::add_by_group(labels, groups, &terms, out.dim, options.precision));
+    let mut out = map.run(&map_inputs, options)?;
+    let terms = out.values.take().unwrap_or_default();
+    let columns: Vec<Column> = terms.chunks_exact(labels.len()).map(Column::Values).collect();
+    let Some(values) = add_by_group(labels, groups, &columns, options.precision) else { return Ok(None) };
+    out.values = Some(values);
     out.nrow = groups.len();
     Ok(Some(out))
 }

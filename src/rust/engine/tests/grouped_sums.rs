@@ -111,3 +111,46 @@ fn formulas_that_are_not_grouped_sums_reduce_as_before() {
         assert!((got[k] - want).abs() < 1e-12, "group {g}: {} vs {want}", got[k]);
     }
 }
+
+/// A term made of inputs and constants (`Concat(x, IntCst(1), w)`: K-means' sums and counts) is added
+/// from the inputs themselves, with no map: the same bits as the map of an equal term (`x * 1`),
+/// in both precisions, with labels no group names, a group no label names and a float16-like
+/// large value that float32 rounds; a term that is not finite, in a row of a group or of none,
+/// gives what the pairs give (NaN where 0 * Inf).
+#[test]
+fn terms_taken_from_the_inputs_equal_the_map_of_the_same_term() {
+    let n = 1037;
+    let mut x = random(2 * n, 11);
+    x[5] = 1e30 + 1.0;
+    let labels: Vec<f64> = random(n, 12).iter().map(|u| (u * 9.0).floor()).collect();
+    let groups = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 42.0];
+    let args = ["l = Vi(1)", "x = Vi(2)", "g = Vj(1)", "w = Pm(1)"];
+    let direct = operator("Sum_Reduction(Equal(l, g) * Concat(Concat(x, IntCst(1)), w), 1)", &args);
+    let mapped = operator("Sum_Reduction(Equal(l, g) * Concat(Concat(x * 1, IntCst(1)), w), 1)", &args);
+    let w = [0.25];
+    fn inputs<'a>(labels: &'a [f64], x: &'a [f64], groups: &'a [f64], w: &'a [f64]) -> Vec<Input<'a>> {
+        vec![Input::host(labels, labels.len(), 1), Input::host(x, labels.len(), 2), Input::host(groups, 8, 1), Input::host(w, 1, 1)]
+    }
+    for precision in [Precision::F64, Precision::F32] {
+        let a = direct.run(&inputs(&labels, &x, &groups, &w), &options(precision, None)).unwrap().values.unwrap();
+        let b = mapped.run(&inputs(&labels, &x, &groups, &w), &options(precision, None)).unwrap().values.unwrap();
+        assert_eq!(a.len(), 8 * 4);
+        assert!(a.iter().zip(&b).all(|(a, b)| a.to_bits() == b.to_bits()), "{precision:?}: {a:?} {b:?}");
+        // the counts and the weights' sums against a plain loop
+        for (k, &g) in groups.iter().enumerate() {
+            let count = labels.iter().filter(|&&l| l == g).count() as f64;
+            assert_eq!((a[k + 16], a[k + 24]), (count, 0.25 * count), "{precision:?}: group {g}");
+        }
+    }
+    // not finite: in a row of group 3, then in a row of label 8 (no group)
+    for label in [3.0, 8.0] {
+        let row = labels.iter().position(|&l| l == label).unwrap();
+        let mut bad = x.clone();
+        bad[row + n] = f64::NAN;
+        let got = direct.run(&inputs(&labels, &bad, &groups, &w), &options(Precision::F64, None)).unwrap().values.unwrap();
+        let pairs = direct.run(&inputs(&labels, &bad, &groups, &w), &options(Precision::F64, Some(all_pairs(n, 8)))).unwrap().values.unwrap();
+        let same = |a: &f64, b: &f64| a == b || (a.is_nan() && b.is_nan());
+        assert!(got.iter().zip(&pairs).all(|(a, b)| same(a, b)), "label {label}: {got:?} {pairs:?}");
+        assert!(got[8..16].iter().all(|v| v.is_nan()), "label {label}: the second column is NaN everywhere");
+    }
+}

@@ -18,6 +18,7 @@ mod gpu_shared_cache;
 mod grouped_sums;
 mod interrupts;
 mod knn_search;
+mod nearest_centres;
 mod program;
 mod progress;
 mod ranges;

@@ -9,6 +9,7 @@ mod columns;
 mod fusion;
 pub(crate) mod isa;
 mod lanes;
+mod nearest_centre;
 mod ops;
 mod row_block;
 mod short_range;
@@ -145,6 +146,10 @@ fn evaluate_with<T: Real>(
     let mut plan = Plan::new(formula);
     let width = acc.width();
     let mut out = RowMajor::new(red.kind, n_out, width)?;
+    if let Some(nearest) = nearest_centre::NearestCentre::of(formula, n_red).filter(|_| ranges.is_none()) {
+        nearest.evaluate(inputs, settings, red.axis, &mut out)?;
+        return Ok(out);
+    }
 
     let threads = threads.clamp(1, n_out.max(1));
     let short =
@@ -186,16 +191,18 @@ fn evaluate_with<T: Real>(
         stop: AtomicBool::new(false),
         done: AtomicUsize::new(0),
     };
-    run_workers(threads, settings, &ctx, total, || isa::run(ctx.level, Worker { ctx: &ctx, blocks: &blocks }))?;
+    let progress = (&ctx.stop, &ctx.done);
+    run_workers(threads, settings, progress, total, || isa::run(ctx.level, Worker { ctx: &ctx, blocks: &blocks }))?;
     Ok(out)
 }
 
 /// Runs `work` on `threads` threads; where `settings` ask for progress reports or interrupts, the
-/// caller's thread asks them while the others work (`total` pieces, `ctx.done` of them done).
-fn run_workers<T: Real>(
+/// caller's thread asks them while the others work (`total` pieces, `done` of them done; `stop` set
+/// tells the workers to leave).
+fn run_workers(
     threads: usize,
     settings: &Settings,
-    ctx: &Context<T>,
+    (stop, done): (&AtomicBool, &AtomicUsize),
     total: u64,
     work: impl Fn() + Sync,
 ) -> Result<()> {
@@ -212,13 +219,13 @@ fn run_workers<T: Real>(
     } else {
         let poll = || {
             if let Some(report) = progress {
-                report(ctx.done.load(Relaxed) as u64, total);
+                report(done.load(Relaxed) as u64, total);
             }
             interrupt.is_some_and(|interrupted| interrupted())
         };
-        crate::parallel::run_polling(threads, |_| work(), poll, &ctx.stop);
+        crate::parallel::run_polling(threads, |_| work(), poll, stop);
     }
-    if ctx.stop.load(Relaxed) {
+    if stop.load(Relaxed) {
         return Err(Error::Interrupted);
     }
     if let Some(report) = progress {
