@@ -266,13 +266,15 @@ fn four_processes_compile_and_run_the_same_new_formulas_on_one_fresh_cache() {
     // holds and whose binary is an ELF image (a CUBIN).
     let cache = DiskCache::open(&dir).unwrap();
     let names: Vec<String> = snapshot(&dir).into_keys().collect();
-    let expected = formulas(salt).len() * 2;
+    // (each kernel is two CUBINs since the merge kernel: the reduction's and its merge's)
+    let expected = formulas(salt).len() * 2 * 2;
     for name in &names {
         let key = name.strip_suffix(".cubin").unwrap_or_else(|| panic!("unexpected file in the cache: {name}"));
         let binary = cache.load(key).unwrap_or_else(|| panic!("entry {name} is damaged (it was removed)"));
         assert!(binary.starts_with(b"\x7fELF"), "entry {name} is not a CUBIN");
     }
-    // One entry per kernel (formula x precision): concurrent writers of one kernel share one entry.
+    // One entry per CUBIN (formula x precision x reduction and merge): concurrent writers of one
+    // kernel share one entry.
     assert_eq!(names.len(), expected, "entries: {names:?}");
 
     // A fifth run, in this process (which has compiled none of these kernels), gets every kernel
