@@ -107,7 +107,14 @@ keops_iterate <- function(ops, input, iterations) {
   # The loop is the program of these steps; its outputs are the iterated values.
   # (as before the wrapper, an input that no operator reads is left out, not refused)
   read <- unique(unlist(lapply(specs, function(spec) spec$info$names)))
-  out <- keops_program(ops, iterations = iterations)(input[intersect(names(input), read)])
+  # (the program made once per operators and iterations, as a user keeps one: its making is a fifth
+  # of a small call)
+  key <- c(iterations, unlist(Map(function(name, spec) c(name, spec$formula, spec$args, spec$sum_scheme),
+                                  names(ops), specs)))
+  program <- memoised(iterate_programs, key, function() keops_program(ops, iterations = iterations))
+  out <- program(input[intersect(names(input), read)])
   attributes(out) <- list(names = names(out))
   out
 }
+
+iterate_programs <- new.env(parent = emptyenv())

@@ -121,6 +121,7 @@ keops_program <- function(steps, iterations = 1, until = NULL, tol = 0, every = 
   }
   settings <- list(names = names(steps), specs = specs, ranges = ranges, iterations = iterations, until = until, tol = tol,
                    every = every, trace = trace, output = if (is.null(output)) unique(names(steps)) else output)
+  settings$known <- program_buffer_names(settings)
   # A program of one plain step run once is that step's call (what it costs, nothing more).
   plain <- length(steps) == 1L && iterations == 1 && is.null(until) && is.null(trace) &&
     identical(settings$output, settings$names) && is.null(ranges[[1L]]) &&
@@ -176,15 +177,21 @@ program_check_input <- function(input) {
 # Refuses a name of `input` or `schedule` that no step reads or writes and that the program does not
 # test, trace, return (or differentiate: `also`): a misspelt name (`W` for `w`) was ignored.
 program_check_names <- function(settings, input, schedule, also = NULL) {
-  known <- unique(c(unlist(lapply(settings$specs, function(spec) spec$reads)), settings$names, settings$until,
-                    settings$trace, settings$output, also))
+  known <- c(settings$known, also)
   for (arg in c("input", "schedule")) {
-    unknown <- setdiff(names(if (arg == "input") input else schedule), known)
+    given <- names(if (arg == "input") input else schedule)
+    unknown <- given[!given %in% known]
     if (length(unknown)) {
       rkeops_abort(arg, ": '", unknown[1L], "' is not a buffer of the program: no step reads or writes it ",
-                   "(buffers: ", paste(known, collapse = ", "), ")", kind = "input", arg = arg)
+                   "(buffers: ", paste(unique(known), collapse = ", "), ")", kind = "input", arg = arg)
     }
   }
+}
+# The names of the buffers of a program: those its steps read or write, its stopping rule, trace and
+# outputs (made once, with the program).
+program_buffer_names <- function(settings) {
+  unique(c(unlist(lapply(settings$specs, function(spec) spec$reads)), settings$names, settings$until,
+           settings$trace, settings$output))
 }
 
 # The buffers of the program `settings` (keops_program()) given initial values named `given`, and
