@@ -5,13 +5,14 @@
 # The passes go two at a time (`kmeans_pairs()`), an odd last one alone (`kmeans_program()`).
 kmeans_lloyd <- function(x, start, iter.max) {
   d <- ncol(x)
-  j <- seq_len(nrow(start))
+  j <- as.double(seq_len(nrow(start)))
   pairs <- iter.max %/% 2L
-  res <- list(labels = rep(0, nrow(x)), c = start)
+  # (labels as a one-column matrix: the program takes it as it is, with no copy)
+  res <- list(labels = matrix(0, nrow(x), 1L), c = start)
   passes <- 0L
   converged <- FALSE
   if (pairs > 0L) {
-    res <- kmeans_pairs(d, pairs)(list(x = x, c = start, lb = rep(0, nrow(x)), j = j))
+    res <- kmeans_pairs(d, pairs)(list(x = x, c = start, lb = res$labels, j = j))
     t <- attr(res, "iterations")
     # converged in the first pass of the last pair: the second found the same labels and centres
     first <- res$ca[[1L]] < 0.5

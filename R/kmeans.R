@@ -94,7 +94,7 @@ kmeans_result <- function(fit, xc, means, row_names, col_names) {
   dimnames(centers) <- list(seq_len(k), col_names)
   cluster <- fit$cluster
   names(cluster) <- row_names
-  totss <- sum(xc^2)
+  totss <- sum(diag(crossprod(xc)))  # (no N x D temporary)
   tot.withinss <- sum(fit$withinss)
   structure(list(cluster = cluster, centers = centers, totss = totss, withinss = fit$withinss,
                  tot.withinss = tot.withinss, betweenss = totss - tot.withinss, size = fit$size,
