@@ -353,9 +353,9 @@ keops_map <- function(formula, args, sum_scheme = "auto") {
 #' the sum of the members'; a batch of parameters cannot be in `wrt`.
 #'
 #' On a GPU, both passes keep every value on the device and issue each step's launches again as
-#' they were first recorded (as a program does); the host waits once. A program with a step whose
-#' gradient needs forward runs first (a log-sum-exp, a min) runs each reduction as a plain call on
-#' host data instead, as the CPU does, and so does float16.
+#' they were first recorded (as a program does); the host waits once. A step whose gradient needs
+#' forward runs first (a log-sum-exp, a min) runs that gradient as plain calls on host data, the other
+#' values staying on the device; float16 runs every reduction as a plain call, as the CPU does.
 #'
 #' @param program A program made by [keops_program()].
 #' @param input,schedule As for the program.
