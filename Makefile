@@ -35,6 +35,8 @@
 #   make bench-tensor  tensor-core dot products (issue 19): 10-NN in D = 100 and 784, a Gaussian sum in
 #                 D = 64, against the FP32 kernel from R, then the torch peers (bench/tensor_cores.R,
 #                 bench/tensor_cores_peers.py; GPU only; REPS=3, FP32_REPS=1, SCALE=1, BENCH_OUT=file.md)
+#   make bench-old-new OLD=<library> [NEW=<library>]  two installed revisions alternated in one call
+#                 (bench/old_new.sh: the algorithm functions and programs; BACKEND=GPU|CPU, REPS=3)
 #   make doc      regenerate NAMESPACE and man/ with roxygen2
 #   make site     build the pkgdown documentation site offline into docs/ (git-ignored) from the
 #                 package in ./lib: README as home page, reference grouped by _pkgdown.yml, the
@@ -77,7 +79,7 @@ SIZES ?=
 ITER_BUDGET ?= $(if $(filter command line,$(origin BUDGET)),$(BUDGET),60)
 ITER_REPS ?= $(if $(filter command line,$(origin REPS)),$(REPS),3)
 
-.PHONY: bench-kmeans-seeding bench-gmm-start
+.PHONY: bench-kmeans-seeding bench-gmm-start bench-old-new
 .PHONY: all deps install vignettes demo test fuzz check doc site site-check clean distclean bench-cpu bench-iterative bench-program bench-algorithms bench-ranges bench-solve bench-batch bench-future bench-gpus bench-tensor vendor
 
 all: install
@@ -188,6 +190,13 @@ KNN_N ?= $(RANGES_N)
 # REPS, N, K in the environment), and keops_gmm's default start against Mclust (ARI, log-likelihood).
 bench-kmeans-seeding: install
 	R_LIBS=$(LIB_DIR) Rscript bench/kmeans-seeding.R
+
+# make bench-old-new: OLD is the library of another revision (R CMD INSTALL -l <dir> in its checkout),
+# NEW this checkout's by default.
+NEW ?= $(LIB_DIR)
+bench-old-new: install
+	@test -n "$(OLD)" || { echo "make bench-old-new OLD=<library of the other revision>"; exit 1; }
+	sh bench/old_new.sh "$(abspath $(OLD))" "$(abspath $(NEW))"
 
 bench-gmm-start: install
 	R_LIBS=$(LIB_DIR) Rscript bench/gmm-start.R
