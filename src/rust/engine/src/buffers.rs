@@ -53,12 +53,11 @@ pub trait Buffers<'a> {
     fn synchronize(&self) -> Result<()>;
 }
 
-/// A matrix `to` that receives the sum of blocks of others, each of `n` values (`to`'s size)
-/// starting at a value of theirs: added to `to`'s values, or replacing them when `set` (with no
-/// `from`: set to 0).
+/// A matrix `to` that receives the sum of blocks of other matrices (never `to`), each block of
+/// `to`'s size starting at a value of theirs: added to `to`'s values, or replacing them when `set`
+/// (with no `from`: set to 0).
 pub struct Sum<'b, B> {
     pub to: &'b B,
-    pub n: usize,
     pub set: bool,
     pub from: Vec<(&'b B, usize)>,
 }
@@ -119,8 +118,11 @@ impl<'a> Buffers<'a> for HostMemory {
     }
 
     fn copy(&self, from: (&Self::Buffer, usize), to: (&Self::Buffer, usize), n: usize) -> Result<()> {
-        let source = from.0.values.borrow()[from.1..from.1 + n].to_vec();
-        to.0.values.borrow_mut().to_mut()[to.1..to.1 + n].copy_from_slice(&source);
+        if Rc::ptr_eq(from.0, to.0) {
+            to.0.values.borrow_mut().to_mut().copy_within(from.1..from.1 + n, to.1);
+        } else {
+            to.0.values.borrow_mut().to_mut()[to.1..to.1 + n].copy_from_slice(&from.0.values.borrow()[from.1..from.1 + n]);
+        }
         Ok(())
     }
 
@@ -167,17 +169,16 @@ impl<'a> Buffers<'a> for HostMemory {
 
     fn replay(&self, record: &Self::Record) -> Result<()> {
         for HostSum { to, set, from } in record {
-            let mut total = match set {
-                true => vec![0.0; to.nrow * to.ncol],
-                false => to.values.borrow().to_vec(),
-            };
+            let mut values = to.values.borrow_mut();
+            let total = values.to_mut();
+            if *set {
+                total.fill(0.0);
+            }
             for (b, at) in from {
-                let values = b.values.borrow();
-                for (t, x) in total.iter_mut().zip(&values[*at..]) {
+                for (t, x) in total.iter_mut().zip(&b.values.borrow()[*at..]) {
                     *t += x;
                 }
             }
-            *to.values.borrow_mut() = Cow::Owned(total);
         }
         Ok(())
     }

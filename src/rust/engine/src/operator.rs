@@ -30,7 +30,8 @@ impl Operator {
     /// The reduction of `inputs` (each on the host, or kept on a device: see `Values`), on the
     /// backend `options` choose.
     pub fn run(&self, inputs: &[Input], options: &RunOptions) -> Result<Output> {
-        self.check_inputs(inputs)?;
+        let sizes = self.check_inputs(inputs)?;
+        self.check_ranges(sizes, options)?;
         let chosen = choose(options)?;
         self.check_residence(inputs, options.precision, chosen.gpu())?;
         // The CPU computes from host data: inputs kept on a device are read back.
@@ -51,7 +52,7 @@ impl Operator {
                 return Ok(out);
             }
         }
-        let call = self.call(&inputs, options)?;
+        let call = self.checked_call(&inputs, options, sizes);
         let mut timings = Timings::new();
         let (columns, backend) = chosen.evaluate(&call, &mut timings)?;
         let (nrow, _) = call.out_and_reduced();
@@ -179,6 +180,17 @@ impl Operator {
         }
         Ok((n_i, n_j))
     }
+
+    /// Checks the block-sparse ranges of `options`, if any, against the sizes of the i and j ranges.
+    fn check_ranges(&self, (n_i, n_j): (usize, usize), options: &RunOptions) -> Result<()> {
+        options.ranges.as_ref().map_or(Ok(()), |ranges| ranges.validate(n_i, n_j))
+    }
+
+    /// The call of `inputs` checked (`check_inputs`, of `sizes`, and `check_ranges`).
+    fn checked_call<'c>(&'c self, inputs: &'c [Input<'c>], options: &'c RunOptions, sizes: (usize, usize)) -> Call<'c> {
+        let ranges = options.ranges.as_ref().map(|r| r.for_axis(self.formula.reduction.axis));
+        Call { formula: &self.formula, inputs, sizes, part: None, ranges, options }
+    }
 }
 
 /// The grouped sum `g` of `inputs` (on the host, checked): the rows added by group
@@ -216,10 +228,7 @@ impl Operation for Operator {
 
     fn call<'c>(&'c self, inputs: &'c [Input<'c>], options: &'c RunOptions) -> Result<Call<'c>> {
         let sizes = self.check_inputs(inputs)?;
-        if let Some(ranges) = &options.ranges {
-            ranges.validate(sizes.0, sizes.1)?;
-        }
-        let ranges = options.ranges.as_ref().map(|r| r.for_axis(self.formula.reduction.axis));
-        Ok(Call { formula: &self.formula, inputs, sizes, part: None, ranges, options })
+        self.check_ranges(sizes, options)?;
+        Ok(self.checked_call(inputs, options, sizes))
     }
 }

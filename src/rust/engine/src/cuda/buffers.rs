@@ -38,7 +38,7 @@ impl<'a> Buffers<'a> for OnDevice {
 
     fn reads(&self, kept: &dyn KeptMatrix) -> bool {
         let mine = kept.as_any().downcast_ref::<DeviceMatrix>();
-        mine.is_some_and(|m| m.ordinal() == self.device.ordinal && m.precision == self.precision)
+        mine.is_some_and(|m| m.ordinal() == self.device.ordinal)
     }
 
     fn adopt(&self, kept: &dyn KeptMatrix) -> Result<DeviceMatrix> {
@@ -80,7 +80,7 @@ impl<'a> Buffers<'a> for OnDevice {
     fn record_sums(&self, sums: &[Sum<'_, DeviceMatrix>]) -> Result<Recorded> {
         let pointers = |s: &Sum<DeviceMatrix>| elementwise::Sum {
             to: s.to.pointer(),
-            n: s.n,
+            n: s.to.nrow * s.to.ncol,
             set: s.set,
             from: s.from.iter().map(|&(m, at)| m.pointer_at(at)).collect(),
         };

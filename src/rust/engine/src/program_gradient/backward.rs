@@ -209,7 +209,7 @@ impl<'p, 'a, M: Buffers<'a>> Pass<'p, 'a, M> {
 fn step_sums<'m, B>(b: &Backward, s: usize, adjoint: &'m [Option<B>], results: &'m [B]) -> Result<Vec<Sum<'m, B>>> {
     let step = &b.program.steps[s];
     let matrix = |x: usize| adjoint[x].as_ref().ok_or_else(|| Error::Invalid(format!("no adjoint for buffer {x}")));
-    let mut sums = vec![Sum { to: matrix(step.output)?, n: b.len(step.output), set: true, from: vec![] }];
+    let mut sums = vec![Sum { to: matrix(step.output)?, set: true, from: vec![] }];
     let mut targets = vec![step.output];
     for (group, result) in b.steps[s].groups.iter().zip(results) {
         let rows = b.shapes[step.inputs[group.parts[0].input]].0;
@@ -229,7 +229,7 @@ fn step_sums<'m, B>(b: &Backward, s: usize, adjoint: &'m [Option<B>], results: &
                 Some(k) => sums[k].from.push(from),
                 None => {
                     targets.push(x);
-                    sums.push(Sum { to: matrix(x)?, n: b.len(x), set: false, from: vec![from] });
+                    sums.push(Sum { to: matrix(x)?, set: false, from: vec![from] });
                 }
             }
         }
