@@ -49,6 +49,11 @@ pub trait Buffers<'a> {
     /// The sums `sums`, recorded: nothing runs before `replay`.
     fn record_sums(&self, sums: &[Sum<'_, Self::Buffer>]) -> Result<Self::Record>;
     fn replay(&self, record: &Self::Record) -> Result<()>;
+    /// `records` as one record that issues them in order (a CUDA graph), where the backend can
+    /// join them: elsewhere None, and each is replayed in turn. They must outlive it.
+    fn join(&self, _records: &[&Self::Record]) -> Result<Option<Self::Record>> {
+        Ok(None)
+    }
     /// Waits for the work queued.
     fn synchronize(&self) -> Result<()>;
 }

@@ -5,7 +5,7 @@
 
 use engine::cuda::device;
 use engine::program::{self, Buffer, Program, Schedule, Step, Stop};
-use engine::{Backend, Input, Operator, Precision, RunOptions, SumScheme};
+use engine::{Backend, Input, Operator, Precision, RunOptions, SumScheme, Tuning};
 
 use crate::common::random;
 
@@ -191,6 +191,12 @@ fn sinkhorn_with_a_schedule_equals_a_plain_loop() {
         assert!(max_diff(&ran.outputs[0], &f) < 1e-10 && max_diff(&ran.outputs[1], &g) < 1e-10, "{backend:?}");
         assert_eq!(ran.trace[0], want_s, "{backend:?}: the schedule's values, traced");
         assert!(max_diff(&ran.trace[1], &traced_f) < 1e-10, "{backend:?}: f after each iteration");
+        if backend != Backend::Cpu {
+            // Iterations 2..5 run as CUDA graphs (one per parity): the very values of the launches.
+            let launches = RunOptions { tuning: Tuning { graphs: false, ..Tuning::default() }, ..options(backend) };
+            let one_by_one = program::run(&program, &launches).unwrap();
+            assert_eq!((&ran.outputs, &ran.trace), (&one_by_one.outputs, &one_by_one.trace), "graphs or not");
+        }
     }
 }
 

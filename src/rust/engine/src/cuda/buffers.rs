@@ -91,6 +91,10 @@ impl<'a> Buffers<'a> for OnDevice {
         record.replay(&self.device)
     }
 
+    fn join(&self, records: &[&Recorded]) -> Result<Option<Recorded>> {
+        Recorded::joined(&self.device, records).map(Some)
+    }
+
     fn synchronize(&self) -> Result<()> {
         self.device.synchronize()
     }

@@ -13,6 +13,7 @@ pub mod dot_tiles;
 pub mod dtype;
 pub mod elementwise;
 pub mod finish;
+pub mod graph;
 pub mod launch;
 pub mod primitives;
 pub mod recorded;

@@ -9,10 +9,11 @@ use std::sync::Arc;
 use cudarc::driver::{result, sys, CudaContext, CudaFunction, LaunchConfig};
 
 use super::device::Device;
+use super::graph::{parameters, Graph};
 use crate::error::{Error, Result};
 
 /// One kernel launch: its function, grid and arguments (ints, then device pointers).
-struct Launch {
+pub struct Launch {
     function: CudaFunction,
     config: LaunchConfig,
     ints: Vec<i32>,
@@ -24,6 +25,8 @@ pub struct Recorded {
     /// The step's own device buffer (0 when it needs none).
     buffer: sys::CUdeviceptr,
     launches: Vec<Launch>,
+    /// The launches of other records, joined into one graph (`Recorded::joined`).
+    graph: Option<Graph>,
 }
 
 impl Recorded {
@@ -41,7 +44,7 @@ impl Recorded {
                 ))
             })?,
         };
-        Ok(Recorded { ctx: device.ctx.clone(), buffer, launches: Vec::new() })
+        Ok(Recorded { ctx: device.ctx.clone(), buffer, launches: Vec::new(), graph: None })
     }
 
     /// Where the step's buffer starts.
@@ -53,8 +56,17 @@ impl Recorded {
         self.launches.push(Launch { function: function.clone(), config, ints: ints.to_vec(), pointers: pointers.to_vec() });
     }
 
+    /// The launches of `parts`, in order, as one graph: they must outlive it (their buffers).
+    pub fn joined(device: &Device, parts: &[&Recorded]) -> Result<Recorded> {
+        let graph = Graph::capture(device, parts.iter().flat_map(|r| &r.launches))?;
+        Ok(Recorded { ctx: device.ctx.clone(), buffer: 0, launches: Vec::new(), graph: Some(graph) })
+    }
+
     /// Queues the recorded launches again on the stream of `device`, the one they were recorded on.
     pub fn replay(&self, device: &Device) -> Result<()> {
+        if let Some(graph) = &self.graph {
+            return graph.launch(device);
+        }
         for l in &self.launches {
             // SAFETY: the arguments were those of a launch that ran, and every pointer still
             // refers to memory that the loop keeps (its inputs, values and this buffer).
@@ -63,6 +75,16 @@ impl Recorded {
             })?;
         }
         Ok(())
+    }
+}
+
+impl Launch {
+    /// Queues the launch on `stream` (a raw one: a capture).
+    pub(super) fn issue_on(&self, stream: sys::CUstream) -> std::result::Result<(), result::DriverError> {
+        let LaunchConfig { grid_dim, block_dim, shared_mem_bytes } = self.config;
+        let mut params = parameters(&self.ints, &self.pointers);
+        // SAFETY: the arguments of a launch that ran, read by the driver before this returns.
+        unsafe { result::launch_kernel(self.function.cu_function(), grid_dim, block_dim, shared_mem_bytes, stream, &mut params) }
     }
 }
 

@@ -44,7 +44,17 @@ impl<B> State<B> {
         let next = (0..p.buffers.len()).map(|b| written(b).then(|| zeros(b)).transpose()).collect::<Result<_>>()?;
         Ok(State { current, next })
     }
+
+    /// The matrix that received a step's result becomes the current value of `output`.
+    fn advance(&mut self, output: usize) {
+        let target = self.next[output].take().expect("allocated for every output");
+        self.next[output] = Some(std::mem::replace(&mut self.current[output], target));
+    }
 }
+
+/// Iterations left when an iteration is joined into one record: each parity's runs at least twice
+/// (making a graph costs about as much as issuing its launches once).
+const JOINED_AFTER: usize = 4;
 
 /// Runs a checked program with its matrices in `memory`.
 pub(crate) fn run<'a, M: Buffers<'a>>(run: &CheckedRun<'a>, memory: M) -> Result<ProgramResult> {
@@ -84,6 +94,10 @@ impl<'a, M: Buffers<'a>> Forward<'_, 'a, M> {
         // Each step's work, recorded in the first two iterations (its output buffer alternates
         // between two matrices), is issued again from the third on.
         let mut recorded: Vec<[Option<M::Record>; 2]> = p.steps.iter().map(|_| [None, None]).collect();
+        // From then on, each parity's iteration as one record where the memory joins them (a CUDA
+        // graph); declared after `recorded`, so dropped before the records it issues.
+        let mut joined: [Option<M::Record>; 2] = [None, None];
+        let mut join = keep.is_none() && options.tuning.graphs;
         let mut asked = Instant::now();
         let mut trace: Vec<Vec<f64>> = vec![Vec::new(); p.trace.len()];
         let mut done = 0;
@@ -91,16 +105,28 @@ impl<'a, M: Buffers<'a>> Forward<'_, 'a, M> {
             for (b, value) in p.scheduled(done) {
                 self.memory.write(&state.current[b], value)?;
             }
-            for (s, records) in recorded.iter_mut().enumerate() {
-                if let Some(keep) = keep.as_mut() {
-                    keep(s, &state.current[p.steps[s].output])?;
+            let parity = done % 2;
+            let ready = recorded.iter().all(|r| r[parity].is_some());
+            if join && joined[parity].is_none() && ready && p.iterations - done >= JOINED_AFTER {
+                let parts: Vec<&M::Record> = recorded.iter().filter_map(|r| r[parity].as_ref()).collect();
+                // (an optimisation: where it fails, the steps are replayed one by one)
+                joined[parity] = self.memory.join(&parts).unwrap_or(None);
+                join = joined[parity].is_some();
+            }
+            match &joined[parity] {
+                Some(iteration) => {
+                    self.memory.replay(iteration)?;
+                    p.steps.iter().for_each(|step| state.advance(step.output));
+                    self.interrupted(&mut asked)?;
                 }
-                self.step(s, state, &mut records[done % 2], timings)?;
-                if let Some(interrupted) = options.interrupt.filter(|_| asked.elapsed() >= INTERRUPT_EVERY) {
-                    if interrupted() {
-                        return Err(Error::Interrupted);
+                None => {
+                    for (s, records) in recorded.iter_mut().enumerate() {
+                        if let Some(keep) = keep.as_mut() {
+                            keep(s, &state.current[p.steps[s].output])?;
+                        }
+                        self.step(s, state, &mut records[parity], timings)?;
+                        self.interrupted(&mut asked)?;
                     }
-                    asked = Instant::now();
                 }
             }
             for (t, &b) in trace.iter_mut().zip(&p.trace) {
@@ -128,12 +154,12 @@ impl<'a, M: Buffers<'a>> Forward<'_, 'a, M> {
     ) -> Result<()> {
         let step = &self.run.program.steps[s];
         let options = &self.run.step_options[s];
-        let target = state.next[step.output].take().expect("allocated for every output");
         let issued = match record.as_ref() {
             Some(work) => self.memory.replay(work),
             None => {
+                let target = state.next[step.output].as_ref().expect("allocated for every output");
                 let inputs: Vec<&M::Buffer> = step.inputs.iter().map(|&b| &state.current[b]).collect();
-                self.memory.evaluate_into(step.operator, &inputs, options, &target, options.tuning.replay).map(
+                self.memory.evaluate_into(step.operator, &inputs, options, target, options.tuning.replay).map(
                     |(phases, work)| {
                         timings.add(&phases);
                         *record = work;
@@ -141,7 +167,18 @@ impl<'a, M: Buffers<'a>> Forward<'_, 'a, M> {
                 )
             }
         };
-        state.next[step.output] = Some(std::mem::replace(&mut state.current[step.output], target));
+        state.advance(step.output);
         issued
+    }
+
+    /// Err(Interrupted) when the user asked to stop (asked at most every `INTERRUPT_EVERY`).
+    fn interrupted(&self, asked: &mut Instant) -> Result<()> {
+        if let Some(interrupted) = self.run.options.interrupt.filter(|_| asked.elapsed() >= INTERRUPT_EVERY) {
+            if interrupted() {
+                return Err(Error::Interrupted);
+            }
+            *asked = Instant::now();
+        }
+        Ok(())
     }
 }

@@ -1,0 +1,83 @@
+//! Several recorded steps issued as one CUDA graph: an iteration of a program, whose launches are
+//! the same every other iteration, costs one graph launch instead of one launch per kernel (a few
+//! microseconds each, the bound of loops over small data).
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::driver::{result, sys, CudaContext};
+
+use super::device::Device;
+use super::recorded::Launch;
+use crate::error::{Error, Result};
+
+pub struct Graph {
+    ctx: Arc<CudaContext>,
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+}
+
+impl Graph {
+    /// The graph of `launches`, in order: captured on a stream of its own (the device's stream,
+    /// the legacy one, cannot be captured), nothing runs until `launch`.
+    pub fn capture<'l>(device: &Device, launches: impl Iterator<Item = &'l Launch>) -> Result<Graph> {
+        let failed = |what: &str, e: result::DriverError| {
+            Error::Gpu(format!("{what} on device {} ({}): {e:?}", device.ordinal, device.name))
+        };
+        device.ctx.bind_to_thread().map_err(|e| failed("binding the context", e))?;
+        let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
+            .map_err(|e| failed("creating a stream to capture a graph", e))?;
+        let captured = capture_on(stream, launches);
+        // SAFETY: created above; the capture has ended (or never began) whatever happened.
+        let destroyed = unsafe { result::stream::destroy(stream) };
+        let graph = captured.map_err(|e| failed("capturing a graph", e))?;
+        destroyed.map_err(|e| failed("destroying a capture stream", e))?;
+        // SAFETY: a graph just captured; destroyed with its executable in `drop`.
+        match unsafe { result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)) } {
+            Ok(exec) => Ok(Graph { ctx: device.ctx.clone(), graph, exec }),
+            Err(e) => {
+                // SAFETY: ours, not instantiated.
+                let _ = unsafe { result::graph::destroy(graph) };
+                Err(failed("instantiating a graph", e))
+            }
+        }
+    }
+
+    /// Queues the graph on the device's stream, after the work queued before.
+    pub fn launch(&self, device: &Device) -> Result<()> {
+        // SAFETY: the executable graph is alive; its kernels read memory that the loop keeps.
+        unsafe { result::graph::launch(self.exec, device.stream.cu_stream()) }
+            .map_err(|e| Error::Gpu(format!("launching a graph on device {} ({}): {e:?}", device.ordinal, device.name)))
+    }
+}
+
+/// Captures `launches` on `stream` (ended even when a launch fails, so the stream can be destroyed).
+fn capture_on<'l>(
+    stream: sys::CUstream,
+    launches: impl Iterator<Item = &'l Launch>,
+) -> std::result::Result<sys::CUgraph, result::DriverError> {
+    // Relaxed: other threads may allocate while this one captures (nothing else uses this stream).
+    // SAFETY: a stream of this context, capturing nothing yet.
+    unsafe { result::stream::begin_capture(stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED) }?;
+    let issued = launches.into_iter().try_for_each(|l| l.issue_on(stream));
+    // SAFETY: capturing since `begin_capture`.
+    let ended = unsafe { result::stream::end_capture(stream) };
+    issued?;
+    ended
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: ours; a graph still running is freed when it completes (cuGraphExecDestroy).
+        let _ = unsafe { result::graph::exec_destroy(self.exec) };
+        let _ = unsafe { result::graph::destroy(self.graph) };
+    }
+}
+
+/// Raw kernel parameters: one pointer to each argument (ints, then device pointers), as
+/// `cuLaunchKernel` takes them.
+pub(super) fn parameters(ints: &[i32], pointers: &[u64]) -> Vec<*mut c_void> {
+    let ints = ints.iter().map(|i| i as *const i32 as *mut c_void);
+    ints.chain(pointers.iter().map(|p| p as *const u64 as *mut c_void)).collect()
+}
