@@ -24,6 +24,9 @@ pub struct GroupedSum {
     pub map_args: Vec<String>,
     /// The positions, among the formula's inputs, of the map's inputs (in its order).
     pub map_inputs: Vec<usize>,
+    /// The map's inputs that are variables of the output index: each row reads the row of the
+    /// output whose group equals its label (K-means' `SqDist(x, c)`: a point and its centre).
+    pub gathered: Vec<usize>,
     pub label: usize,
     pub group: usize,
 }
@@ -51,15 +54,19 @@ impl GroupedSum {
             (c, d) if c == out && d == reduced => (y.position, x.position),
             _ => return None,
         };
-        // The term's variables: every other one, none of the output index, some of the reduced one.
+        // The term's variables: every other one, some of the reduced index. One of the output index
+        // is read at the row of the output whose group is the label: gathered, a variable of the
+        // reduced index for the map.
         let others: Vec<_> = formula.variables.iter().filter(|v| v.position != label && v.position != group).collect();
-        if others.iter().any(|v| v.category == out) || !others.iter().any(|v| v.category == reduced) {
+        if !others.iter().any(|v| v.category == reduced) {
             return None;
         }
+        let as_map = |c: Category| if c == out { reduced } else { c };
         Some(GroupedSum {
             map_formula: format!("Sum_Reduction({}, {})", &red.f_text[term.span.clone()], 1 - red.axis),
-            map_args: others.iter().map(|v| format!("{} = {}({})", v.name, v.category.keyword(), v.dim)).collect(),
+            map_args: others.iter().map(|v| format!("{} = {}({})", v.name, as_map(v.category).keyword(), v.dim)).collect(),
             map_inputs: others.iter().map(|v| v.position).collect(),
+            gathered: others.iter().enumerate().filter(|(_, v)| v.category == out).map(|(m, _)| m).collect(),
             label,
             group,
         })
@@ -178,6 +185,28 @@ pub fn add_by_group(labels: &[f64], groups: &[f64], columns: &[Column], precisio
         sums.iter_mut().zip(part).for_each(|(s, p)| *s += p);
     }
     finite.into_inner().then(|| rounded_all(sums, precision))
+}
+
+/// The rows of `values` (a column-major matrix of `groups.len()` rows) of the output of each label,
+/// as a column-major matrix of `labels.len()` rows: the term of a grouped sum that reads a variable
+/// of the output index. None unless each label is the group of exactly one output (each row then
+/// has one term, not one per output).
+pub fn gather_by_group(labels: &[f64], groups: &[f64], values: &[f64], precision: Precision) -> Option<Vec<f64>> {
+    let single = Groups::new(groups, |g| rounded(g, precision)).single()?;
+    let (n, k) = (labels.len(), groups.len());
+    let outputs: Vec<i32> = labels.iter().map(|&l| single.of(rounded(l, precision))).collect();
+    if outputs.iter().any(|&g| g < 0) {
+        return None;
+    }
+    let mut out = vec![0.0; values.len() / k.max(1) * n];
+    crate::parallel::for_each_row_block(&mut out, n, ROWS_PER_PART, |b, columns| {
+        let rows = &outputs[b * ROWS_PER_PART..];
+        for (c, column) in columns.iter_mut().enumerate() {
+            let from = &values[c * k..(c + 1) * k];
+            column.iter_mut().zip(rows).for_each(|(x, &g)| *x = from[g as usize]);
+        }
+    });
+    Some(out)
 }
 
 /// Running sums per output and column in `Single::add`.

@@ -198,24 +198,38 @@ impl Operator {
 /// constants, else from the map of the term; None where a term is not finite (0 * Inf: the
 /// reduction over every pair says what each group is).
 fn run_grouped(g: &GroupedSum, map: &Operator, inputs: &[Input], options: &RunOptions) -> Result<Option<Output>> {
-    use crate::grouped_sum::{add_by_group, direct_columns, direct_sources, Column};
-    let map_inputs: Vec<Input> = g.map_inputs.iter().map(|&p| inputs[p]).collect();
+    use crate::grouped_sum::{add_by_group, direct_columns, direct_sources, gather_by_group, Column};
     let (Some(labels), Some(groups)) = (inputs[g.label].host_data(), inputs[g.group].host_data()) else {
         return Ok(None);
     };
+    let clock = std::time::Instant::now();
+    let mut gathered = Vec::new();
+    for &m in &g.gathered {
+        let input = &inputs[g.map_inputs[m]];
+        let Some(values) = input.host_data().and_then(|v| gather_by_group(labels, groups, v, options.precision)) else {
+            return Ok(None);
+        };
+        gathered.push((m, values, input.ncol));
+    }
+    let mut map_inputs: Vec<Input> = g.map_inputs.iter().map(|&p| inputs[p]).collect();
+    for (m, values, ncol) in &gathered {
+        map_inputs[*m] = Input::host(values, labels.len(), *ncol);
+    }
     let data: Option<Vec<&[f64]>> = map_inputs.iter().map(Input::host_data).collect();
     if let (Some(sources), Some(data)) = (direct_sources(&map.formula), data) {
-        let clock = std::time::Instant::now();
         let columns = direct_columns(&sources, &data, labels.len(), options.precision);
         let Some(values) = add_by_group(labels, groups, &columns, options.precision) else { return Ok(None) };
         let timings = vec![("grouped sum", clock.elapsed().as_secs_f64())];
         let (nrow, dim) = (groups.len(), columns.len());
         return Ok(Some(Output { values: Some(values), indices: None, nrow, k: 1, dim, backend: "CPU".into(), timings }));
     }
+    let gathering = clock.elapsed().as_secs_f64();
     let mut out = map.run(&map_inputs, options)?;
+    let clock = std::time::Instant::now();
     let terms = out.values.take().unwrap_or_default();
     let columns: Vec<Column> = terms.chunks_exact(labels.len()).map(Column::Values).collect();
     let Some(values) = add_by_group(labels, groups, &columns, options.precision) else { return Ok(None) };
+    out.timings.push(("grouped sum", gathering + clock.elapsed().as_secs_f64()));
     out.values = Some(values);
     out.nrow = groups.len();
     Ok(Some(out))

@@ -154,3 +154,47 @@ fn terms_taken_from_the_inputs_equal_the_map_of_the_same_term() {
         assert!(got[8..16].iter().all(|v| v.is_nan()), "label {label}: the second column is NaN everywhere");
     }
 }
+
+/// A term that reads a variable of the output index (`SqDist(x, c)`: K-means' sums of squares, each
+/// point against its own centre) gathers its row by label, O(N): against a plain float64 loop and
+/// the reduction over every pair (float32), and where a label has no group or two groups share a
+/// value (then the reduction over the pairs, the same sums).
+#[test]
+fn terms_that_read_the_output_row_of_their_label() {
+    let (n, k, d) = (1019, 7, 3);
+    let x = random(n * d, 21);
+    let c = random(k * d, 22);
+    let plain = |labels: &[f64], groups: &[f64]| -> Vec<f64> {
+        let mut out = vec![0.0; groups.len()];
+        for r in 0..n {
+            for (g, &group) in groups.iter().enumerate() {
+                if labels[r] == group {
+                    out[g] += (0..d).map(|a| (x[r + a * n] - c[g + a * groups.len()]).powi(2)).sum::<f64>();
+                }
+            }
+        }
+        out
+    };
+    let op = operator("Sum_Reduction(Equal(l, j) * SqDist(x, c), 1)", &["l = Vi(1)", "x = Vi(3)", "j = Vj(1)", "c = Vj(3)"]);
+    let labels: Vec<f64> = random(n, 23).iter().map(|u| (u * k as f64).floor()).collect();
+    let run = |labels: &[f64], groups: &[f64], precision, ranges| {
+        let inputs = [Input::host(labels, n, 1), Input::host(&x, n, d), Input::host(groups, k, 1), Input::host(&c, k, d)];
+        op.run(&inputs, &options(precision, ranges)).unwrap().values.unwrap()
+    };
+    let groups: Vec<f64> = (0..k).map(|g| g as f64).collect();
+    let close = |a: &[f64], b: &[f64], tol: f64| a.iter().zip(b).all(|(a, b)| (a - b).abs() <= tol * b.abs().max(1.0));
+    let want = plain(&labels, &groups);
+    let got = run(&labels, &groups, Precision::F64, None);
+    assert!(close(&got, &want, 1e-12), "float64: {got:?} vs {want:?}");
+    let pairs = run(&labels, &groups, Precision::F32, Some(all_pairs(n, k)));
+    assert!(close(&run(&labels, &groups, Precision::F32, None), &pairs, 1e-5), "float32 against the pairs");
+    // a label no group names (7), and two groups of one value (3): the reduction over the pairs
+    let mut odd = labels.clone();
+    odd[5] = 7.0;
+    let twice = [0.0, 1.0, 2.0, 3.0, 3.0, 5.0, 6.0];
+    for (labels, groups) in [(&odd, &groups), (&labels, &twice.to_vec())] {
+        let got = run(labels, groups, Precision::F64, None);
+        let want = plain(labels, groups);
+        assert!(close(&got, &want, 1e-12), "fallback: {got:?} vs {want:?}");
+    }
+}
