@@ -12,10 +12,10 @@
 #' CPU a grouped sum, O(N)); memory O(N + K) beyond `x`. The clusters' sums of squares `withinss` come
 #' once after the last iteration. k-means++ seeding (`centers` a number) draws each centre by rejection from squared
 #' distances brought up to date only when they have become too stale: the distances to each centre
-#' are computed once, by the engine (N x K pairs in all, in a few reductions), not in K passes in R. The points are centred (their column means subtracted, in
-#' float64) before the engine sees them, so that data far from the origin keep their digits in
-#' float32: the results do not depend on where the data are; `totss` is computed in float64 from the
-#' centred points. Same clusters as `stats::kmeans()` (Lloyd) from the same start, up to ties between
+#' are computed once, by the engine (N x K pairs in all, in a few reductions), not in K passes in R. In float32 (and float16) the points are centred (their column means subtracted, in
+#' float64) before the engine sees them, so that data far from the origin keep their digits:
+#' the results do not depend on where the data are; in float64 the engine sees them as they are;
+#' `totss` is computed in float64 (two passes over each column, as [stats::var()]). Same clusters as `stats::kmeans()` (Lloyd) from the same start, up to ties between
 #' equally near centres (in float32, distances that differ by less than its precision may break a tie
 #' differently; `rkeops_use_float64()` to match exactly).
 #'
@@ -54,12 +54,13 @@ keops_kmeans <- function(x, centers, iter.max = 10, nstart = 1, algorithm = "Llo
     rkeops_abort(arg_label("algorithm", fun), " must be \"Lloyd\" (or \"Forgy\"): the only algorithm",
                  kind = "input", arg = "algorithm")
   }
-  # K-means does not change when points and centres move together: the engine sees the points
-  # centred (their means taken in float64), so that data far from the origin keep their digits in
-  # float32; the centres move back at the end.
+  # K-means does not change when points and centres move together: in float32 and float16 the engine
+  # sees the points centred (their means taken in float64), so that data far from the origin keep
+  # their digits; the centres move back at the end. In float64, the points as they are (as
+  # stats::kmeans() sees them: no copy of 'x').
   n <- nrow(x)
-  means <- colMeans(x)
-  xc <- x - rep(means, each = n)
+  means <- if (get_rkeops_options("precision") == "float64") numeric(ncol(x)) else colMeans(x)
+  xc <- if (any(means != 0)) x - rep(means, each = n) else x
   if (is.numeric(centers) && length(centers) == 1L) {
     k <- check_whole(centers, "centers", fun, min = 1)
     if (k > n) {
@@ -94,7 +95,9 @@ kmeans_result <- function(fit, xc, means, row_names, col_names) {
   dimnames(centers) <- list(seq_len(k), col_names)
   cluster <- fit$cluster
   names(cluster) <- row_names
-  totss <- sum(diag(crossprod(xc)))  # (no N x D temporary)
+  # (each column's variance, in two passes by stats::var(): one column at a time, O(N D))
+  n <- nrow(xc)
+  totss <- if (n > 1L) sum(vapply(seq_len(ncol(xc)), function(j) stats::var(xc[, j]), 0)) * (n - 1) else 0
   tot.withinss <- sum(fit$withinss)
   structure(list(cluster = cluster, centers = centers, totss = totss, withinss = fit$withinss,
                  tot.withinss = tot.withinss, betweenss = totss - tot.withinss, size = fit$size,
