@@ -72,6 +72,18 @@ case("keops_iterate Sinkhorn n=1000 200 it.", function() {
                                               f = matrix(0, n), g = matrix(0, n)), 200)
 }, function(v) sum(v$f))
 
+# a batch of 256 such problems (n = 100 bins, as bench/batch.R's seed 001 case) in one call
+B <- 256; nb <- 100
+set.seed(7)
+hist <- function() { h <- dnorm(seq(0, 1, length.out = nb), runif(1), runif(1, 0.05, 0.3)); matrix(log(h / sum(h))) }
+xb <- matrix(seq(0, 1, length.out = nb))
+batch_input <- list(x = xb, y = xb, lmu = lapply(seq_len(B), function(b) hist()),
+                    lnu = lapply(seq_len(B), function(b) hist()), s = 1 / 0.01,
+                    f = matrix(0, nb), g = matrix(0, nb))
+case(sprintf("keops_iterate batched Sinkhorn B=%d n=%d 200 it.", B, nb),
+     function() keops_iterate(list(g = g_op, f = f_op), batch_input, 200),
+     function(v) sum(unlist(v$f)))
+
 bench_dir <- dirname(sub("^--file=", "", grep("^--file=", commandArgs(FALSE), value = TRUE)))
 # the definitions of bench/iterative.R that these cases use (its data and the vignettes' functions)
 from_iterative <- function(names) {
