@@ -126,13 +126,21 @@ keops_program <- function(steps, iterations = 1, until = NULL, tol = 0, every = 
   plain <- length(steps) == 1L && iterations == 1 && is.null(until) && is.null(trace) &&
     identical(settings$output, settings$names) && is.null(ranges[[1L]]) &&
     specs[[1L]]$info$reduction %in% c("Sum", "LogSumExp", "LogSumExpWeight", "SumSoftMaxWeight", "Min", "Max")
-  # The engine's description of the program for the names of the last input (made again when they
-  # change): a call then only converts its values.
-  layout <- NULL
+  # The engine's plan of the program for the names of the last input (made again when they change,
+  # kept with the settings so that keops_program_grad() shares it): a call then checks and converts
+  # its values only, in place where they are double matrices.
+  settings$cache <- new.env(parent = emptyenv())
   program <- function(input = list(), schedule = NULL) {
     program_check_input(input)
-    program_check_names(settings, input, schedule)
-    batch <- program_batch(settings, input, schedule)
+    program_check_schedule(schedule)
+    given <- unique(c(names(input), names(schedule)))
+    layout <- settings$cache$layout
+    # (the names of `input` and `schedule` checked once: the layout is kept only for valid names)
+    if (is.null(layout) || !identical(layout$given, given)) {
+      program_check_names(settings, input, schedule)
+      layout <- NULL
+    }
+    batch <- if (program_may_batch(input)) program_batch(settings, input, schedule)
     if (!is.null(batch)) {
       # (the layout depends on the members' sizes: made for each batched call)
       given <- unique(c(names(batch$input), names(schedule)))
@@ -148,8 +156,7 @@ keops_program <- function(steps, iterations = 1, until = NULL, tol = 0, every = 
                          iterations = 1L, trace = list()))
       }
     }
-    given <- unique(c(names(input), names(schedule)))
-    if (is.null(layout) || !identical(layout$given, given)) layout <<- program_layout(settings, given)
+    if (is.null(layout)) layout <- program_cached_layout(settings, given)
     program_run(settings, layout, input, schedule)
   }
   attr(program, "rkeops_program") <- settings
@@ -166,6 +173,24 @@ step_reads <- function(variables, reads) {
 
 # Whether `x` is a value a plain call takes as a program does: a numeric matrix or vector.
 is_plain_value <- function(x) (is.numeric(x) || is.logical(x)) && !is.object(x) && length(dim(x)) <= 2L
+
+# Whether `input` may hold a batch (a list of matrices, an array of 3 dimensions): program_batch()
+# tells; the other calls skip it.
+program_may_batch <- function(input) {
+  for (x in input) if (is.list(x) || length(dim(x)) > 2L) return(TRUE)
+  FALSE
+}
+
+# The layout of the program `settings` for the names `given` (program_layout()), kept in the
+# settings' cache for the next call with the same names.
+program_cached_layout <- function(settings, given) {
+  layout <- settings$cache$layout
+  if (is.null(layout) || !identical(layout$given, given)) {
+    layout <- program_layout(settings, given)
+    if (!is.null(settings$cache)) settings$cache$layout <- layout
+  }
+  layout
+}
 
 program_check_input <- function(input) {
   if (!is.list(input) || is.object(input) || (length(input) > 0L && (is.null(names(input)) ||
@@ -220,26 +245,32 @@ program_layout <- function(settings, given) {
          inputs = named(spec$reads, "steps"), output = named(settings$names[s], "steps"),
          sum_scheme = spec$sum_scheme, ranges = settings$ranges[[s]])
   })
-  list(given = given, buffers = buffers, steps = steps,
-       program = list(iterations = as.double(settings$iterations),
-                      until = if (is.null(settings$until)) -1 else as.double(named(settings$until, "until")),
-                      tol = as.double(settings$tol), every = as.double(settings$every),
-                      trace = named(as.character(settings$trace), "trace"),
-                      outputs = named(settings$output, "output")))
+  layout <- list(given = given, buffers = buffers, steps = steps,
+                 program = list(iterations = as.double(settings$iterations),
+                                until = if (is.null(settings$until)) -1 else as.double(named(settings$until, "until")),
+                                tol = as.double(settings$tol), every = as.double(settings$every),
+                                trace = named(as.character(settings$trace), "trace"),
+                                outputs = named(settings$output, "output")))
+  # the engine's plan (operators, steps, ranges), read once: each call then passes its values only
+  layout$plan <- rust_result(.Call(wrap__keops_program_plan,
+                                   c(list(buffers = list(names = buffers), steps = steps), layout$program)))
+  layout
 }
 
-# The engine's description of the program laid out as `layout` (program_layout()) for `input` and
-# `schedule`.
+# The engine's description of a call of the program laid out as `layout` (program_layout()): its
+# plan (the steps as the engine read them once), and the values of its buffers: `initial` and
+# `schedule`, one element per buffer (a value or NULL). The engine reads numeric matrices and
+# vectors in place (integers and logicals converted), and checks and transposes the schedules
+# (errors name `schedule`); R converts only the other objects (data frames: program_value()).
 program_description <- function(layout, input, schedule) {
-  buffers <- layout$buffers
-  initial <- lapply(buffers, function(name) {
+  for (name in names(input)) {
     x <- input[[name]]
-    # a buffer that follows a schedule starts at its first value (a column), unless given
-    if (is.null(x) && !is.null(schedule[[name]])) x <- if (is.matrix(schedule[[name]])) schedule[[name]][1L, ] else schedule[[name]][1L]
-    program_value(x, name)
-  })
-  c(list(buffers = list(names = buffers, initial = initial, schedule = program_schedule(schedule, buffers, initial)),
-         steps = layout$steps), layout$program)
+    if (is.object(x) && !inherits(x, "keops_device_matrix")) input[[name]] <- program_value(x, name)
+  }
+  buffers <- layout$buffers
+  values <- list(names = buffers, initial = input[buffers], schedule = if (!is.null(schedule)) schedule[buffers])
+  # (the steps too, which the engine reads when the plan is gone: a program saved and loaded again)
+  c(list(plan = layout$plan, buffers = values, steps = layout$steps), layout$program)
 }
 
 # Runs the program `settings` laid out as `layout` (program_layout()) from `input`, with `schedule`.
@@ -275,31 +306,13 @@ program_value <- function(x, name) {
   x
 }
 
-# The schedules as the engine takes them, one per buffer (NULL or the values of each iteration one
-# after the other); `initial` gives each buffer's shape.
-program_schedule <- function(schedule, buffers, initial) {
-  out <- vector("list", length(buffers))
-  if (is.null(schedule)) return(out)
-  if (!is.list(schedule) || is.null(names(schedule)) || !all(nzchar(names(schedule)))) {
+# Refuses a `schedule` that is not a named list (its values are checked by the engine).
+program_check_schedule <- function(schedule) {
+  if (!is.null(schedule) && (!is.list(schedule) || is.object(schedule) || is.null(names(schedule)) ||
+                             !all(nzchar(names(schedule))))) {
     rkeops_abort("'schedule' must be NULL or a named list of the values of buffers at each iteration",
                  kind = "input", arg = "schedule")
   }
-  for (name in names(schedule)) {
-    b <- match(name, buffers)
-    s <- schedule[[name]]
-    if (is.na(b) || is.null(initial[[b]])) {
-      rkeops_abort("schedule: '", name, "' is not a buffer given in 'input' (its shape)", kind = "input",
-                   arg = "schedule")
-    }
-    len <- prod(dim(initial[[b]]))
-    if (!is.matrix(s) && len == 1L) s <- matrix(s, ncol = 1L)
-    if (!is.numeric(s) || !is.matrix(s) || ncol(s) != len || nrow(s) == 0L) {
-      rkeops_abort("schedule$", name, ": a matrix with one row per iteration and ", len, " column",
-                   if (len > 1L) "s", " (the values of '", name, "') expected", kind = "input", arg = "schedule")
-    }
-    out[[b]] <- as.double(t(s))
-  }
-  out
 }
 
 #' A formula evaluated on each row: a map
@@ -385,12 +398,13 @@ keops_program_grad <- function(program, input, of, wrt, weight = NULL, schedule 
                  arg = if (!is.character(of) || length(of) != 1L) "of" else "wrt")
   }
   program_check_input(input)
+  program_check_schedule(schedule)
   missing <- setdiff(wrt, names(input))
   if (length(missing)) {
     rkeops_abort("wrt: '", missing[1L], "' has no value in 'input' to differentiate", kind = "input", arg = "wrt")
   }
   program_check_names(settings, input, schedule, also = of)
-  batch <- program_batch(settings, input, schedule)
+  batch <- if (program_may_batch(input)) program_batch(settings, input, schedule)
   run <- settings
   values <- input
   if (!is.null(batch)) {
@@ -404,7 +418,8 @@ keops_program_grad <- function(program, input, of, wrt, weight = NULL, schedule 
     values <- batch$input
     weight <- program_batch_weight(weight, batch, of)
   }
-  layout <- program_layout(run, unique(c(names(values), names(schedule))))
+  given <- unique(c(names(values), names(schedule)))
+  layout <- if (is.null(batch)) program_cached_layout(settings, given) else program_layout(run, given)
   at <- match(c(of, wrt), layout$buffers)
   if (anyNA(at)) {
     rkeops_abort("'", c(of, wrt)[is.na(at)][1L], "' is not a buffer of the program", kind = "input",
