@@ -69,24 +69,33 @@ rust_result <- function(res, fun = NULL) {
 # compilation, transfers, kernel, ...): a tool for benchmarks and for checking the backend.
 last_run <- function() .rkeops_env$last_run
 
-# Evaluates `expr` and returns list(value, calls, phases): the number of reductions it ran and the
-# seconds of each engine phase summed over them, by name (the names are the engine's; they differ
-# between backends). For benchmarks of whole algorithms (bench/iterative.R). Nested uses: the inner
-# one counts its calls only.
+# Evaluates `expr` and returns list(value, calls, phases, engine): the number of reductions it ran,
+# the seconds of each engine phase summed over them, by name, and the engine's seconds in all
+# (`engine_seconds()`; the names are the engine's; they differ between backends). For benchmarks
+# of whole algorithms (bench/iterative.R). Nested uses: the inner one counts its calls only.
 phase_totals <- function(expr) {
   log <- new.env(parent = emptyenv())
   log$calls <- 0L
   log$phases <- numeric(0)
+  log$engine <- 0
   old <- .rkeops_env$phase_log
   .rkeops_env$phase_log <- log
   on.exit(.rkeops_env$phase_log <- old)
   value <- expr
-  list(value = value, calls = log$calls, phases = log$phases)
+  list(value = value, calls = log$calls, phases = log$phases, engine = log$engine)
+}
+
+# The seconds a call spent in the engine: its phases, but for a program (or its gradient) only
+# the outer ones (its steps' phases are within its loop).
+engine_seconds <- function(timings) {
+  outer <- c("upload once", "loop", "forward and backward", "download once")
+  if (any(names(timings) %in% outer[2:3])) sum(timings[names(timings) %in% outer]) else sum(timings)
 }
 
 log_phases <- function(timings) {
   log <- .rkeops_env$phase_log
   log$calls <- log$calls + 1L
+  log$engine <- log$engine + engine_seconds(timings)
   for (name in names(timings)) {
     before <- log$phases[name]
     log$phases[name] <- if (is.na(before)) timings[[name]] else before + timings[[name]]
