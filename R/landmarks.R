@@ -71,6 +71,7 @@
 #'   * `sigma`, `lambda`, `nt`: the arguments;
 #'   * `counts`, `convergence`, `message`: those of [stats::optim()] (`convergence` 1: `iter.max`
 #'     reached), or of [keops_program_optim()], which gives them as `optim()` does;
+#'   * `optimizer`: the argument;
 #'   * `call`: the call.
 #' @seealso `vignette("landmarks")` (the model, the checks, a larger example, pictures),
 #'   [keops_program()], [keops_program_grad()].
@@ -118,7 +119,7 @@ keops_landmarks <- function(q0, target, sigma, nt = 40, lambda, iter.max = 400,
   distance <- rbind(before = dist_stats(q0), after = dist_stats(matrix(q[nt + 1L, , ], nrow(q0), ncol(q0))))
   structure(list(p0 = p0, q = q, target = target, loss = loss, distance = distance, value = fit$value, sigma = sigma, lambda = lambda,
                  nt = nt, counts = fit$counts, convergence = fit$convergence, message = fit$message,
-                 call = call), class = "keops_landmarks")
+                 optimizer = optimizer, call = call), class = "keops_landmarks")
 }
 
 #' @export
@@ -129,7 +130,8 @@ print.keops_landmarks <- function(x, ...) {
               d[2L], d[3L], d[1L] - 1L, format(x$sigma, digits = 4), format(x$lambda, digits = 4)))
   status <- switch(as.character(x$convergence), "0" = "converged", "1" = "iteration limit reached",
                    paste0("convergence ", x$convergence))
-  cat(sprintf("  L-BFGS-B: %d evaluations, %s%s\n", x$counts[[1L]], status,
+  method <- if (identical(x$optimizer, "optim")) "L-BFGS-B (optim)" else "L-BFGS (engine)"
+  cat(sprintf("  %s: %d evaluations, %s%s\n", method, x$counts[[1L]], status,
               if (is.null(x$message) || x$convergence == 1) "" else paste0(" (", x$message, ")")))
   if (length(x$loss)) {
     cat(sprintf("  E: %s -> %s\n", format(x$loss[1L], digits = 4), format(x$value, digits = 4)))
