@@ -25,10 +25,10 @@ pub(crate) struct Point {
 }
 
 impl Point {
-    /// Whether the point is too high to be kept: not finite, or above the sufficient-decrease line
-    /// from `start`.
+    /// Whether the point is too high to be kept: its value or its slope (its gradient) not finite,
+    /// or above the sufficient-decrease line from `start`.
     fn too_high(&self, start: &Point) -> bool {
-        !self.f.is_finite() || self.f > start.f + C1 * self.a * start.slope
+        !self.f.is_finite() || !self.slope.is_finite() || self.f > start.f + C1 * self.a * start.slope
     }
 }
 
@@ -77,7 +77,8 @@ fn zoom(
         // The cubic's minimiser, kept 10% of the interval away from its ends; the middle when
         // `hi` is not finite.
         let middle = lo.a + 0.5 * width;
-        let guess = if hi.f.is_finite() { cubic_minimiser(&lo, &hi).unwrap_or(middle) } else { middle };
+        let guess =
+            if hi.f.is_finite() && hi.slope.is_finite() { cubic_minimiser(&lo, &hi).unwrap_or(middle) } else { middle };
         let (low, high) = (lo.a + 0.1 * width, hi.a - 0.1 * width);
         let a = if width > 0.0 { guess.clamp(low, high) } else { guess.clamp(high, low) };
         let p = phi(a)?;
@@ -127,10 +128,10 @@ mod tests {
 
     #[test]
     fn finds_a_wolfe_point_of_a_quadratic_and_backs_off_non_finite_values() {
-        // phi(a) = (a - 3)^2, NaN beyond a = 5
+        // phi(a) = (a - 3)^2, NaN beyond a = 5, its slope NaN beyond a = 4
         let mut phi = |a: f64| -> Result<Point> {
             let f = if a > 5.0 { f64::NAN } else { (a - 3.0).powi(2) };
-            Ok(point(a, f, 2.0 * (a - 3.0)))
+            Ok(point(a, f, if a > 4.0 { f64::NAN } else { 2.0 * (a - 3.0) }))
         };
         let start = point(0.0, 9.0, -6.0);
         for first in [0.01, 1.0, 100.0] {
