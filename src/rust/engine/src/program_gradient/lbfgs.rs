@@ -110,7 +110,7 @@ pub fn minimise(
 
 /// One iteration from `at`: the model's direction, then a line search along it (again along the
 /// steepest descent, the history forgotten, when that search fails). Adds the step to `history`
-/// when its curvature is positive. `None` when no step decreases the value.
+/// when its curvature is positive. `None` when every step raised the value.
 fn step(
     at: &Point,
     history: &mut History,

@@ -33,11 +33,31 @@ impl Point {
 }
 
 /// Searches the line `phi(a)` (which gives the point at step `a`) from `start` (step 0, negative
-/// slope), trying the step `first` first. Returns the point found, or `None` when no step made the
-/// value decrease sufficiently within `MAX_EVALUATIONS`; a point that decreases the value enough but
-/// misses the curvature condition is returned when the evaluations run out (the caller then keeps
-/// no curvature pair).
+/// slope), trying the step `first` first. Returns the point found: one that meets both conditions;
+/// else, when the evaluations run out, one that decreases the value enough (the caller then keeps
+/// no curvature pair), or the lowest point below the start, or else one level with it (as
+/// L-BFGS-B's search ends at its best point: in float32, the rounding of the value may hide a
+/// decrease; the minimiser's `factr` test then stops on the zero reduction, as L-BFGS-B's does);
+/// `None` when every step raised the value.
 pub(crate) fn search(start: &Point, first: f64, phi: &mut impl FnMut(f64) -> Result<Point>) -> Result<Option<Point>> {
+    let mut best: Option<Point> = None;
+    let found = {
+        let mut recorded = |a: f64| -> Result<Point> {
+            let p = phi(a)?;
+            let lower = best.as_ref().map_or(start.f, |b| b.f);
+            if (p.f < lower || (best.is_none() && p.f == start.f)) && p.slope.is_finite() {
+                best = Some(p.clone());
+            }
+            Ok(p)
+        };
+        wolfe(start, first, &mut recorded)?
+    };
+    Ok(found.or(best))
+}
+
+/// The search proper: a point that meets both conditions, or one that meets the first when the
+/// evaluations run out.
+fn wolfe(start: &Point, first: f64, phi: &mut impl FnMut(f64) -> Result<Point>) -> Result<Option<Point>> {
     let mut prev = start.clone();
     let mut a = first;
     for i in 0..MAX_EVALUATIONS {
@@ -139,5 +159,25 @@ mod tests {
             assert!(p.f <= 9.0 + C1 * p.a * -6.0, "first {first}: {p:?}");
             assert!(p.slope.abs() <= C2 * 6.0, "first {first}: {p:?}");
         }
+    }
+
+    #[test]
+    fn ends_at_the_lowest_point_when_rounding_hides_the_decrease() {
+        // every step 1e-12 below the start, with a slope that says it should be far lower (as a
+        // float32 value at its rounding floor): no step meets the conditions, the lowest is kept
+        let mut calls = 0;
+        let mut phi = |a: f64| -> Result<Point> {
+            calls += 1;
+            Ok(point(a, 1.0 - 1e-12 * (1.0 + (calls % 3) as f64), 1.0))
+        };
+        let p = search(&point(0.0, 1.0, -1.0), 1.0, &mut phi).unwrap().unwrap();
+        assert_eq!(p.f, 1.0 - 3e-12);
+        // level with the start: a point of the same value (the minimiser then stops on `factr`)
+        let mut flat = |a: f64| -> Result<Point> { Ok(point(a, 1.0, 1.0)) };
+        let p = search(&point(0.0, 1.0, -1.0), 1.0, &mut flat).unwrap().unwrap();
+        assert!(p.f == 1.0 && p.a > 0.0);
+        // every step higher: none
+        let mut higher = |a: f64| -> Result<Point> { Ok(point(a, 1.001 + a, 1.0)) };
+        assert!(search(&point(0.0, 1.0, -1.0), 1.0, &mut higher).unwrap().is_none());
     }
 }
