@@ -20,8 +20,9 @@
 #' -\partial_q H}{dq/dt = dH/dp, dp/dt = -dH/dq} from \eqn{(q_0, p_0)}{(q0, p0)} over
 #' \eqn{t \in [0, 1]}{t in [0, 1]}, integrated by `nt` forward Euler steps (as Algorithm 1 of
 #' J. Wang, *Fast geodesic shooting for landmark matching using CUDA*; the vignette's default is
-#' Ralston's second-order scheme). [stats::optim()] (`method = "L-BFGS-B"`, no bounds) minimises
-#' \eqn{E} itself, from \eqn{p_0 = 0}{p0 = 0} (no motion), with at most `iter.max` iterations.
+#' Ralston's second-order scheme). L-BFGS (in the engine, [keops_program_optim()], or
+#' [stats::optim()] with `method = "L-BFGS-B"` and no bounds: see `optimizer`) minimises \eqn{E}
+#' itself, from \eqn{p_0 = 0}{p0 = 0} (no motion), with at most `iter.max` iterations.
 #' (The vignette's `matching_program()` minimises \eqn{\gamma H + \sum_i |q_i(1) -
 #' \mathrm{target}_i|^2}{gamma H + sum_i |q_i(1) - target_i|^2}, which is \eqn{E / \lambda}{E /
 #' lambda} with \eqn{\gamma = 1 / \lambda}{gamma = 1 / lambda}: the same minimiser.)
@@ -50,20 +51,27 @@
 #'   more energetic deformation).
 #' @param iter.max The most iterations of L-BFGS-B (`control = list(maxit = iter.max)`), a whole
 #'   number >= 1.
+#' @param optimizer `"engine"` (the default): the whole minimisation is one engine call,
+#'   [keops_program_optim()] on a program whose last step is \eqn{E} itself (the kinetic energy
+#'   \eqn{H(q_0, p_0)}{H(q0, p0)} taken from the first step's \eqn{K(q_0) p_0}{K(q0) p0}); `"optim"`:
+#'   [stats::optim()] in R, whose every evaluation is a call of [keops_program_grad()] and one more
+#'   reduction. Both are L-BFGS with `optim()`'s stopping rules (their line searches differ: their
+#'   paths, not their minima).
 #' @return An object of class `"keops_landmarks"`, a list of
 #'   * `p0`: the initial momentum found, an `N x D` matrix;
 #'   * `q`: the trajectory of the landmarks, an array `nt + 1 x N x D`: `q[1, , ]` is `q0`,
 #'     `q[t + 1, , ]` the landmarks after step `t`, `q[nt + 1, , ]` is \eqn{q(1)};
 #'   * `target`: the target, an `N x D` matrix (`plot(fit)` draws it with `q`, see
 #'     [plot.keops_landmarks()]);
-#'   * `loss`: \eqn{E} at each evaluation that `optim()` made, in order (line searches make some
-#'     go up);
+#'   * `loss`: \eqn{E} at each evaluation that the optimiser made, in order (line searches make
+#'     some go up);
 #'   * `distance`: a `2 x 2` matrix, rows `before` (`q0`) and `after` (\eqn{q(1)}), columns `mean`
 #'     and `max`: the mean and the largest Euclidean distance of a landmark to its target;
 #'   * `value`: \eqn{E} at `p0`;
 #'   * `sigma`, `lambda`, `nt`: the arguments;
 #'   * `counts`, `convergence`, `message`: those of [stats::optim()] (`convergence` 1: `iter.max`
-#'     reached);
+#'     reached), or of [keops_program_optim()], which gives them as `optim()` does;
+#'   * `optimizer`: the argument;
 #'   * `call`: the call.
 #' @seealso `vignette("landmarks")` (the model, the checks, a larger example, pictures),
 #'   [keops_program()], [keops_program_grad()].
@@ -78,7 +86,8 @@
 #' fit$distance
 #' dim(fit$q)
 #' plot(fit)   # start (grey), target (red), trajectories and q(1) (blue)
-keops_landmarks <- function(q0, target, sigma, nt = 40, lambda, iter.max = 400) {
+keops_landmarks <- function(q0, target, sigma, nt = 40, lambda, iter.max = 400,
+                            optimizer = c("engine", "optim")) {
   call <- match.call()
   fun <- "keops_landmarks"
   q0 <- check_points(q0, "q0", fun, min_rows = 2L, allow_vector = FALSE, allow_data_frame = FALSE)
@@ -92,21 +101,15 @@ keops_landmarks <- function(q0, target, sigma, nt = 40, lambda, iter.max = 400) 
   nt <- check_whole(nt, "nt", fun, min = 1, max = .Machine$integer.max, show_value = TRUE)
   check_number(lambda, "lambda", fun, sign = "positive")
   iter.max <- check_whole(iter.max, "iter.max", fun, min = 1, max = .Machine$integer.max, show_value = TRUE)
+  optimizer <- check_choice(optimizer, c("engine", "optim"), "optimizer")
 
   problem <- landmarks_problem(q0, target, sigma, nt, lambda)
-  loss <- numeric()
-  # (optim() makes at most about iter.max evaluations plus its line searches: the bar's total is not
-  # known)
-  bar <- loop_progress(NA, "keops_landmarks() evaluations")
-  on.exit(bar$done(), add = TRUE)
-  fn <- function(x) {
-    e <- problem$fn(x)
-    loss <<- c(loss, e)
-    bar$set(length(loss))
-    e
+  fit <- if (optimizer == "engine") {
+    landmarks_engine_fit(q0, target, sigma, nt, lambda, iter.max)
+  } else {
+    landmarks_optim_fit(problem, length(q0), iter.max)
   }
-  fit <- stats::optim(rep(0, length(q0)), fn, problem$gr, method = "L-BFGS-B",
-                      control = list(maxit = iter.max))
+  loss <- fit$loss
   p0 <- matrix(fit$par, nrow(q0), ncol(q0))
   q <- problem$trajectory(p0)
   dist_stats <- function(a) {
@@ -116,7 +119,7 @@ keops_landmarks <- function(q0, target, sigma, nt = 40, lambda, iter.max = 400) 
   distance <- rbind(before = dist_stats(q0), after = dist_stats(matrix(q[nt + 1L, , ], nrow(q0), ncol(q0))))
   structure(list(p0 = p0, q = q, target = target, loss = loss, distance = distance, value = fit$value, sigma = sigma, lambda = lambda,
                  nt = nt, counts = fit$counts, convergence = fit$convergence, message = fit$message,
-                 call = call), class = "keops_landmarks")
+                 optimizer = optimizer, call = call), class = "keops_landmarks")
 }
 
 #' @export
@@ -127,7 +130,8 @@ print.keops_landmarks <- function(x, ...) {
               d[2L], d[3L], d[1L] - 1L, format(x$sigma, digits = 4), format(x$lambda, digits = 4)))
   status <- switch(as.character(x$convergence), "0" = "converged", "1" = "iteration limit reached",
                    paste0("convergence ", x$convergence))
-  cat(sprintf("  L-BFGS-B: %d evaluations, %s%s\n", x$counts[[1L]], status,
+  method <- if (identical(x$optimizer, "optim")) "L-BFGS-B (optim)" else "L-BFGS (engine)"
+  cat(sprintf("  %s: %d evaluations, %s%s\n", method, x$counts[[1L]], status,
               if (is.null(x$message) || x$convergence == 1) "" else paste0(" (", x$message, ")")))
   if (length(x$loss)) {
     cat(sprintf("  E: %s -> %s\n", format(x$loss[1L], digits = 4), format(x$value, digits = 4)))
@@ -202,4 +206,45 @@ landmarks_problem <- function(q0, target, sigma, nt, lambda) {
   }
   list(fn = function(x) evaluate(x)$E, gr = function(x) evaluate(x)$grad, evaluate = evaluate,
        trajectory = trajectory)
+}
+
+# The minimisation of keops_landmarks(optimizer = "optim"): stats::optim() on `problem`
+# (landmarks_problem()) from p0 = 0, each evaluation an engine call; `loss` its values in order.
+landmarks_optim_fit <- function(problem, len, iter.max) {
+  loss <- numeric()
+  # (optim() makes at most about iter.max evaluations plus its line searches: the bar's total is not
+  # known)
+  bar <- loop_progress(NA, "keops_landmarks() evaluations")
+  on.exit(bar$done(), add = TRUE)
+  fn <- function(x) {
+    e <- problem$fn(x)
+    loss <<- c(loss, e)
+    bar$set(length(loss))
+    e
+  }
+  fit <- stats::optim(rep(0, len), fn, problem$gr, method = "L-BFGS-B", control = list(maxit = iter.max))
+  fit$loss <- loss
+  fit
+}
+
+# The minimisation of keops_landmarks(optimizer = "engine"): one keops_program_optim() call on the
+# shooting whose last step is E = H(q0, p0) + lambda sum_i |q_i(1) - target_i|^2 itself. H(q0, p0)
+# = <p0, K(q0) p0> / 2 comes from the first iteration's dq = K(q0) p0: a step adds hw (p | dq) to
+# each row of `e`, with hw = 1/2 at the first iteration and 0 after (a schedule), so that the
+# gradient of E in p0 flows through it too (K p0, as optim()'s path adds it).
+landmarks_engine_fit <- function(q0, target, sigma, nt, lambda, iter.max) {
+  dim <- ncol(q0)
+  v <- function(name, cat) sprintf("%s = %s(%d)", name, cat, dim)
+  shooting <- landmarks_steps(dim, loss = FALSE)$steps
+  energy <- keops_map("e + hw * (p | dq)", c("e = Vi(1)", "hw = Pm(1)", v("p", "Vi"), v("dq", "Vi")))
+  loss <- keops_kernel("Sum_Reduction(l * SqDist(q, target) + e, 1)",
+                       c(v("q", "Vi"), v("target", "Vi"), "l = Pm(1)", "e = Vi(1)"))
+  steps <- c(shooting["dq"], list(e = energy), shooting[c("dp", "q", "p")], list(E = loss))
+  program <- keops_program(steps, iterations = nt, output = "E")
+  input <- list(q = q0, p = matrix(0, nrow(q0), dim), target = target, s = 1 / (2 * sigma^2), dt = 1 / nt,
+                e = matrix(0, nrow(q0), 1L), hw = 0.5, l = lambda)
+  fit <- keops_program_optim(program, input, of = "E", wrt = "p", control = list(maxit = iter.max),
+                             schedule = list(hw = c(0.5, 0)))
+  fit$loss <- fit$trace
+  fit
 }

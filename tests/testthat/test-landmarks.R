@@ -70,7 +70,7 @@ test_that("keops_landmarks() matches a circle to an ellipse and returns the docu
   fit <- keops_landmarks(q0, target, sigma = 0.6, nt = nt, lambda = 5, iter.max = 15)
   expect_s3_class(fit, "keops_landmarks")
   expect_named(fit, c("p0", "q", "target", "loss", "distance", "value", "sigma", "lambda", "nt", "counts", "convergence",
-                      "message", "call"), ignore.order = TRUE)
+                      "message", "optimizer", "call"), ignore.order = TRUE)
   expect_equal(dim(fit$p0), c(n, 2L))
   expect_equal(dim(fit$q), c(nt + 1L, n, 2L))
   expect_identical(fit$q[1, , ], unname(q0))

@@ -7,6 +7,7 @@ mod clustering;
 mod error;
 mod gradient;
 mod knn;
+mod optimise;
 mod plan;
 mod program;
 mod progress;
@@ -411,6 +412,7 @@ extendr_module! {
     use gradient;
     use knn;
     use sitrep;
+    use optimise;
     use plan;
     use program;
     fn keops_parse;

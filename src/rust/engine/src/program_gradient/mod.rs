@@ -12,6 +12,9 @@
 //! program does; elsewhere (the CPU; float16) each reduction is a plain run on host data.
 
 mod backward;
+pub mod lbfgs;
+mod line_search;
+pub mod optimise;
 mod step;
 
 use std::sync::Arc;
