@@ -60,6 +60,8 @@ corpus <- list(
                       iterations = 3, until = "s", tol = 1e-9, trace = "s")(list(x = matrix(1:5)))),
   quote(keops_program_grad(keops_program(list(y = keops_map("x * x", "x = Vi(1)")), iterations = 2),
                             list(x = matrix(1:5)), of = "y", wrt = "x")),
+  quote(keops_program_optim(keops_program(list(loss = keops_kernel("Sum_Reduction(SqDist(x, c), 1)", c("x = Vi(1)", "c = Vi(1)")))),
+                             list(x = matrix(0, 5), c = matrix(1:5)), of = "loss", wrt = "x", control = list(maxit = 3))),
   quote(keops_iterate(list(g = keops_kernel("Sum_Reduction(x - g, 1)", c("x = Vi(1)", "g = Vj(1)"))),
                       list(x = matrix(1:5), g = matrix(0, 3)), iterations = 2)),
   quote(keops_knn(x, y, k = 2)),

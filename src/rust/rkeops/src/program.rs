@@ -318,7 +318,7 @@ fn first_row(owner: &Robj, s: SEXP) -> Fallible<HostValue<'static>> {
 /// outputs)` (see `Plan::new` and `Plan::with_values`): `plan`, made by `keops_program_plan()` and
 /// kept by R, spares reading the steps again; without it (NULL, or a program saved and loaded
 /// again, whose pointer is empty) they are read from the description.
-fn with_program<R>(program: &Robj, work: impl FnOnce(&Program) -> Fallible<R>) -> Fallible<R> {
+pub(crate) fn with_program<R>(program: &Robj, work: impl FnOnce(&Program) -> Fallible<R>) -> Fallible<R> {
     let p = program.as_list().or_input("program", "the program must be a list")?;
     let kept = element(&p, "plan");
     let made;
