@@ -9,7 +9,7 @@ use std::ops::Range;
 use crate::clustering::{cluster_summary, grid_cells, order_by_label, ClusterSummary, Points};
 use crate::error::{Error, Result};
 use crate::parallel;
-use crate::ranges::Ranges;
+use crate::ranges::{BlockRanges, Ranges};
 
 /// A cloud sorted by the cells of a grid, and its cells.
 #[derive(Debug, Clone, PartialEq)]
@@ -135,7 +135,16 @@ pub fn cell_pair_ranges(x: CellSide, y: CellSide, slack: f64) -> Result<Ranges> 
         return Err(Error::Invalid("'slack' must be a finite number".into()));
     }
     let pairs = kept_pairs(&x, &y, &x.cell_maxima(), &y.cell_maxima(), slack);
-    Ranges::from_block_pairs(x.blocks, y.blocks, &pairs)
+    // (both axes at once: each is a sort of the pairs, on one core)
+    let mut sides: Vec<Option<Result<BlockRanges>>> = vec![None, None];
+    parallel::for_each_block_of_work(&mut sides, 1, pairs.len(), |b, side| {
+        side[0] = Some(match b {
+            0 => BlockRanges::from_block_pairs(x.blocks, y.blocks, pairs.iter().copied()),
+            _ => BlockRanges::from_block_pairs(y.blocks, x.blocks, pairs.iter().map(|&(k, l)| (l, k))),
+        });
+    });
+    let mut sides = sides.into_iter().map(|s| s.expect("each axis is made"));
+    Ok(Ranges { i: sides.next().expect("axis i")?, j: sides.next().expect("axis j")? })
 }
 
 /// The pairs of `cell_pair_ranges`, from the cell maxima `fx` and `gy`.
@@ -155,7 +164,7 @@ fn kept_pairs(x: &CellSide, y: &CellSide, fx: &[f64], gy: &[f64], slack: f64) ->
         let rows = (p * per_part).min(cx)..((p + 1) * per_part).min(cx);
         for (i, &f) in rows.clone().zip(&fx[rows]) {
             let margin = margins.row(x, y, i, f, gy, slack);
-            let mut best_j = (f64::NEG_INFINITY, 0);
+            let (mut best_j, kept) = ((f64::NEG_INFINITY, 0), part.pairs.len());
             for (j, &m) in margin.iter().enumerate() {
                 if m >= 0.0 {
                     part.pairs.push((i, j));
@@ -164,7 +173,9 @@ fn kept_pairs(x: &CellSide, y: &CellSide, fx: &[f64], gy: &[f64], slack: f64) ->
                     best_j = (m, j);
                 }
             }
-            part.pairs.push((i, best_j.1));
+            if part.pairs.len() == kept {
+                part.pairs.push((i, best_j.1)); // (else already kept: the partners stay sorted)
+            }
             // (a select rather than a branch per pair: the compiler makes it a vector loop)
             for ((best, row), &m) in part.best_margin.iter_mut().zip(part.best_row.iter_mut()).zip(margin) {
                 let better = m > *best;
@@ -184,7 +195,8 @@ fn kept_pairs(x: &CellSide, y: &CellSide, fx: &[f64], gy: &[f64], slack: f64) ->
             }
         }
     }
-    pairs.extend(best_row.iter().enumerate().map(|(j, &i)| (i, j)));
+    // (the columns' best partners that are not kept already: few, after the sorted others)
+    pairs.extend((0..cy).filter(|&j| best_margin[j] < 0.0).map(|j| (best_row[j], j)));
     pairs
 }
 
