@@ -153,6 +153,7 @@ fn kept_pairs(x: &CellSide, y: &CellSide, fx: &[f64], gy: &[f64], slack: f64) ->
     if cx == 0 || cy == 0 {
         return Vec::new();
     }
+    let chunks = Chunks::new(y, gy);
     // (parts of consecutive rows, each with its kept pairs and its best row for each column)
     let parts = (4 * parallel::cores()).min(cx);
     let per_part = cx.div_ceil(parts);
@@ -160,27 +161,33 @@ fn kept_pairs(x: &CellSide, y: &CellSide, fx: &[f64], gy: &[f64], slack: f64) ->
     parallel::for_each_block_of_work(&mut found, 1, cx * cy * 4 * x.points.d, |p, part| {
         let part = &mut part[0];
         (part.best_margin, part.best_row) = (vec![f64::NEG_INFINITY; cy], vec![0; cy]);
-        let mut margins = Margins::new(cy);
+        let mut margins = Margins::new(CHUNK);
         let rows = (p * per_part).min(cx)..((p + 1) * per_part).min(cx);
         for (i, &f) in rows.clone().zip(&fx[rows]) {
-            let margin = margins.row(x, y, i, f, gy, slack);
-            let (mut best_j, kept) = ((f64::NEG_INFINITY, 0), part.pairs.len());
-            for (j, &m) in margin.iter().enumerate() {
-                if m >= 0.0 {
-                    part.pairs.push((i, j));
+            let kept = part.pairs.len();
+            let a = f + x.radii[i] * distance(x.centroids, cx, i, x.target, cx, i) + slack;
+            for (c, js) in chunks.ranges.iter().enumerate() {
+                if chunks.below_zero(x, i, a, c) {
+                    continue; // (every margin of the chunk is negative)
                 }
-                if m > best_j.0 {
-                    best_j = (m, j);
+                let margin = margins.row(x, y, i, f, gy, slack, js.clone());
+                for ((j, &m), (best, row)) in js
+                    .clone()
+                    .zip(margin)
+                    .zip(part.best_margin[js.clone()].iter_mut().zip(&mut part.best_row[js.clone()]))
+                {
+                    if m >= 0.0 {
+                        part.pairs.push((i, j));
+                    }
+                    if m > *best {
+                        (*best, *row) = (m, i);
+                    }
                 }
             }
             if part.pairs.len() == kept {
-                part.pairs.push((i, best_j.1)); // (else already kept: the partners stay sorted)
-            }
-            // (a select rather than a branch per pair: the compiler makes it a vector loop)
-            for ((best, row), &m) in part.best_margin.iter_mut().zip(part.best_row.iter_mut()).zip(margin) {
-                let better = m > *best;
-                *row = if better { i } else { *row };
-                *best = if better { m } else { *best };
+                // (nothing kept: the best partner, from all the margins; else kept already)
+                let margin = Margins::new(cy).row(x, y, i, f, gy, slack, 0..cy).to_vec();
+                part.pairs.push((i, first_largest(margin.iter().copied())));
             }
         }
     });
@@ -195,9 +202,80 @@ fn kept_pairs(x: &CellSide, y: &CellSide, fx: &[f64], gy: &[f64], slack: f64) ->
             }
         }
     }
-    // (the columns' best partners that are not kept already: few, after the sorted others)
-    pairs.extend((0..cy).filter(|&j| best_margin[j] < 0.0).map(|j| (best_row[j], j)));
+    // (the columns that keep nothing: their best partner from all their margins, after the others)
+    let mut margins = Margins::new(1);
+    pairs.extend(
+        (0..cy)
+            .filter(|&j| best_margin[j] < 0.0)
+            .map(|j| (first_largest((0..cx).map(|i| margins.row(x, y, i, fx[i], gy, slack, j..j + 1)[0])), j)),
+    );
     pairs
+}
+
+/// The position of the first largest value (0 when none is larger than -inf).
+fn first_largest(values: impl Iterator<Item = f64>) -> usize {
+    values.enumerate().fold((0, f64::NEG_INFINITY), |best, (k, v)| if v > best.1 { (k, v) } else { best }).0
+}
+
+/// |a_I - b_J| for the rows `i` of `a` (`na` rows) and `j` of `b` (`nb` rows), column-major.
+fn distance(a: &[f64], na: usize, i: usize, b: &[f64], nb: usize, j: usize) -> f64 {
+    let d = a.len() / na.max(1);
+    (0..d).map(|k| (a[k * na + i] - b[k * nb + j]).powi(2)).sum::<f64>().sqrt()
+}
+
+/// Cells of y in chunks of `CHUNK` consecutive ones, with what bounds their margins from above: as
+/// |y_J - t_I| <= d_IJ + |x_I - t_I| and |x_I - s_J| <= d_IJ + |y_J - s_J| (d_IJ = |x_I - y_J|),
+///   margin(I, J) <= A_I + B_J + (r_I + r_J) d_IJ - d_IJ^2 / 2,
+/// A_I = F_I + r_I |x_I - t_I| + slack, B_J = G_J + r_J |y_J - s_J|; over a chunk, B_J and r_J are
+/// at most their largest and d_IJ at least the distance from x_I to the chunk's box.
+struct Chunks {
+    ranges: Vec<Range<usize>>,
+    /// The box of the chunk's centroids: lowest and highest coordinates, chunk-major.
+    low: Vec<f64>,
+    high: Vec<f64>,
+    b_max: Vec<f64>,
+    r_max: Vec<f64>,
+}
+
+/// Cells of y per chunk: consecutive cells are close (sorted by coordinates), so that whole chunks
+/// far from the transport map are left out at once.
+const CHUNK: usize = 16;
+
+impl Chunks {
+    fn new(y: &CellSide, gy: &[f64]) -> Chunks {
+        let (cy, d) = (y.cells(), y.points.d);
+        let ranges: Vec<Range<usize>> = (0..cy).step_by(CHUNK).map(|j| j..(j + CHUNK).min(cy)).collect();
+        let (mut low, mut high) = (vec![f64::INFINITY; ranges.len() * d], vec![f64::NEG_INFINITY; ranges.len() * d]);
+        let (mut b_max, mut r_max) = (vec![f64::NEG_INFINITY; ranges.len()], vec![0.0f64; ranges.len()]);
+        for (c, js) in ranges.iter().enumerate() {
+            for j in js.clone() {
+                for k in 0..d {
+                    low[c * d + k] = low[c * d + k].min(y.centroids[k * cy + j]);
+                    high[c * d + k] = high[c * d + k].max(y.centroids[k * cy + j]);
+                }
+                let b = gy[j] + y.radii[j] * distance(y.centroids, cy, j, y.target, cy, j);
+                (b_max[c], r_max[c]) = (b_max[c].max(b), r_max[c].max(y.radii[j]));
+            }
+        }
+        Chunks { ranges, low, high, b_max, r_max }
+    }
+
+    /// Whether every margin of the cell `i` of x (A_I = `a`) against the chunk `c` is negative,
+    /// by more than the rounding of the margins.
+    fn below_zero(&self, x: &CellSide, i: usize, a: f64, c: usize) -> bool {
+        let (cx, d) = (x.cells(), x.points.d);
+        let gap2: f64 = (0..d)
+            .map(|k| {
+                let v = x.centroids[k * cx + i];
+                (self.low[c * d + k] - v).max(v - self.high[c * d + k]).max(0.0).powi(2)
+            })
+            .sum();
+        let (gap, rho) = (gap2.sqrt(), x.radii[i] + self.r_max[c]);
+        // (the largest of rho d - d^2 / 2 over d >= gap)
+        let h = if gap > rho { rho * gap - gap2 / 2.0 } else { rho * rho / 2.0 };
+        let bound = a + self.b_max[c] + h;
+        bound < -1e-9 * (a.abs() + self.b_max[c].abs() + gap2 + rho * rho + 1.0)
+    }
 }
 
 /// What a part of the rows of `kept_pairs` finds.
@@ -209,7 +287,7 @@ struct PartPairs {
     best_row: Vec<usize>,
 }
 
-/// The margins of a cell of x against every cell of y, in buffers kept from row to row.
+/// The margins of a cell of x against cells of y, in buffers kept from row to row.
 struct Margins {
     /// |x_I - y_J|^2, |y_J - t_I|^2, |x_I - s_J|^2, then the margins.
     d2: Vec<f64>,
@@ -222,26 +300,36 @@ impl Margins {
         Margins { d2: vec![0.0; cells_y], e2: vec![0.0; cells_y], h2: vec![0.0; cells_y] }
     }
 
-    /// The margins of the cell `i` of x (its maximum `f`) against every cell of y (maxima `gy`),
-    /// summed in the order of the bound's formula.
-    fn row(&mut self, x: &CellSide, y: &CellSide, i: usize, f: f64, gy: &[f64], slack: f64) -> &[f64] {
-        let (cx, cy) = (x.cells(), y.cells());
-        let (d2, e2, h2) = (&mut self.d2, &mut self.e2, &mut self.h2);
+    /// The margins of the cell `i` of x (its maximum `f`) against the cells `js` of y (maxima `gy`),
+    /// summed in the order of the bound's formula (the same values whatever `js`).
+    #[allow(clippy::too_many_arguments)]
+    fn row(
+        &mut self,
+        x: &CellSide,
+        y: &CellSide,
+        i: usize,
+        f: f64,
+        gy: &[f64],
+        slack: f64,
+        js: Range<usize>,
+    ) -> &[f64] {
+        let (cx, cy, n) = (x.cells(), y.cells(), js.len());
+        let (d2, e2, h2) = (&mut self.d2[..n], &mut self.e2[..n], &mut self.h2[..n]);
         for v in [&mut *d2, &mut *e2, &mut *h2] {
             v.fill(0.0);
         }
         for k in 0..x.points.d {
             let (xc, t) = (x.centroids[k * cx + i], x.target[k * cx + i]);
-            let (yc, s) = (&y.centroids[k * cy..(k + 1) * cy], &y.target[k * cy..(k + 1) * cy]);
-            for j in 0..cy {
+            let (yc, s) = (&y.centroids[k * cy..][js.clone()], &y.target[k * cy..][js.clone()]);
+            for j in 0..n {
                 d2[j] += (xc - yc[j]) * (xc - yc[j]);
                 e2[j] += (yc[j] - t) * (yc[j] - t);
                 h2[j] += (xc - s[j]) * (xc - s[j]);
             }
         }
-        let r = x.radii[i];
-        for j in 0..cy {
-            d2[j] = f + gy[j] - d2[j] / 2.0 + r * e2[j].sqrt() + y.radii[j] * h2[j].sqrt() + slack;
+        let (r, gy, ry) = (x.radii[i], &gy[js.clone()], &y.radii[js]);
+        for j in 0..n {
+            d2[j] = f + gy[j] - d2[j] / 2.0 + r * e2[j].sqrt() + ry[j] * h2[j].sqrt() + slack;
         }
         d2
     }
@@ -283,7 +371,7 @@ mod tests {
         let (fx, gy) = (x.cell_maxima(), y.cell_maxima());
         let (cx, cy) = (x.cells(), y.cells());
         let mut margins = Margins::new(cy);
-        let m: Vec<Vec<f64>> = (0..cx).map(|i| margins.row(x, y, i, fx[i], &gy, slack).to_vec()).collect();
+        let m: Vec<Vec<f64>> = (0..cx).map(|i| margins.row(x, y, i, fx[i], &gy, slack, 0..cy).to_vec()).collect();
         let argmax = |v: Vec<f64>| {
             v.iter().enumerate().fold((0, f64::NEG_INFINITY), |b, (k, &m)| if m > b.1 { (k, m) } else { b }).0
         };
@@ -303,27 +391,31 @@ mod tests {
         let wave = |k: usize, a: f64| ((k as f64) * a).sin() * 2.0;
         let x: Vec<f64> = (0..2 * n).map(|k| wave(k, 1.3)).collect();
         let y: Vec<f64> = (0..2 * m).map(|k| wave(k, 0.7) + 0.3).collect();
-        let (cx, cy) = (
-            sorted_cells(Points::new(&x, n, 2).unwrap(), &[0.7, 0.7], &vec![0.0; n]).unwrap(),
-            sorted_cells(Points::new(&y, m, 2).unwrap(), &[0.7, 0.7], &vec![0.0; m]).unwrap(),
-        );
-        let f: Vec<f64> = (0..n).map(|k| wave(k, 2.1) * 0.2).collect();
-        let g: Vec<f64> = (0..m).map(|k| wave(k, 1.1) * 0.2).collect();
-        let t: Vec<f64> = cx.summary.centroids.iter().map(|c| c * 0.9 + 0.1).collect();
-        let s: Vec<f64> = cy.summary.centroids.iter().map(|c| c * 1.1 - 0.1).collect();
-        let (px, py) = (Points::new(&cx.sorted, n, 2).unwrap(), Points::new(&cy.sorted, m, 2).unwrap());
-        let (sx, sy) = (side(px, &cx, &t, &f), side(py, &cy, &s, &g));
-        for slack in [0.01, 0.5, 3.0] {
-            let keep = kept_by_brute_force(&sx, &sy, slack);
-            let mut pairs = Vec::new();
-            for (i, row) in keep.iter().enumerate() {
-                pairs.extend(row.iter().enumerate().filter(|(_, &k)| k).map(|(j, _)| (i, j)));
+        // (few cells, and many: chunks of cells of y left out)
+        for side_len in [0.7, 0.12] {
+            let (cx, cy) = (
+                sorted_cells(Points::new(&x, n, 2).unwrap(), &[side_len, side_len], &vec![0.0; n]).unwrap(),
+                sorted_cells(Points::new(&y, m, 2).unwrap(), &[side_len, side_len], &vec![0.0; m]).unwrap(),
+            );
+            let f: Vec<f64> = (0..n).map(|k| wave(k, 2.1) * 0.2).collect();
+            let g: Vec<f64> = (0..m).map(|k| wave(k, 1.1) * 0.2).collect();
+            let t: Vec<f64> = cx.summary.centroids.iter().map(|c| c * 0.9 + 0.1).collect();
+            let s: Vec<f64> = cy.summary.centroids.iter().map(|c| c * 1.1 - 0.1).collect();
+            let (px, py) = (Points::new(&cx.sorted, n, 2).unwrap(), Points::new(&cy.sorted, m, 2).unwrap());
+            let (sx, sy) = (side(px, &cx, &t, &f), side(py, &cy, &s, &g));
+            // (a negative slack: rows and columns that keep only their best partner)
+            for slack in [-0.3, 0.01, 0.5, 3.0] {
+                let keep = kept_by_brute_force(&sx, &sy, slack);
+                let mut pairs = Vec::new();
+                for (i, row) in keep.iter().enumerate() {
+                    pairs.extend(row.iter().enumerate().filter(|(_, &k)| k).map(|(j, _)| (i, j)));
+                }
+                let expected = Ranges::from_block_pairs(sx.blocks, sy.blocks, &pairs).unwrap();
+                assert_eq!(cell_pair_ranges(sx, sy, slack).unwrap(), expected);
             }
-            let expected = Ranges::from_block_pairs(sx.blocks, sy.blocks, &pairs).unwrap();
-            assert_eq!(cell_pair_ranges(sx, sy, slack).unwrap(), expected);
+            let short = CellSide { potential: &f[1..], ..sx };
+            assert!(cell_pair_ranges(short, sy, 0.1).is_err());
+            assert!(cell_pair_ranges(sx, sy, f64::NAN).is_err());
         }
-        let short = CellSide { potential: &f[1..], ..sx };
-        assert!(cell_pair_ranges(short, sy, 0.1).is_err());
-        assert!(cell_pair_ranges(sx, sy, f64::NAN).is_err());
     }
 }
