@@ -118,7 +118,8 @@ coarse_targets <- function(cx, cy, fc, gc, e) {
 #' \eqn{J} gets its mass from). Each cell of x and each cell of y also keeps its best partner (the
 #' largest bound), so that no row of a reduction is left empty.
 #'
-#' The engine computes the bound for every pair of cells, on every core, in double precision.
+#' The engine tests every pair of cells, on every core, in double precision (groups of cells of
+#' y far from a cell of x at once, by a looser bound).
 #'
 #' @param cx,cy The cells of the two clouds, from [sort_grid_cells()] (`x`, `ranges`,
 #'   `centroids` and `radii` are read).

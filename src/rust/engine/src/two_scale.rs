@@ -124,7 +124,8 @@ impl CellSide<'_> {
 /// is not negative (F, G `CellSide::cell_maxima`; x_I, y_J the centroids, r the radii, t and s the
 /// targets), with each cell of x and each cell of y kept with its best partner (the largest margin,
 /// the first one of equal margins): for any f_i + g_j - C_ij >= -slack, (I, J) is kept (appendix C
-/// of Feydy et al., vignette("sinkhorn-multiscale")). Every pair of cells is tested, on every core.
+/// of Feydy et al., vignette("sinkhorn-multiscale")). Every pair of cells is tested, on every
+/// core: chunks of cells of y far from a cell of x at once (`Chunks`), the others one by one.
 pub fn cell_pair_ranges(x: CellSide, y: CellSide, slack: f64) -> Result<Ranges> {
     x.check("x")?;
     y.check("y")?;
