@@ -32,6 +32,7 @@ pub mod real;
 pub mod reduction;
 pub mod schedule;
 pub mod tuning;
+pub mod two_scale;
 
 pub use error::{Error, Result};
 

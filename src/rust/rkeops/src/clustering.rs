@@ -4,10 +4,11 @@
 use std::ops::Range;
 
 use engine::clustering::{cluster_summary, grid_cells, Points};
+use engine::two_scale::{cell_pair_ranges, sorted_cells, CellSide};
 use engine::{BlockRanges, Ranges};
 use extendr_api::prelude::*;
 
-use crate::{guarded, Fallible, OrInput};
+use crate::{element, guarded, Fallible, OrInput};
 
 /// A double matrix (or vector: one column) named `name` as points.
 pub(crate) fn points<'a>(x: &'a Robj, name: &str) -> Fallible<Points<'a>> {
@@ -88,15 +89,82 @@ fn keops_ranges_of_pairs(ranges_i: Robj, ranges_j: Robj, k: Robj, l: Robj) -> Ro
         let l = l.as_integer_slice().or_input("pairs", "'pairs' must be integers")?;
         let pairs: Vec<(usize, usize)> =
             k.iter().zip(l).map(|(&k, &l)| ((k.max(1) - 1) as usize, (l.max(1) - 1) as usize)).collect();
-        let ranges = Ranges::from_block_pairs(&blocks_i, &blocks_j, &pairs)?;
-        let side = |b: &BlockRanges| -> Fallible {
-            Ok(List::from_names_and_values(
-                ["slices", "red"],
-                [Robj::from(b.slices.iter().map(|&s| s as i32).collect::<Vec<i32>>()), block_matrix(&b.reduced)?],
-            )?
-            .into())
-        };
-        Ok(List::from_names_and_values(["i", "j"], [side(&ranges.i)?, side(&ranges.j)?])?.into())
+        ranges_sides(&Ranges::from_block_pairs(&blocks_i, &blocks_j, &pairs)?)
+    })
+}
+
+/// The slices and reduced ranges of both axes, as R's from_pairs() reads them.
+fn ranges_sides(ranges: &Ranges) -> Fallible {
+    let side = |b: &BlockRanges| -> Fallible {
+        Ok(List::from_names_and_values(
+            ["slices", "red"],
+            [Robj::from(b.slices.iter().map(|&s| s as i32).collect::<Vec<i32>>()), block_matrix(&b.reduced)?],
+        )?
+        .into())
+    };
+    Ok(List::from_names_and_values(["i", "j"], [side(&ranges.i)?, side(&ranges.j)?])?.into())
+}
+
+/// The two-scale solver's cells (R/sinkhorn-multiscale.R): `x` sorted by the grid cells of side
+/// `size`, the 1-based permutation `perm` (x[perm, ]), its log-weights `la` in that order, and each cell's rows (`ranges`,
+/// 1-based inclusive), weighted centroid, total weight and radius.
+#[extendr]
+fn keops_two_scale_cells(x: Robj, size: Robj, la: Robj) -> Robj {
+    guarded(|| {
+        let size = size.as_real_slice().or_input("size", "'size' must be a double vector")?;
+        let la = la.as_real_slice().or_input("la", "'la' must be a double vector")?;
+        let x = points(&x, "x")?;
+        let c = sorted_cells(x, size, la)?;
+        let cells = c.blocks.len();
+        Ok(List::from_names_and_values(
+            ["x", "perm", "la", "ranges", "centroids", "weights", "radii"],
+            [
+                matrix(Robj::from(c.sorted), x.n, x.d)?,
+                Robj::from(c.order.iter().map(|&i| i as i32 + 1).collect::<Vec<i32>>()),
+                Robj::from(c.log_weights),
+                block_matrix(&c.blocks)?,
+                matrix(Robj::from(c.summary.centroids), cells, x.d)?,
+                Robj::from(c.summary.weights),
+                Robj::from(c.summary.radii),
+            ],
+        )?
+        .into())
+    })
+}
+
+/// The parts of one side of `keops_cell_pair_ranges` (a list, `name`): the sorted points `x`, the
+/// cells' `ranges`, `centroids`, `radii` and `target`, and the `potential`.
+const SIDE: [&str; 6] = ["x", "ranges", "centroids", "radii", "target", "potential"];
+
+fn side_parts(side: &Robj, name: &str) -> Fallible<Vec<Robj>> {
+    let side = side.as_list().or_input(name, format!("'{name}' must be a list"))?;
+    SIDE.iter().map(|part| element(&side, part).or_input(name, format!("'{name}' has no element '{part}'"))).collect()
+}
+
+fn cell_side<'a>(parts: &'a [Robj], name: &str, blocks: &'a [Range<usize>]) -> Fallible<CellSide<'a>> {
+    let real = |k: usize| -> Fallible<&'a [f64]> {
+        parts[k].as_real_slice().or_input(name, format!("'{name}${}' must be doubles", SIDE[k]))
+    };
+    Ok(CellSide {
+        points: points(&parts[0], name)?,
+        blocks,
+        centroids: real(2)?,
+        radii: real(3)?,
+        target: real(4)?,
+        potential: real(5)?,
+    })
+}
+
+/// `cell_pair_ranges()`: the slices and reduced ranges (as from_pairs()) of the pairs of cells
+/// kept by the two-scale solver's bound, for the sides `x` and `y` (lists, `side_parts`).
+#[extendr]
+fn keops_cell_pair_ranges(x: Robj, y: Robj, slack: f64) -> Robj {
+    guarded(|| {
+        // (named as cell_pair_ranges() names them)
+        let (x, y) = (side_parts(&x, "cx")?, side_parts(&y, "cy")?);
+        let (blocks_x, blocks_y) = (blocks(&x[1], "cx")?, blocks(&y[1], "cy")?);
+        let ranges = cell_pair_ranges(cell_side(&x, "cx", &blocks_x)?, cell_side(&y, "cy", &blocks_y)?, slack)?;
+        ranges_sides(&ranges)
     })
 }
 
@@ -105,4 +173,6 @@ extendr_module! {
     fn keops_grid_labels;
     fn keops_cluster_summary;
     fn keops_ranges_of_pairs;
+    fn keops_two_scale_cells;
+    fn keops_cell_pair_ranges;
 }
