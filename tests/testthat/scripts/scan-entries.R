@@ -70,6 +70,8 @@ corpus <- list(
   quote(grid_cluster(x, 0.3)),
   quote(cluster_ranges_centroids(x, c(1, 1, 2, 2, 1, 2, 1, 1, 2, 2))),
   quote(from_pairs(cbind(c(1, 6), c(5, 10)), cbind(c(1, 4), c(3, 7)), cbind(c(1, 2), c(2, 1)))),
+  quote(cell_pair_ranges(sort_grid_cells(x, 0.3), sort_grid_cells(y, 0.3), numeric(10), numeric(7),
+                         sort_grid_cells(x, 0.3)$centroids, sort_grid_cells(y, 0.3)$centroids, 0.1)),
   quote(keops_kernel("Sum_Reduction(SqDist(x, y), 0)", c("x = Vi(3)", "y = Vj(3)"))(
     list(array(runif(60), c(10, 3, 2)), array(runif(42), c(7, 3, 2))))),
   quote(keops_kernel("ArgKMin_Reduction(SqDist(x, y), 2, 0)", c("x = Vi(3)", "y = Vj(3)"))(
