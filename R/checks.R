@@ -161,7 +161,8 @@ check_points <- function(x, arg, fun = NULL, d = NULL, min_rows = 1L, allow_vect
     fail(what, ", with at least ", min_rows, " row", if (min_rows != 1L) "s", " and 1 column, not ",
          nrow(x), " x ", ncol(x))
   }
-  if (!all(is.finite(x))) fail(what, ", without NA, NaN or infinite values")
+  # (range(): one pass, no logical copy of x; NA or NaN anywhere makes it NA)
+  if (!all(is.finite(range(x)))) fail(what, ", without NA, NaN or infinite values")
   if (storage.mode(x) != "double") storage.mode(x) <- "double"
   x
 }

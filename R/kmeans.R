@@ -95,14 +95,25 @@ kmeans_result <- function(fit, xc, means, row_names, col_names) {
   dimnames(centers) <- list(seq_len(k), col_names)
   cluster <- fit$cluster
   names(cluster) <- row_names
-  # (each column's variance, in two passes by stats::var(): one column at a time, O(N D))
-  n <- nrow(xc)
-  totss <- if (n > 1L) sum(vapply(seq_len(ncol(xc)), function(j) stats::var(xc[, j]), 0)) * (n - 1) else 0
+  totss <- kmeans_totss(xc)
   tot.withinss <- sum(fit$withinss)
   structure(list(cluster = cluster, centers = centers, totss = totss, withinss = fit$withinss,
                  tot.withinss = tot.withinss, betweenss = totss - tot.withinss, size = fit$size,
                  iter = fit$iter, ifault = fit$ifault),
             class = c("keops_kmeans", "kmeans"))
+}
+
+# The total sum of squares of the points `xc` (centred or not), in float64 as stats::kmeans()
+# computes it: their squared distances to their mean, summed by the engine (no N x D temporary).
+kmeans_totss <- function(xc) {
+  d <- ncol(xc)
+  op <- memoised(kmeans_cache, c("totss", d), function() {
+    keops_kernel("Sum_Reduction(SqDist(x, m), 1)", c(sprintf("x = Vi(%d)", d), sprintf("m = Pm(%d)", d)))
+  })
+  old <- get_rkeops_options("precision")
+  on.exit(set_rkeops_options(precision = old))
+  set_rkeops_options(precision = "float64")
+  sum(op(list(xc, colMeans(xc))))
 }
 
 # k-means++ seeding (Arthur and Vassilvitskii, 2007): the indices of K rows of `x`, the first drawn

@@ -51,8 +51,9 @@ pub struct Tuning {
     /// Loops (`crate::iterate`) replay the recorded launches of their steps (`RKEOPS_GPU_REPLAY=0`:
     /// each step runs as a call).
     pub replay: bool,
-    /// Programs issue an iteration's replayed launches as one CUDA graph (`RKEOPS_GPU_GRAPHS=0`:
-    /// one launch per kernel).
+    /// Programs issue an iteration's replayed launches as one CUDA graph (`RKEOPS_GPU_GRAPHS=1`;
+    /// off by default: made again at every call, the graphs cost more than the launches they save,
+    /// H200, 2026-11-29: bench/RESULTS.md).
     pub graphs: bool,
 }
 
@@ -66,7 +67,7 @@ impl Default for Tuning {
             unroll: 4,
             force_1d: false,
             replay: true,
-            graphs: true,
+            graphs: false,
         }
     }
 }
@@ -104,7 +105,7 @@ impl Tuning {
             unroll: var("RKEOPS_GPU_UNROLL").parse().unwrap_or(default.unroll),
             force_1d: var("RKEOPS_GPU_SCHEME").eq_ignore_ascii_case("1d"),
             replay: var("RKEOPS_GPU_REPLAY") != "0",
-            graphs: var("RKEOPS_GPU_GRAPHS") != "0",
+            graphs: var("RKEOPS_GPU_GRAPHS") == "1",
         }
     }
 }
@@ -125,7 +126,7 @@ mod tests {
                 "RKEOPS_GPU_UNROLL" => "1",
                 "RKEOPS_GPU_SCHEME" => "1D",
                 "RKEOPS_GPU_REPLAY" => "0",
-                "RKEOPS_GPU_GRAPHS" => "0",
+                "RKEOPS_GPU_GRAPHS" => "1",
                 _ => return None,
             };
             Some(value.to_string())
@@ -138,7 +139,7 @@ mod tests {
             unroll: 1,
             force_1d: true,
             replay: false,
-            graphs: false,
+            graphs: true,
         };
         assert_eq!(Tuning::from_vars(set), want);
         // Values not understood keep the defaults.
