@@ -102,7 +102,7 @@ keops_landmarks <- function(q0, target, sigma, nt = 40, lambda, iter.max = 400,
   nt <- check_whole(nt, "nt", fun, min = 1, max = .Machine$integer.max, show_value = TRUE)
   check_number(lambda, "lambda", fun, sign = "positive")
   iter.max <- check_whole(iter.max, "iter.max", fun, min = 1, max = .Machine$integer.max, show_value = TRUE)
-  optimizer <- check_choice(optimizer, c("engine", "optim"), "optimizer")
+  optimizer <- check_choice(optimizer, c("optim", "engine"), "optimizer")
 
   problem <- landmarks_problem(q0, target, sigma, nt, lambda)
   fit <- if (optimizer == "engine") {

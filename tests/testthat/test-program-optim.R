@@ -70,7 +70,9 @@ test_that("a non-convex problem reaches optim()'s L-BFGS-B value, with a small g
   expect_lte(fit$value, ref$value * (1 + 1e-6))
   expect_equal(fit$value, rosen_r(fit$par, n), tolerance = 1e-12)
   expect_lt(max(abs(rosen_grad_r(fit$par, n))), 1e-4)
-  expect_equal(as.vector(fit$gradient), rosen_grad_r(fit$par, n), tolerance = 1e-8)
+  # (near the minimum the gradient is a difference of terms of order 100: an absolute tolerance,
+  # the GPU sums in another order)
+  expect_lt(max(abs(as.vector(fit$gradient) - rosen_grad_r(fit$par, n))), 1e-9)
 })
 
 test_that("keops_landmarks(optimizer = 'engine') reaches the loss of optimizer = 'optim'", {
