@@ -241,7 +241,8 @@ sinkhorn_problem <- function(x, y, a, b, balanced) {
 # GeomLoss's temperatures, from the diameter^p down to blur^p by factors scaling^p; and the clouds'
 # diameter.
 sinkhorn_schedule <- function(x, y, p, blur, scaling) {
-  r <- apply(rbind(x, y), 2, range)
+  # (column by column: no copy of both clouds bound together)
+  r <- vapply(seq_len(ncol(x)), function(k) range(x[, k], y[, k]), numeric(2))
   diameter <- max(sqrt(sum((r[2, ] - r[1, ])^2)), blur)
   steps <- seq(p * log(diameter), p * log(blur), by = p * log(scaling))
   list(eps = c(diameter^p, exp(steps), blur^p), diameter = diameter)
