@@ -8,7 +8,6 @@ use std::sync::Arc;
 use cudarc::driver::{result, sys, CudaContext};
 
 use super::device::Device;
-use super::recorded::Launch;
 use crate::error::{Error, Result};
 
 pub struct Graph {
@@ -18,16 +17,16 @@ pub struct Graph {
 }
 
 impl Graph {
-    /// The graph of `launches`, in order: captured on a stream of its own (the device's stream,
-    /// the legacy one, cannot be captured), nothing runs until `launch`.
-    pub fn capture<'l>(device: &Device, launches: impl Iterator<Item = &'l Launch>) -> Result<Graph> {
+    /// The graph of what `issue` queues on the stream it is given: captured on a stream of its own
+    /// (the device's stream, the legacy one, cannot be captured); nothing runs until `launch`.
+    pub fn capture(device: &Device, issue: impl FnOnce(sys::CUstream) -> DriverResult) -> Result<Graph> {
         let failed = |what: &str, e: result::DriverError| {
             Error::Gpu(format!("{what} on device {} ({}): {e:?}", device.ordinal, device.name))
         };
         device.ctx.bind_to_thread().map_err(|e| failed("binding the context", e))?;
         let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
             .map_err(|e| failed("creating a stream to capture a graph", e))?;
-        let captured = capture_on(stream, launches);
+        let captured = capture_on(stream, issue);
         // SAFETY: created above; the capture has ended (or never began) whatever happened.
         let destroyed = unsafe { result::stream::destroy(stream) };
         let graph = captured.map_err(|e| failed("capturing a graph", e))?;
@@ -51,15 +50,17 @@ impl Graph {
     }
 }
 
-/// Captures `launches` on `stream` (ended even when a launch fails, so the stream can be destroyed).
-fn capture_on<'l>(
+type DriverResult = std::result::Result<(), result::DriverError>;
+
+/// Captures what `issue` queues on `stream` (ended even when it fails, so the stream can be destroyed).
+fn capture_on(
     stream: sys::CUstream,
-    launches: impl Iterator<Item = &'l Launch>,
+    issue: impl FnOnce(sys::CUstream) -> DriverResult,
 ) -> std::result::Result<sys::CUgraph, result::DriverError> {
     // Relaxed: other threads may allocate while this one captures (nothing else uses this stream).
     // SAFETY: a stream of this context, capturing nothing yet.
     unsafe { result::stream::begin_capture(stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED) }?;
-    let issued = launches.into_iter().try_for_each(|l| l.issue_on(stream));
+    let issued = issue(stream);
     // SAFETY: capturing since `begin_capture`.
     let ended = unsafe { result::stream::end_capture(stream) };
     issued?;

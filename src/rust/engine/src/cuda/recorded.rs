@@ -13,7 +13,7 @@ use super::graph::{parameters, Graph};
 use crate::error::{Error, Result};
 
 /// One kernel launch: its function, grid and arguments (ints, then device pointers).
-pub struct Launch {
+struct Launch {
     function: CudaFunction,
     config: LaunchConfig,
     ints: Vec<i32>,
@@ -58,7 +58,8 @@ impl Recorded {
 
     /// The launches of `parts`, in order, as one graph: they must outlive it (their buffers).
     pub fn joined(device: &Device, parts: &[&Recorded]) -> Result<Recorded> {
-        let graph = Graph::capture(device, parts.iter().flat_map(|r| &r.launches))?;
+        let launches = parts.iter().flat_map(|r| &r.launches);
+        let graph = Graph::capture(device, |stream| launches.into_iter().try_for_each(|l| l.issue_on(stream)))?;
         Ok(Recorded { ctx: device.ctx.clone(), buffer: 0, launches: Vec::new(), graph: Some(graph) })
     }
 
@@ -80,7 +81,7 @@ impl Recorded {
 
 impl Launch {
     /// Queues the launch on `stream` (a raw one: a capture).
-    pub(super) fn issue_on(&self, stream: sys::CUstream) -> std::result::Result<(), result::DriverError> {
+    fn issue_on(&self, stream: sys::CUstream) -> std::result::Result<(), result::DriverError> {
         let LaunchConfig { grid_dim, block_dim, shared_mem_bytes } = self.config;
         let mut params = parameters(&self.ints, &self.pointers);
         // SAFETY: the arguments of a launch that ran, read by the driver before this returns.
