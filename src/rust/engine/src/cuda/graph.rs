@@ -2,7 +2,6 @@
 //! the same every other iteration, costs one graph launch instead of one launch per kernel (a few
 //! microseconds each, the bound of loops over small data).
 
-use std::ffi::c_void;
 use std::sync::Arc;
 
 use cudarc::driver::{result, sys, CudaContext};
@@ -74,11 +73,4 @@ impl Drop for Graph {
         let _ = unsafe { result::graph::exec_destroy(self.exec) };
         let _ = unsafe { result::graph::destroy(self.graph) };
     }
-}
-
-/// Raw kernel parameters: one pointer to each argument (ints, then device pointers), as
-/// `cuLaunchKernel` takes them.
-pub(super) fn parameters(ints: &[i32], pointers: &[u64]) -> Vec<*mut c_void> {
-    let ints = ints.iter().map(|i| i as *const i32 as *mut c_void);
-    ints.chain(pointers.iter().map(|p| p as *const u64 as *mut c_void)).collect()
 }

@@ -4,12 +4,13 @@
 //! checks, the packing and the copy of a call (~25 us a step on the GPU host, against a few us of
 //! GPU time for the small problems such loops often solve).
 
+use std::ffi::c_void;
 use std::sync::Arc;
 
 use cudarc::driver::{result, sys, CudaContext, CudaFunction, LaunchConfig};
 
 use super::device::Device;
-use super::graph::{parameters, Graph};
+use super::graph::Graph;
 use crate::error::{Error, Result};
 
 /// One kernel launch: its function, grid and arguments (ints, then device pointers).
@@ -97,4 +98,11 @@ impl Drop for Recorded {
             let _ = unsafe { result::free_sync(self.buffer) };
         }
     }
+}
+
+/// Raw kernel parameters: one pointer to each argument (ints, then device pointers), as
+/// `cuLaunchKernel` takes them.
+fn parameters(ints: &[i32], pointers: &[u64]) -> Vec<*mut c_void> {
+    let ints = ints.iter().map(|i| i as *const i32 as *mut c_void);
+    ints.chain(pointers.iter().map(|p| p as *const u64 as *mut c_void)).collect()
 }
