@@ -162,7 +162,7 @@ check_points <- function(x, arg, fun = NULL, d = NULL, min_rows = 1L, allow_vect
          nrow(x), " x ", ncol(x))
   }
   # (range(): one pass, no logical copy of x; NA or NaN anywhere makes it NA)
-  if (!all(is.finite(range(x)))) fail(what, ", without NA, NaN or infinite values")
+  if (length(x) && !all(is.finite(range(x)))) fail(what, ", without NA, NaN or infinite values")
   if (storage.mode(x) != "double") storage.mode(x) <- "double"
   x
 }
