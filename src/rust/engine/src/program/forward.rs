@@ -9,10 +9,10 @@
 
 use std::time::Instant;
 
-use super::{CheckedRun, PhaseTotals, ProgramResult, INTERRUPT_EVERY};
+use super::{CheckedRun, PhaseTotals, ProgramResult};
 use crate::api::Values;
 use crate::buffers::Buffers;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// The buffers of a program: the current value of each, and for each buffer that a step writes, a
 /// second matrix that receives the step's result before it becomes the current one.
@@ -117,7 +117,7 @@ impl<'a, M: Buffers<'a>> Forward<'_, 'a, M> {
                 Some(iteration) => {
                     self.memory.replay(iteration)?;
                     p.steps.iter().for_each(|step| state.advance(step.output));
-                    self.interrupted(&mut asked)?;
+                    super::interrupted(options, &mut asked)?;
                 }
                 None => {
                     for (s, records) in recorded.iter_mut().enumerate() {
@@ -125,7 +125,7 @@ impl<'a, M: Buffers<'a>> Forward<'_, 'a, M> {
                             keep(s, &state.current[p.steps[s].output])?;
                         }
                         self.step(s, state, &mut records[parity], timings)?;
-                        self.interrupted(&mut asked)?;
+                        super::interrupted(options, &mut asked)?;
                     }
                 }
             }
@@ -169,16 +169,5 @@ impl<'a, M: Buffers<'a>> Forward<'_, 'a, M> {
         };
         state.advance(step.output);
         issued
-    }
-
-    /// Err(Interrupted) when the user asked to stop (asked at most every `INTERRUPT_EVERY`).
-    fn interrupted(&self, asked: &mut Instant) -> Result<()> {
-        if let Some(interrupted) = self.run.options.interrupt.filter(|_| asked.elapsed() >= INTERRUPT_EVERY) {
-            if interrupted() {
-                return Err(Error::Interrupted);
-            }
-            *asked = Instant::now();
-        }
-        Ok(())
     }
 }

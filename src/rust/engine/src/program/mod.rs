@@ -11,7 +11,7 @@
 //! and issued again; elsewhere (the CPU; float16, whose results are float32; a program of one
 //! iteration) each step is a plain run on host data, with no R in the loop.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::api::{Input, RunOptions};
 use crate::backend::Timings;
@@ -331,6 +331,18 @@ impl CheckedRun<'_> {
         let trace_widths = self.program.trace.iter().map(|&b| self.shapes[b].0 * self.shapes[b].1).collect();
         ProgramResult { outputs, shapes, iterations: done, trace, trace_widths, backend, timings: timings.0 }
     }
+}
+
+/// Err(Interrupted) when the user asked `options.interrupt` to stop; asked at most every
+/// `INTERRUPT_EVERY` since `asked`, which it sets when it asks.
+pub(crate) fn interrupted(options: &RunOptions, asked: &mut Instant) -> Result<()> {
+    if let Some(interrupted) = options.interrupt.filter(|_| asked.elapsed() >= INTERRUPT_EVERY) {
+        if interrupted() {
+            return Err(Error::Interrupted);
+        }
+        *asked = Instant::now();
+    }
+    Ok(())
 }
 
 /// Tells `options.progress`, if any, that `done` of `total` iterations have run.

@@ -14,7 +14,7 @@ use super::{Backward, Gradients};
 use crate::api::Input;
 use crate::buffers::{Buffers, Sum};
 use crate::error::{Error, Result};
-use crate::program::{self, CheckedRun, Forward, PhaseTotals, State, INTERRUPT_EVERY};
+use crate::program::{self, CheckedRun, Forward, PhaseTotals, State};
 
 pub(super) fn gradient<'a, M: Buffers<'a>>(b: &'a Backward<'a>, memory: M) -> Result<Gradients> {
     let p = b.program;
@@ -143,12 +143,7 @@ impl<'p, 'a, M: Buffers<'a>> Pass<'p, 'a, M> {
                 if b.visits(s, &mut live) {
                     self.step(s, state, timings)?;
                 }
-                if let Some(interrupted) = b.options.interrupt.filter(|_| asked.elapsed() >= INTERRUPT_EVERY) {
-                    if interrupted() {
-                        return Err(Error::Interrupted);
-                    }
-                    asked = Instant::now();
-                }
+                program::interrupted(b.options, &mut asked)?;
             }
             // (queued, as forward)
             program::report(b.options, p.iterations + done - t, 2 * p.iterations);
