@@ -52,10 +52,7 @@
 #' max(abs(fit$par - solve(2 * diag(10) + K, 2 * c0)))
 keops_program_optim <- function(program, input, of, wrt, control = list(), schedule = NULL) {
   fun <- "keops_program_optim"
-  settings <- attr(program, "rkeops_program")
-  if (!is.function(program) || is.null(settings)) {
-    rkeops_abort(fun, "(): 'program' must be a program made by keops_program()", kind = "input", arg = "program")
-  }
+  settings <- program_settings(program, fun)
   for (arg in c("of", "wrt")) {
     value <- get(arg)
     if (!is.character(value) || length(value) != 1L || is.na(value)) {

@@ -307,6 +307,17 @@ program_value <- function(x, name) {
 }
 
 # Refuses a `schedule` that is not a named list (its values are checked by the engine).
+# The settings of `program`, a function made by keops_program(), or an error naming it (after
+# "fun(): " where `fun` is given).
+program_settings <- function(program, fun = NULL) {
+  settings <- attr(program, "rkeops_program")
+  if (!is.function(program) || is.null(settings)) {
+    rkeops_abort(if (!is.null(fun)) paste0(fun, "(): "), "'program' must be a program made by keops_program()",
+                 kind = "input", arg = "program")
+  }
+  settings
+}
+
 program_check_schedule <- function(schedule) {
   if (!is.null(schedule) && (!is.list(schedule) || is.object(schedule) || is.null(names(schedule)) ||
                              !all(nzchar(names(schedule))))) {
@@ -389,10 +400,7 @@ keops_map <- function(formula, args, sum_scheme = "auto") {
 #' x <- matrix(c(1, 2, 3, 4), 2)
 #' keops_program_grad(prog, list(x = x), of = "loss", wrt = "x")$x
 keops_program_grad <- function(program, input, of, wrt, weight = NULL, schedule = NULL) {
-  settings <- attr(program, "rkeops_program")
-  if (!is.function(program) || is.null(settings)) {
-    rkeops_abort("'program' must be a program made by keops_program()", kind = "input", arg = "program")
-  }
+  settings <- program_settings(program)
   if (!is.character(of) || length(of) != 1L || !is.character(wrt) || length(wrt) == 0L) {
     rkeops_abort("'of' must be the name of a buffer and 'wrt' names of buffers", kind = "input",
                  arg = if (!is.character(of) || length(of) != 1L) "of" else "wrt")
