@@ -214,3 +214,15 @@ test_that("keops_kmeans() with many clusters (K = 37, D = 3) equals stats::kmean
   expect_gt(mean(ours$cluster == theirs$cluster), 0.99)
   expect_equal(ours$tot.withinss, theirs$tot.withinss, tolerance = 1e-4)
 })
+
+test_that("the finiteness check of points sees every NA, NaN and infinite value, and only those", {
+  # all_finite() against is.finite() on every element: a sum that overflows (finite values), infinite
+  # values that cancel in a sum (Inf and -Inf: NaN), NA and NaN, integers and logicals
+  cases <- list(matrix(c(1e308, 1e308, 1, 2), 2), matrix(c(Inf, -Inf, 1, 2), 2), matrix(c(1, NA, 3, 4), 2),
+                matrix(c(NaN, 1, 2, 3), 2), matrix(c(-Inf, 1, 2, 3), 2), matrix(1:4, 2), matrix(c(1L, NA, 2L, 3L), 2),
+                matrix(c(.Machine$integer.max, .Machine$integer.max, 1L, 1L), 2), matrix(c(TRUE, NA), 1),
+                matrix(numeric(0), 0, 2))
+  for (x in cases) expect_identical(rkeops:::all_finite(x), all(is.finite(x)), info = deparse(x))
+  expect_no_warning(keops_kmeans(matrix(c(.Machine$integer.max, 1L, 2L, 3L), 2), 1))
+  expect_identical(keops_kmeans(matrix(1e308, 3, 1), 1)$size, 3L)  # (its sum overflows)
+})

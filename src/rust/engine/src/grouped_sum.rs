@@ -272,55 +272,82 @@ impl Single {
     /// The output whose group equals `label`, -1 where none does (NaN included; -0 is 0).
     #[inline(always)]
     fn of(&self, label: f64) -> i32 {
-        // (a saturating cast, no call to trunc(): NaN and negative numbers give 0)
-        let k = label as usize;
-        match k < self.0.len() && k as f64 == label {
-            true => self.0[k],
+        // (a saturating cast to i32 and back, no call to trunc() and none of the long conversions
+        // of usize: NaN gives 0, not equal to it; negative numbers are past the table as u32)
+        let k = label as i32;
+        match k as f64 == label && (k as u32 as usize) < self.0.len() {
+            true => self.0[k as usize],
             false => -1,
         }
     }
 
     /// Adds the rows `rows` of `columns`, each term rounded by `round`, to the `sums` of their
-    /// label's output (`sums`: one column after the other): the outputs of the rows found once,
-    /// then each column added in a loop of its own. False where a term of a row of no output is
-    /// not finite (those of the others show in their sums).
+    /// label's output (`sums`: one column after the other), in one pass over the rows: each row's
+    /// output found once, its terms added to WAYS running sums per output (row r into way r % WAYS:
+    /// consecutive rows of one output, as in sorted data, do not wait for each other's addition),
+    /// each output's rows counted for the columns that are the same in every row. False where a term
+    /// of a row of no output is not finite (those of the others show in their sums).
     #[inline(always)]
     fn add(&self, labels: &[f64], rows: std::ops::Range<usize>, columns: &[Column], sums: &mut [f64], round: impl Fn(f64) -> f64) -> bool {
-        let mut finite = true;
         let n_out = sums.len() / columns.len().max(1);
-        let outputs: Vec<i32> = labels[rows.clone()].iter().map(|&l| self.of(round(l))).collect();
+        let values: Vec<&[f64]> = columns
+            .iter()
+            .filter_map(|column| match column {
+                Column::Values(v) => Some(&v[rows.clone()]),
+                Column::Same(_) => None,
+            })
+            .collect();
+        let width = values.len();
+        // (way, output, value column), the columns of one row side by side
+        let mut ways = vec![0.0; WAYS * n_out * width];
+        let mut counts = vec![0u64; n_out];
+        let labels = &labels[rows];
+        // (the common widths with a loop the compiler unrolls)
+        let mut finite = match width {
+            1 => self.add_rows::<1>(labels, &values, &mut ways, &mut counts, &round),
+            2 => self.add_rows::<2>(labels, &values, &mut ways, &mut counts, &round),
+            3 => self.add_rows::<3>(labels, &values, &mut ways, &mut counts, &round),
+            _ => self.add_rows::<0>(labels, &values, &mut ways, &mut counts, &round),
+        };
+        let mut value_column = 0;
         for (column, sums) in columns.iter().zip(sums.chunks_exact_mut(n_out.max(1))) {
             match *column {
-                Column::Values(v) => {
-                    // WAYS running sums per output, row r into sums r % WAYS: consecutive rows of
-                    // one output (sorted data) do not wait for each other's addition.
-                    let mut ways = vec![0.0; WAYS * n_out];
-                    let (ks, xs) = (outputs.chunks_exact(WAYS), v[rows.clone()].chunks_exact(WAYS));
-                    let (k_rest, x_rest) = (ks.remainder(), xs.remainder());
-                    for (ks, xs) in ks.zip(xs).chain(std::iter::once((k_rest, x_rest))) {
-                        for (w, (&k, &x)) in ks.iter().zip(xs).enumerate() {
-                            if k >= 0 {
-                                ways[w * n_out + k as usize] += round(x);
-                            } else {
-                                finite &= round(x).is_finite();
-                            }
-                        }
-                    }
+                Column::Values(_) => {
                     for (k, s) in sums.iter_mut().enumerate() {
-                        *s = (0..WAYS).fold(*s, |s, w| s + ways[w * n_out + k]);
+                        *s = (0..WAYS).fold(*s, |s, w| s + ways[(w * n_out + k) * width + value_column]);
                     }
+                    value_column += 1;
                 }
                 Column::Same(x) => {
                     // (each count is exact; its product with x rounded once)
                     finite &= x.is_finite();
-                    let mut counts = vec![0u64; n_out];
-                    for &k in outputs.iter().filter(|&&k| k >= 0) {
-                        counts[k as usize] += 1;
-                    }
                     for (s, &count) in sums.iter_mut().zip(&counts) {
                         *s += count as f64 * x;
                     }
                 }
+            }
+        }
+        finite
+    }
+}
+
+impl Single {
+    /// `add`'s pass over the rows, for `W` value columns (0: any number).
+    #[inline(always)]
+    fn add_rows<const W: usize>(&self, labels: &[f64], values: &[&[f64]], ways: &mut [f64], counts: &mut [u64], round: &impl Fn(f64) -> f64) -> bool {
+        let width = if W == 0 { values.len() } else { W };
+        let n_out = counts.len();
+        let mut finite = true;
+        for (r, &label) in labels.iter().enumerate() {
+            let k = self.of(round(label));
+            if k < 0 {
+                finite &= values.iter().all(|v| round(v[r]).is_finite());
+                continue;
+            }
+            counts[k as usize] += 1;
+            let at = ((r % WAYS) * n_out + k as usize) * width;
+            for (s, v) in ways[at..at + width].iter_mut().zip(&values[..width]) {
+                *s += round(v[r]);
             }
         }
         finite

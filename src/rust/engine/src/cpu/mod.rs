@@ -13,6 +13,7 @@ mod nearest_centre;
 mod ops;
 mod row_block;
 mod short_range;
+mod split;
 
 pub mod reducers;
 
@@ -151,6 +152,7 @@ fn evaluate_with<T: Real>(
         return Ok(out);
     }
 
+    let cores = threads;
     let threads = threads.clamp(1, n_out.max(1));
     let short =
         short_range::rows_per_block::<T>(formula, &plan, &acc, n_out, n_red, threads, ranges).filter(|_| short_ranges);
@@ -169,13 +171,14 @@ fn evaluate_with<T: Real>(
         }
     };
     let dense = BlockRanges::dense(n_out, n_red);
-    let work = pieces(ranges.unwrap_or(&dense), n_out, rows_per_block);
-    let total = work.len() as u64;
-    let (mut values, mut indices) = (&mut out.values[..], &mut out.indices[..]);
-    let blocks = Mutex::new(work.into_iter().map(move |work| {
-        let len = work.rows.len() * width;
-        (work, split_front(&mut values, len), split_front(&mut indices, len))
-    }));
+    let parts = split::parts(n_out, n_red, cores).filter(|_| short.is_none() && ranges.is_none());
+    let mut part_states = vec![0.0; parts.as_ref().map_or(0, |p| p.len() * n_out * acc.state_len())];
+    let (blocks, threads, rows_per_block): (Vec<Block>, _, _) = match &parts {
+        Some(parts) => (split::blocks(parts, n_out, &mut part_states), cores.clamp(1, parts.len()), n_out),
+        None => (result_blocks(pieces(ranges.unwrap_or(&dense), n_out, rows_per_block), width, &mut out), threads, rows_per_block),
+    };
+    let total = blocks.len() as u64;
+    let blocks = Mutex::new(blocks.into_iter());
     let ctx = Context {
         formula,
         plan: &plan,
@@ -193,6 +196,10 @@ fn evaluate_with<T: Real>(
     };
     let progress = (&ctx.stop, &ctx.done);
     run_workers(threads, settings, progress, total, || isa::run(ctx.level, Worker { ctx: &ctx, blocks: &blocks }))?;
+    drop(blocks);
+    if parts.is_some() {
+        split::finish::<T>(&acc, &part_states, n_out, &mut out);
+    }
     Ok(out)
 }
 
@@ -234,6 +241,16 @@ fn run_workers(
     Ok(())
 }
 
+/// The blocks of `work`, each writing its rows' results in `out` (`width` values per row).
+fn result_blocks<'r, 'v>(work: Vec<Work<'r>>, width: usize, out: &'v mut RowMajor) -> Vec<Block<'r, 'v>> {
+    let (mut values, mut indices) = (&mut out.values[..], &mut out.indices[..]);
+    let block = |work: Work<'r>| {
+        let len = work.rows.len() * width;
+        (work, Dest::Results(split_front(&mut values, len), split_front(&mut indices, len)))
+    };
+    work.into_iter().map(block).collect()
+}
+
 /// The first `len` values of `buf` (nothing when `buf` is empty: an output not wanted), leaving it
 /// the rest.
 fn split_front<'v, X>(buf: &mut &'v mut [X], len: usize) -> &'v mut [X] {
@@ -263,27 +280,42 @@ struct Context<'a, T> {
     done: AtomicUsize,
 }
 
-/// A block of output rows with the ranges it reduces over, and where its values and indices go
-/// (empty when not wanted).
-type Block<'r, 'v> = (Work<'r>, &'v mut [f64], &'v mut [i32]);
-
-/// One thread's work: blocks of output rows taken from the shared queue until none is left.
-struct Worker<'a, T, B> {
-    ctx: &'a Context<'a, T>,
-    blocks: &'a Mutex<B>,
+/// Where the results of a block of output rows go: their values and indices (empty when not
+/// wanted), or, for a part of a split reduced range (`split`), their states, merged after.
+enum Dest<'v> {
+    Results(&'v mut [f64], &'v mut [i32]),
+    States(&'v mut [f64]),
 }
 
-impl<'r, 'v, T: Real, B: Iterator<Item = Block<'r, 'v>>> isa::Kernel for Worker<'_, T, B> {
+/// A block of output rows with the ranges it reduces over, and where its results go.
+type Block<'r, 'v> = (Work<'r>, Dest<'v>);
+
+/// The queue of blocks the threads take from.
+type Blocks<'r, 'v> = std::vec::IntoIter<Block<'r, 'v>>;
+
+/// One thread's work: blocks of output rows taken from the shared queue until none is left.
+struct Worker<'a, 'r, 'v, T> {
+    ctx: &'a Context<'a, T>,
+    blocks: &'a Mutex<Blocks<'r, 'v>>,
+}
+
+impl<T: Real> isa::Kernel for Worker<'_, '_, '_, T> {
     #[inline(always)]
     fn run(self, fma: bool) {
         let mut ws = Workspace::new(self.ctx);
         loop {
             let next = self.blocks.lock().map(|mut it| it.next()).unwrap_or(None);
-            let Some((work, vals, idx)) = next.filter(|_| !self.ctx.stop.load(Relaxed)) else { break };
-            if self.ctx.transposed {
-                ws.reduce_block(self.ctx, &work, vals, idx, fma);
-            } else {
-                ws.reduce_rows(self.ctx, &work, vals, idx, fma);
+            let Some((work, dest)) = next.filter(|_| !self.ctx.stop.load(Relaxed)) else { break };
+            match dest {
+                Dest::Results(vals, idx) if self.ctx.transposed => ws.reduce_block(self.ctx, &work, vals, idx, fma),
+                Dest::Results(vals, idx) => {
+                    ws.reduce_rows(self.ctx, &work, fma);
+                    ws.finalize_rows(self.ctx, work.rows.len(), vals, idx);
+                }
+                Dest::States(states) => {
+                    ws.reduce_rows(self.ctx, &work, fma);
+                    states.copy_from_slice(&ws.states[..states.len()]);
+                }
             }
             self.ctx.done.fetch_add(1, Relaxed);
         }
@@ -339,11 +371,10 @@ impl<T: Real> Workspace<T> {
         ws
     }
 
-    /// Reduces the rows of `work` over its ranges of the reduced index.
+    /// Reduces the rows of `work` over its ranges of the reduced index, into `states`.
     #[inline(always)]
-    fn reduce_rows(&mut self, ctx: &Context<T>, work: &Work, values: &mut [f64], indices: &mut [i32], fma: bool) {
+    fn reduce_rows(&mut self, ctx: &Context<T>, work: &Work, fma: bool) {
         let (acc, plan, red) = (ctx.acc, ctx.plan, &ctx.formula.reduction);
-        let width = acc.width();
         let (first, rows) = (work.rows.start, work.rows.len());
         let state_len = acc.state_len();
         for r in 0..rows {
@@ -392,9 +423,14 @@ impl<T: Real> Workspace<T> {
                 }
             }
         }
+    }
+
+    /// The results of the first `rows` rows of `states`.
+    fn finalize_rows(&self, ctx: &Context<T>, rows: usize, values: &mut [f64], indices: &mut [i32]) {
+        let (state_len, width) = (ctx.acc.state_len(), ctx.acc.width());
         for r in 0..rows {
             let state = &self.states[r * state_len..(r + 1) * state_len];
-            acc.finalize::<T>(state, row_of(values, r, width), row_of(indices, r, width));
+            ctx.acc.finalize::<T>(state, row_of(values, r, width), row_of(indices, r, width));
         }
     }
 
