@@ -79,7 +79,7 @@ SIZES ?=
 ITER_BUDGET ?= $(if $(filter command line,$(origin BUDGET)),$(BUDGET),60)
 ITER_REPS ?= $(if $(filter command line,$(origin REPS)),$(REPS),3)
 
-.PHONY: bench-kmeans-seeding bench-gmm-start bench-old-new
+.PHONY: bench-kmeans-seeding bench-gmm-start bench-old-new bench-compile
 .PHONY: all deps install vignettes demo test fuzz check doc site site-check clean distclean bench-cpu bench-iterative bench-program bench-program-r-side bench-algorithms bench-ranges bench-solve bench-batch bench-future bench-gpus bench-tensor vendor
 
 all: install
@@ -192,6 +192,10 @@ RANGES_N ?= 1e6
 KNN_N ?= $(RANGES_N)
 # keops_kmeans(x, 50) with its k-means++ seeding against stats::kmeans (Lloyd), 10^6 x 2 (issue 52;
 # REPS, N, K in the environment), and keops_gmm's default start against Mclust (ARI, log-likelihood).
+# make bench-compile: the first call of 60 new formulas from a fresh kernel cache (GPU only).
+bench-compile: install
+	R_LIBS=$(LIB_DIR) Rscript bench/compile_time.R
+
 bench-kmeans-seeding: install
 	R_LIBS=$(LIB_DIR) Rscript bench/kmeans-seeding.R
 

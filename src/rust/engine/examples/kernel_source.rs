@@ -17,7 +17,7 @@ fn main() {
     // Selections as for a reduction over 10^6 rows (RKEOPS_GPU_SELECTION forces one).
     let selection = Selection::for_rows(&formula, 1e6, tuning.gpu_selection);
     let options = KernelOptions::new(Dtype::F32, SumScheme::Auto, variant, selection);
-    let kernel = generate_variant(&formula, &KernelOptions { unroll: tuning.unroll, ..options });
+    let kernel = generate_variant(&formula, &KernelOptions { unroll: tuning.unroll, group_work: tuning.group_work, ..options });
     println!("{}", kernel.source);
     // The reduction's program and the merge's, on two threads as the engine compiles them.
     let clock = std::time::Instant::now();

@@ -46,6 +46,9 @@ pub struct Tuning {
     pub tensor_cores: bool,
     /// `#pragma unroll` of the loop over a tile in generated kernels (`RKEOPS_GPU_UNROLL=n`).
     pub unroll: usize,
+    /// Most components of a pair's values (all row slots) for which a log-sum-exp's group of 32
+    /// indices is unrolled whole (`RKEOPS_GPU_GROUP_WORK=n`; `cuda::codegen::exponentials`).
+    pub group_work: usize,
     /// The 1D scheme always, never chunks of the reduced range (`RKEOPS_GPU_SCHEME=1D`).
     pub force_1d: bool,
     /// Loops (`crate::iterate`) replay the recorded launches of their steps (`RKEOPS_GPU_REPLAY=0`:
@@ -65,6 +68,7 @@ impl Default for Tuning {
             gpu_ranged: None,
             tensor_cores: true,
             unroll: 4,
+            group_work: 64,
             force_1d: false,
             replay: true,
             graphs: false,
@@ -103,6 +107,7 @@ impl Tuning {
             },
             tensor_cores: !var("RKEOPS_GPU_TENSOR").eq_ignore_ascii_case("off"),
             unroll: var("RKEOPS_GPU_UNROLL").parse().unwrap_or(default.unroll),
+            group_work: var("RKEOPS_GPU_GROUP_WORK").parse().unwrap_or(default.group_work),
             force_1d: var("RKEOPS_GPU_SCHEME").eq_ignore_ascii_case("1d"),
             replay: var("RKEOPS_GPU_REPLAY") != "0",
             graphs: var("RKEOPS_GPU_GRAPHS") == "1",
@@ -124,6 +129,7 @@ mod tests {
                 "RKEOPS_GPU_RANGED" => "narrow",
                 "RKEOPS_GPU_TENSOR" => "off",
                 "RKEOPS_GPU_UNROLL" => "1",
+                "RKEOPS_GPU_GROUP_WORK" => "1000",
                 "RKEOPS_GPU_SCHEME" => "1D",
                 "RKEOPS_GPU_REPLAY" => "0",
                 "RKEOPS_GPU_GRAPHS" => "1",
@@ -137,6 +143,7 @@ mod tests {
             gpu_ranged: Some(RangedOverride::Narrow),
             tensor_cores: false,
             unroll: 1,
+            group_work: 1000,
             force_1d: true,
             replay: false,
             graphs: true,

@@ -127,6 +127,14 @@ fn generated_kernels_compile_with_nvrtc() {
             }
         }
     }
+    // Log-sum-exps of long pairs, whose groups are unrolled less (`codegen::exponentials`).
+    let long: Vec<String> = ["x = Vi(64)", "y = Vj(64)", "b = Vj(1)"].map(String::from).to_vec();
+    for text in ["LogSumExp_Reduction(b - SqDist(x, y), 0)", "SumSoftMaxWeight_Reduction(b - SqDist(x, y), y, 1)"] {
+        for dtype in [Dtype::F32, Dtype::F64] {
+            let kernel = codegen::generate(&Formula::parse(text, &long).unwrap(), dtype, SumScheme::Auto);
+            sources.push((format!("{text} D = 64 ({dtype:?})"), kernel.source));
+        }
+    }
     let next = std::sync::atomic::AtomicUsize::new(0);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(32);
     std::thread::scope(|s| {

@@ -26,6 +26,7 @@ impl Device {
         let variant = Variant::choose(formula, dtype, call.ranges, self.arch, tuning);
         let kernel = KernelOptions {
             unroll: tuning.unroll,
+            group_work: tuning.group_work,
             ..KernelOptions::new(dtype, options.sum_scheme, variant, selection)
         };
         self.kernels(formula, kernel, options.cache_dir.as_deref())

@@ -7,6 +7,7 @@ use std::fmt::Write;
 use super::exponentials;
 use super::gen::Gen;
 use super::reducer::Reducer;
+use super::variant::KernelOptions;
 use crate::cuda::finish;
 use crate::formula::{Category, NodeId, Op};
 use crate::plan::Role;
@@ -136,7 +137,8 @@ impl Gen<'_> {
 
     /// The loop over the indices of the tile: the terms of the index (from the tile, or computed),
     /// then per row slot the pairs' terms and the reduction's step.
-    pub(super) fn loop_over_tile(&mut self, reducer: &Reducer, unroll: usize) {
+    pub(super) fn loop_over_tile(&mut self, reducer: &Reducer, options: &KernelOptions) {
+        let unroll = options.unroll;
         let layout = self.layout;
         if let Some(filter) = &layout.filter {
             return filter.loop_over_tile(self, reducer);
@@ -145,7 +147,7 @@ impl Gen<'_> {
             reducer.acc.kind,
             ReductionKind::LogSumExp | ReductionKind::LogSumExpWeight | ReductionKind::SumSoftMaxWeight
         ) {
-            return exponentials::loop_over_tile(self, reducer);
+            return exponentials::loop_over_tile(self, reducer, options);
         }
         self.line("    if (row0 < row_end) {");
         self.line(&format!("      const int len = min({}, j_end - j0);", layout.tile_name));

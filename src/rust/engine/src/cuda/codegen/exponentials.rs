@@ -9,6 +9,7 @@
 //! group be taken again. The end of a tile (fewer than 32 indices) takes the exact step.
 
 use super::gen::Gen;
+use super::variant::KernelOptions;
 use super::reducer::{emit, Reducer, LAZY};
 use crate::cuda::dtype::Dtype;
 use crate::reduction::ReductionKind;
@@ -19,9 +20,19 @@ const LOG2_E: &str = "1.4426950408889634";
 /// Indices per group.
 const GROUP: usize = 32;
 
+
 /// The loop over a tile of a log-sum-exp reduction.
-pub(super) fn loop_over_tile(g: &mut Gen, reducer: &Reducer) {
-    let rows = g.layout.rows;
+///
+/// A group's loop is unrolled whole where the pairs' values have at most `options.group_work`
+/// components (all row slots together). Past it, NVRTC spent seconds on 32 copies of a long pair
+/// (LogSumExp in D = 64: 5.5-6.5 s, issue 55), for a loop whose body is long enough to hide its own
+/// branch: it is unrolled `options.unroll` times (as the other loops), the exact step not at all.
+pub(super) fn loop_over_tile(g: &mut Gen, reducer: &Reducer, options: &KernelOptions) {
+    let (rows, unroll) = (g.layout.rows, options.unroll);
+    let (group_unroll, exact_unroll) = match pair_work(g) <= options.group_work {
+        true => (String::new(), String::new()),
+        false => (format!(" {unroll}"), " 1".to_string()),
+    };
     let sums = reducer.acc.state_len() - 1;
     let plain = reducer.acc.kind != ReductionKind::LogSumExpWeight;
     g.line("    if (row0 < row_end) {");
@@ -45,7 +56,7 @@ pub(super) fn loop_over_tile(g: &mut Gen, reducer: &Reducer) {
             emit(g, &format!("      const T mtl@ = fmaxf(mt@ * {LOG2_E}f, -RK_MAX);"));
         }
     }
-    g.line(&format!("      #pragma unroll\n      for (int jb = 0; jb < {GROUP}; jb++) {{"));
+    g.line(&format!("      #pragma unroll{group_unroll}\n      for (int jb = 0; jb < {GROUP}; jb++) {{"));
     g.line("        const int jj = g0 + jb; const int j = j0 + jj;");
     g.index_terms();
     for q in 0..rows {
@@ -66,7 +77,8 @@ pub(super) fn loop_over_tile(g: &mut Gen, reducer: &Reducer) {
     let too_large = if plain { format!("!(gs@[0] <= (T){GROUP} * (T){limit})") } else { "!(gm@ <= (T)RK_LAZY)".into() };
     for q in 0..rows {
         g.q = q;
-        emit(g, &format!("      if ({too_large}) {{\n      for (int jb = 0; jb < {GROUP}; jb++) {{"));
+        let pragma = if exact_unroll.is_empty() { String::new() } else { format!("      #pragma unroll{exact_unroll}\n") };
+        emit(g, &format!("      if ({too_large}) {{\n{pragma}      for (int jb = 0; jb < {GROUP}; jb++) {{"));
         exact_step(g, reducer);
         emit(
             g,
@@ -89,6 +101,14 @@ pub(super) fn loop_over_tile(g: &mut Gen, reducer: &Reducer) {
         reducer.tile_end(g);
     }
     g.line("    }");
+}
+
+/// The components of the pairs' values computed per index, over all row slots: what a copy of the
+/// group's loop body computes.
+fn pair_work(g: &Gen) -> usize {
+    let layout = g.layout;
+    let per_row: usize = layout.plan.pair.iter().filter(|&&id| layout.live[id]).map(|&id| g.formula.graph.dim(id)).sum();
+    per_row * layout.rows
 }
 
 /// Index `g0 + jb` of the tile for row slot `g.q`, with the exact online step.

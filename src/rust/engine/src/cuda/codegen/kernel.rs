@@ -71,7 +71,7 @@ pub fn generate_variant(formula: &Formula, options: &KernelOptions) -> Kernel {
     g.rows_start(&reducer);
     g.reduced_ranges_start(ranged);
     g.load_tile();
-    g.loop_over_tile(&reducer, options.unroll);
+    g.loop_over_tile(&reducer, options);
     g.reduced_ranges_end();
     g.store_rows(&reducer);
     Kernel {

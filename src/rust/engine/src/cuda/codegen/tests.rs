@@ -122,6 +122,24 @@ fn log_sum_exps_take_groups_of_terms_then_check_them() {
     // The exponential that keeps subnormal results squares that of half the exponent.
     assert!(src.contains("const float y = rk_ex2_ftz(x * 0.7213475204444817f); return y * y; }"), "{src}");
     assert!(src.contains("if (!(gm_0 <= (T)RK_LAZY)) {"), "{src}");
+    assert!(src.contains("#pragma unroll\n      for (int jb = 0; jb < 32; jb++)"), "small pairs: groups unrolled whole");
+}
+
+/// A log-sum-exp whose pairs are long (D = 64) unrolls its groups `unroll` times and its exact step
+/// not at all (NVRTC took seconds on 32 copies of the pair); `group_work` decides where.
+#[test]
+fn long_pairs_of_log_sum_exps_unroll_their_groups_less() {
+    use super::{generate_variant, KernelOptions, Variant};
+    use crate::cuda::dtype::Dtype;
+    use crate::reduction::SumScheme;
+    let args = ["x = Vi(64)".to_string(), "y = Vj(64)".to_string(), "b = Vj(1)".to_string()];
+    let f = Formula::parse("LogSumExp_Reduction(b - SqDist(x, y), 0)", &args).unwrap();
+    let options = KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::Dense, Selection::Local);
+    let src = generate_variant(&f, &options).source;
+    assert!(src.contains("#pragma unroll 4\n      for (int jb = 0; jb < 32; jb++)"), "{src}");
+    assert!(src.contains("#pragma unroll 1\n      for (int jb = 0; jb < 32; jb++)"), "{src}");
+    let whole = generate_variant(&f, &KernelOptions { group_work: 1 << 20, ..options }).source;
+    assert!(whole.contains("#pragma unroll\n      for (int jb = 0; jb < 32; jb++)") && !whole.contains("#pragma unroll 1\n"), "{whole}");
 }
 
 /// Terms of the reduced index alone are computed where the tile is loaded, once per index, and

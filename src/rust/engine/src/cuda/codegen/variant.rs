@@ -19,12 +19,15 @@ pub struct KernelOptions {
     pub selection: Selection,
     /// `#pragma unroll` of the loop over a tile (`Tuning::unroll`).
     pub unroll: usize,
+    /// Log-sum-exps' groups unrolled whole up to this work per index (`Tuning::group_work`).
+    pub group_work: usize,
 }
 
 impl KernelOptions {
     /// These choices, with the default tuning's unrolling.
     pub fn new(dtype: Dtype, scheme: SumScheme, variant: Variant, selection: Selection) -> KernelOptions {
-        KernelOptions { dtype, scheme, variant, selection, unroll: Tuning::default().unroll }
+        let Tuning { unroll, group_work, .. } = Tuning::default();
+        KernelOptions { dtype, scheme, variant, selection, unroll, group_work }
     }
 }
 
