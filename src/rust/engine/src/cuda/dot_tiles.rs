@@ -191,9 +191,17 @@ impl DotTile {
 
     /// The functions the kernel calls: `rk_dot_tile`, which fills
     /// `rk_smem[r * (COLUMNS + 1) + c]` with the value of the node for the block's row `r` and the
-    /// tile's column `c`, `rk_block_start` and (resident) the preparation kernel.
-    pub fn functions(&self, src: &mut String) {
+    /// tile's column `c`, `rk_block_start` and (resident) the preparation kernel. `unrolled_pairs`: the
+    /// kernel unrolls its pairs 32 times (log-sum-exps' groups), and calls the recheck of close pairs
+    /// rather than inlining its loop into every copy: NVRTC took 7.7 s for a LogSumExp in D = 64 and
+    /// 24.8 s for a SumSoftMaxWeight, and the call ran faster on an H200 (SumSoftMaxWeight 2e5^2,
+    /// D = 64: 1700 -> 593 ms); a Gaussian sum (4 copies) ran 10 % slower with the call.
+    pub fn functions(&self, src: &mut String, unrolled_pairs: bool) {
         let d = self.dim;
+        let (recheck_inline, recheck_comment) = match unrolled_pairs {
+            true => ("__noinline__", "// (a call: not inlined into each of the 32 copies of a pair)\n"),
+            false => ("__forceinline__", ""),
+        };
         let _ = write!(
             src,
             "#define RK_COLUMNS {COLUMNS}\n\
@@ -218,7 +226,8 @@ impl DotTile {
              \x20 return norms <= {RECHECK:.1}f * d ? d : __int_as_float(0x7fffffff);\n\
              }}\n\
              // A squared distance term by term, as the FP32 kernel computes it.\n\
-             __device__ __forceinline__ float rk_sqdist(const S* __restrict__ x, const S* __restrict__ y, int n_out, int n_red, int r, int j) {{\n\
+             {recheck_comment}\
+             __device__ {recheck_inline} float rk_sqdist(const S* __restrict__ x, const S* __restrict__ y, int n_out, int n_red, int r, int j) {{\n\
              \x20 float s = 0.f;\n\
              \x20 for (int k = 0; k < {d}; k++) {{ float v = rk_load(x[r + (long long)n_out * k]) - rk_load(y[j + (long long)n_red * k]); s += v * v; }}\n\
              \x20 return s;\n\

@@ -11,7 +11,6 @@ use super::variant::KernelOptions;
 use crate::cuda::finish;
 use crate::formula::{Category, NodeId, Op};
 use crate::plan::Role;
-use crate::reduction::ReductionKind;
 
 /// The parts of the reduction kernel, in the order of its source.
 impl Gen<'_> {
@@ -20,7 +19,7 @@ impl Gen<'_> {
         let layout = self.layout;
         self.prelude(layout.tile, layout.rows);
         if let Some(dots) = &layout.dots {
-            dots.functions(&mut self.src);
+            dots.functions(&mut self.src, exponentials::in_groups(layout.acc.kind));
         }
         finish::functions(&mut self.src, &layout.acc, self.dtype.c_type());
         if let Some(filter) = &layout.filter {
@@ -143,10 +142,7 @@ impl Gen<'_> {
         if let Some(filter) = &layout.filter {
             return filter.loop_over_tile(self, reducer);
         }
-        if matches!(
-            reducer.acc.kind,
-            ReductionKind::LogSumExp | ReductionKind::LogSumExpWeight | ReductionKind::SumSoftMaxWeight
-        ) {
+        if exponentials::in_groups(reducer.acc.kind) {
             return exponentials::loop_over_tile(self, reducer, options);
         }
         self.line("    if (row0 < row_end) {");

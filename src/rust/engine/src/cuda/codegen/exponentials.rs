@@ -14,6 +14,11 @@ use super::reducer::{emit, Reducer, LAZY};
 use crate::cuda::dtype::Dtype;
 use crate::reduction::ReductionKind;
 
+/// Whether reductions of this kind go a group of indices at a time (here).
+pub(super) fn in_groups(kind: ReductionKind) -> bool {
+    matches!(kind, ReductionKind::LogSumExp | ReductionKind::LogSumExpWeight | ReductionKind::SumSoftMaxWeight)
+}
+
 /// log2(e), as the float exponentials write it (rounded to float32 when compiled).
 const LOG2_E: &str = "1.4426950408889634";
 
@@ -23,17 +28,17 @@ const GROUP: usize = 32;
 
 /// The loop over a tile of a log-sum-exp reduction.
 ///
-/// A group's loop is unrolled whole where the pairs' values have at most `options.group_work`
-/// components (all row slots together). Past it, NVRTC spent seconds on 32 copies of a long pair
+/// A group's loop is unrolled whole where the pairs' values and their sums have at most
+/// `options.group_work` components (all row slots together). Past it, NVRTC spent seconds on 32 copies of a long pair
 /// (LogSumExp in D = 64: 5.5-6.5 s, issue 55), for a loop whose body is long enough to hide its own
 /// branch: it is unrolled `options.unroll` times (as the other loops), the exact step not at all.
 pub(super) fn loop_over_tile(g: &mut Gen, reducer: &Reducer, options: &KernelOptions) {
     let (rows, unroll) = (g.layout.rows, options.unroll);
-    let (group_unroll, exact_unroll) = match pair_work(g) <= options.group_work {
+    let sums = reducer.acc.state_len() - 1;
+    let (group_unroll, exact_unroll) = match pair_work(g, sums) <= options.group_work {
         true => (String::new(), String::new()),
         false => (format!(" {unroll}"), " 1".to_string()),
     };
-    let sums = reducer.acc.state_len() - 1;
     let plain = reducer.acc.kind != ReductionKind::LogSumExpWeight;
     g.line("    if (row0 < row_end) {");
     g.line(&format!("      const int len = min({}, j_end - j0);", g.layout.tile_name));
@@ -103,12 +108,13 @@ pub(super) fn loop_over_tile(g: &mut Gen, reducer: &Reducer, options: &KernelOpt
     g.line("    }");
 }
 
-/// The components of the pairs' values computed per index, over all row slots: what a copy of the
+/// The components of the pairs' values computed per index and of the sums they are added to (a
+/// SumSoftMaxWeight of 64-dimensional weights adds 65), over all row slots: what a copy of the
 /// group's loop body computes.
-fn pair_work(g: &Gen) -> usize {
+fn pair_work(g: &Gen, sums: usize) -> usize {
     let layout = g.layout;
     let per_row: usize = layout.plan.pair.iter().filter(|&&id| layout.live[id]).map(|&id| g.formula.graph.dim(id)).sum();
-    per_row * layout.rows
+    (per_row + sums) * layout.rows
 }
 
 /// Index `g0 + jb` of the tile for row slot `g.q`, with the exact online step.

@@ -140,6 +140,14 @@ fn long_pairs_of_log_sum_exps_unroll_their_groups_less() {
     assert!(src.contains("#pragma unroll 1\n      for (int jb = 0; jb < 32; jb++)"), "{src}");
     let whole = generate_variant(&f, &KernelOptions { group_work: 1 << 20, ..options }).source;
     assert!(whole.contains("#pragma unroll\n      for (int jb = 0; jb < 32; jb++)") && !whole.contains("#pragma unroll 1\n"), "{whole}");
+    // On the tensor cores, the recheck of close pairs is a call in the 32 copies of a pair of a
+    // log-sum-exp, inlined in the 4 of a sum.
+    let dots = |text: &str| {
+        let f = Formula::parse(text, &args).unwrap();
+        generate_variant(&f, &KernelOptions { variant: Variant::DotTiles, ..options }).source
+    };
+    assert!(dots("LogSumExp_Reduction(b - SqDist(x, y), 0)").contains("__device__ __noinline__ float rk_sqdist("));
+    assert!(dots("Sum_Reduction(Exp(-SqDist(x, y)) * b, 0)").contains("__device__ __forceinline__ float rk_sqdist("));
 }
 
 /// Terms of the reduced index alone are computed where the tile is loaded, once per index, and
