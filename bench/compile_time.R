@@ -2,9 +2,14 @@
 # sum, LogSumExp, KMin_ArgKMin with K = 10, Max_ArgMax, SumSoftMaxWeight; D = 3, 16, 64; both axes;
 # float32 and float64) on N = 1000 x M = 4099 points, each one's first call (the kernels made,
 # compiled and loaded) and second call (from memory), and the engine's own "compile or load" time;
-# then the 10-NN formula's first call in a new R process that finds it in the disk cache.
+# then the 10-NN formula's first call in a new R process that finds it in the disk cache. The
+# NVRTC time of each kernel alone: examples/compile_probe (a binary for the GPU host).
 # GPU only (the CPU compiles nothing). Usage: R_LIBS=lib Rscript bench/compile_time.R
 # [ONLY=<regex on the formula label>, CACHE=<dir> to reuse a cache]
+# NVRTC (12.9 and later) keeps compilations of its own under $HOME/.nv, across processes: a source
+# compiled before comes back in ~20 ms (H200 host, 2026-11-29). A fresh HOME for this process, so
+# that every compilation is timed (KEEP_HOME=1 keeps it).
+if (Sys.getenv("KEEP_HOME") != "1") Sys.setenv(HOME = tempfile("home-"))
 cache <- Sys.getenv("CACHE", "")
 if (!nzchar(cache)) cache <- tempfile("rkeops-cache-")
 dir.create(cache, showWarnings = FALSE, recursive = TRUE)
