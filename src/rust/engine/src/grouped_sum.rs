@@ -329,9 +329,7 @@ impl Single {
         }
         finite
     }
-}
 
-impl Single {
     /// `add`'s pass over the rows, for `W` value columns (0: any number).
     #[inline(always)]
     fn add_rows<const W: usize>(&self, labels: &[f64], values: &[&[f64]], ways: &mut [f64], counts: &mut [u64], round: &impl Fn(f64) -> f64) -> bool {

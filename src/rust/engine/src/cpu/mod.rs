@@ -371,7 +371,7 @@ impl<T: Real> Workspace<T> {
         ws
     }
 
-    /// Reduces the rows of `work` over its ranges of the reduced index, into `states`.
+    /// Reduces the rows of `work` over its ranges of the reduced index, into the workspace's `states`.
     #[inline(always)]
     fn reduce_rows(&mut self, ctx: &Context<T>, work: &Work, fma: bool) {
         let (acc, plan, red) = (ctx.acc, ctx.plan, &ctx.formula.reduction);
