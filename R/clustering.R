@@ -373,9 +373,7 @@ sort_grid_cells <- function(x, size, weights = NULL) {
     }
     log(as.double(weights))
   }
-  cells <- rust_result(.Call(wrap__keops_two_scale_cells, x, rep_len(as.double(size), ncol(x)), la), fun)
-  colnames(cells$centroids) <- colnames(x)
-  cells[c("x", "perm", "ranges", "centroids", "weights", "radii")]
+  two_scale_cells(x, size, la, fun)[c("x", "perm", "ranges", "centroids", "weights", "radii")]
 }
 
 #' Ranges of a block-sparse reduction from a matrix of kept block pairs

@@ -68,7 +68,7 @@ keops_program_optim <- function(program, input, of, wrt, control = list(), sched
   if (!is.null(program_batch(settings, input, schedule))) {
     rkeops_abort(fun, "(): 'input' is a batch: minimise each member on its own", kind = "input", arg = "input")
   }
-  layout <- program_layout(settings, unique(c(names(input), names(schedule))))
+  layout <- program_cached_layout(settings, unique(c(names(input), names(schedule))))
   at <- match(c(of, wrt), layout$buffers)
   if (is.na(at[1L])) {
     rkeops_abort(fun, "(): of: '", of, "' is not a buffer of the program", kind = "input", arg = "of")

@@ -306,7 +306,6 @@ program_value <- function(x, name) {
   x
 }
 
-# Refuses a `schedule` that is not a named list (its values are checked by the engine).
 # The settings of `program`, a function made by keops_program(), or an error naming it (after
 # "fun(): " where `fun` is given).
 program_settings <- function(program, fun = NULL) {
@@ -318,6 +317,7 @@ program_settings <- function(program, fun = NULL) {
   settings
 }
 
+# Refuses a `schedule` that is not a named list (its values are checked by the engine).
 program_check_schedule <- function(schedule) {
   if (!is.null(schedule) && (!is.list(schedule) || is.object(schedule) || is.null(names(schedule)) ||
                              !all(nzchar(names(schedule))))) {

@@ -23,8 +23,8 @@ sinkhorn_cell_size <- function(diameter, n) diameter / 20 * (max(n, 1e4) / 1e4)^
 # fractions of the N x M pairs that the fine iterations reduce over: first, and after the ranges are
 # made again).
 sinkhorn_two_scale <- function(pb, eps, kind, debias, rho, tol, extra, cell, tau = 5) {
-  sx <- two_scale_cells(pb$x, cell, pb$la)
-  sy <- two_scale_cells(pb$y, cell, pb$lb)
+  sx <- two_scale_cells(pb$x, cell, pb$la, "keops_sinkhorn")
+  sy <- two_scale_cells(pb$y, cell, pb$lb, "keops_sinkhorn")
   # the coarse iterations: a prefix (the first one at least, the last update never)
   coarse <- sqrt(eps) > cell * sqrt(ncol(pb$x)) & !kind %in% c("alternate", "last")
   coarse[1L] <- TRUE
@@ -77,10 +77,9 @@ sinkhorn_two_scale <- function(pb, eps, kind, debias, rho, tol, extra, cell, tau
 }
 
 # The clouds' cells (the engine's sort by cell and summary, sort_grid_cells() without its checks:
-# keops_sinkhorn() checked x and la), with `la`, the log-weights in the sorted order.
-two_scale_cells <- function(x, size, la) {
-  cells <- rust_result(.Call(wrap__keops_two_scale_cells, x, rep_len(as.double(size), ncol(x)), la),
-                       "keops_sinkhorn")
+# its caller `fun` checked x, size and la), with `la`, the log-weights in the sorted order.
+two_scale_cells <- function(x, size, la, fun) {
+  cells <- rust_result(.Call(wrap__keops_two_scale_cells, x, rep_len(as.double(size), ncol(x)), la), fun)
   colnames(cells$centroids) <- colnames(x)
   cells
 }

@@ -373,15 +373,12 @@ mod tests {
         let (cx, cy) = (x.cells(), y.cells());
         let mut margins = Margins::new(cy);
         let m: Vec<Vec<f64>> = (0..cx).map(|i| margins.row(x, y, i, fx[i], &gy, slack, 0..cy).to_vec()).collect();
-        let argmax = |v: Vec<f64>| {
-            v.iter().enumerate().fold((0, f64::NEG_INFINITY), |b, (k, &m)| if m > b.1 { (k, m) } else { b }).0
-        };
         let mut keep: Vec<Vec<bool>> = m.iter().map(|row| row.iter().map(|&v| v >= 0.0).collect()).collect();
         for i in 0..cx {
-            keep[i][argmax(m[i].clone())] = true;
+            keep[i][first_largest(m[i].iter().copied())] = true;
         }
         for j in 0..cy {
-            keep[argmax(m.iter().map(|row| row[j]).collect())][j] = true;
+            keep[first_largest(m.iter().map(|row| row[j]))][j] = true;
         }
         keep
     }

@@ -10,13 +10,13 @@ use crate::program::with_program;
 use crate::{element, guarded, results, run_options, timings, Fallible, OrInput, RError};
 
 /// The control of the minimiser from R's `list(maxit, factr, pgtol, m)` (numbers; R has checked
-/// them, these checks keep hostile values out).
+/// them, these checks keep hostile values out: NaN fails `>=`).
 fn control(control: &Robj) -> Fallible<Control> {
     let list = control.as_list().or_input("control", "'control' must be a list")?;
     let number = |name: &str, least: f64| -> Fallible<f64> {
         element(&list, name)
             .and_then(|x| x.as_real().or_else(|| x.as_integer().map(f64::from)))
-            .filter(|v| *v >= least && !v.is_nan())
+            .filter(|v| *v >= least)
             .or_input("control", format!("control${name} must be a number >= {least}"))
     };
     Ok(Control {

@@ -9,7 +9,7 @@ use super::lbfgs::{self, Control, Minimum};
 use crate::api::{Input, RunOptions};
 use crate::backend::Timings;
 use crate::error::{Error, Result};
-use crate::program::{self, Program};
+use crate::program::{self, PhaseTotals, Program};
 
 /// The minimum found, what computed it and the seconds of each phase summed over the evaluations.
 #[derive(Debug, Clone)]
@@ -27,14 +27,14 @@ pub struct Optimised {
 pub fn minimise(p: &Program, of: usize, wrt: usize, control: &Control, options: &RunOptions) -> Result<Optimised> {
     let (shape, x0) = start(p, of, wrt)?;
     let inner = RunOptions { progress: None, ..options.clone() };
-    let mut timings = Timings::new();
+    let mut timings = PhaseTotals(Timings::new());
     let mut backend = String::new();
     let objective = |x: &[f64]| -> Result<(f64, Vec<f64>)> {
         let mut at = p.clone();
         at.buffers[wrt].initial = Some(Input::host(x, shape.0, shape.1));
         at.outputs = vec![of];
         let got = gradient(&at, of, None, &[wrt], &inner)?;
-        add(&mut timings, &got.timings);
+        timings.add(&got.timings);
         backend = got.backend;
         let value = got.outputs.first().and_then(|v| v.first()).copied();
         let value = value.ok_or_else(|| Error::Invalid("the program gave no value of 'of'".into()))?;
@@ -46,7 +46,7 @@ pub fn minimise(p: &Program, of: usize, wrt: usize, control: &Control, options: 
         }
     };
     let minimum = lbfgs::minimise(x0, control, objective, report)?;
-    Ok(Optimised { minimum, shape, backend, timings })
+    Ok(Optimised { minimum, shape, backend, timings: timings.0 })
 }
 
 /// Checks `of` and `wrt` (buffer numbers of the program `p`): `of` one value, `wrt` with an initial
@@ -76,16 +76,6 @@ fn start(p: &Program, of: usize, wrt: usize) -> Result<((usize, usize), Vec<f64>
         (None, None) => unreachable!("an input is on the host or on a device"),
     };
     Ok(((initial.nrow, initial.ncol), x0))
-}
-
-/// Adds the seconds of `more` to those of `sum`, phase by phase.
-fn add(sum: &mut Timings, more: &Timings) {
-    for &(phase, seconds) in more {
-        match sum.iter_mut().find(|(p, _)| *p == phase) {
-            Some((_, s)) => *s += seconds,
-            None => sum.push((phase, seconds)),
-        }
-    }
 }
 
 #[cfg(test)]
