@@ -3,10 +3,14 @@
 //! reduced rows): the reduction's program and its merge, their source and CUBIN sizes. A binary to
 //! run on the GPU host (no R, no GPU needed: NVRTC only). `RKEOPS_GPU_GROUP_WORK` and the other
 //! tuning variables apply. Usage: `cargo run --release --example compile_probe [regex-free filter]`.
+//! `RKEOPS_PROBE_SPLIT=1` also times, for each kernel, NVRTC with `-minimal` (no runtime-API
+//! declarations) and NVRTC to PTX alone (`compute_90`: the front end and NVVM, without ptxas), to
+//! tell where a compilation's time goes.
 use std::time::Instant;
 
 use engine::cuda::codegen::{generate_variant, KernelOptions, Selection, Variant};
-use engine::cuda::device::compile_cubin;
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use engine::cuda::device::{compile_cubin, compile_cubin_with};
 use engine::cuda::dtype::Dtype;
 use engine::formula::Formula;
 use engine::{SumScheme, Tuning};
@@ -21,7 +25,10 @@ fn main() {
         ("softmax", "SumSoftMaxWeight_Reduction(b - SqDist(x, y), y, 0)"),
     ];
     let tuning = Tuning::from_env();
-    println!("kernel | variant | selection | source KB | NVRTC s | CUBIN KB | merge NVRTC s");
+    let split = std::env::var("RKEOPS_PROBE_SPLIT").is_ok_and(|v| v == "1");
+    print!("kernel | variant | selection | source KB | NVRTC s | CUBIN KB | merge NVRTC s");
+    println!("{}", if split { " | -minimal s | PTX only s | PTX only, -minimal s" } else { "" });
+    let mut minimal_times = Vec::new();
     let mut times = Vec::new();
     for dtype in [Dtype::F32, Dtype::F64] {
         for (name, text) in kinds {
@@ -43,12 +50,41 @@ fn main() {
                 compile_cubin(&kernel.merge_source, "sm_90").unwrap();
                 let merge = clock.elapsed().as_secs_f64();
                 times.push(seconds.max(merge));
-                println!("{label} | {variant:?} | {selection:?} | {:.1} | {seconds:.3} | {:.0} | {merge:.3}", kernel.source.len() as f64 / 1e3, cubin.len() as f64 / 1e3);
+                print!("{label} | {variant:?} | {selection:?} | {:.1} | {seconds:.3} | {:.0} | {merge:.3}", kernel.source.len() as f64 / 1e3, cubin.len() as f64 / 1e3);
+                if split {
+                    let (minimal, ptx, ptx_minimal) = split_times(&kernel.source);
+                    minimal_times.push(minimal);
+                    print!(" | {minimal:.3} | {ptx:.3} | {ptx_minimal:.3}");
+                }
+                println!();
             }
         }
+    }
+    minimal_times.sort_by(f64::total_cmp);
+    if !minimal_times.is_empty() {
+        println!("-minimal, the reductions' programs alone: median {:.3} s, max {:.3} s", minimal_times[minimal_times.len() / 2], minimal_times[minimal_times.len() - 1]);
     }
     times.sort_by(f64::total_cmp);
     if !times.is_empty() {
         println!("{} kernels: median {:.3} s, max {:.3} s, total {:.1} s (the larger of the two programs, compiled on two threads)", times.len(), times[times.len() / 2], times[times.len() - 1], times.iter().sum::<f64>());
     }
+}
+
+/// Seconds of NVRTC for `source` with `-minimal`, to PTX alone, and to PTX alone with `-minimal`.
+fn split_times(source: &str) -> (f64, f64, f64) {
+    let timed = |f: &dyn Fn()| {
+        let clock = Instant::now();
+        f();
+        clock.elapsed().as_secs_f64()
+    };
+    let ptx = |extra: &[&str]| {
+        let mut options = vec!["-default-device".to_string(), "--std=c++17".to_string()];
+        options.extend(extra.iter().map(|o| o.to_string()));
+        let opts = CompileOptions { arch: Some("compute_90"), options, ..Default::default() };
+        compile_ptx_with_opts(source, opts).unwrap();
+    };
+    let minimal = timed(&|| {
+        compile_cubin_with(source, "sm_90", &["-minimal"]).unwrap();
+    });
+    (minimal, timed(&|| ptx(&[])), timed(&|| ptx(&["-minimal"])))
 }

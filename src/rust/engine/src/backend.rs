@@ -8,6 +8,7 @@ use std::ops::Range;
 use crate::api::{Input, Output, RunOptions};
 use crate::error::Result;
 use crate::formula::Formula;
+use crate::precision::ForPrecision;
 use crate::ranges::BlockRanges;
 use crate::real::{Real, Stored};
 
@@ -21,6 +22,26 @@ pub trait BackendDevice {
     /// The reduction of `call` with inputs stored as `S` and arithmetic and results in `T` (f32
     /// for float16 storage, otherwise the same type).
     fn evaluate<S: Stored, T: Real>(&self, call: &Call, timings: &mut Timings) -> Result<Columns>;
+}
+
+/// `call` on `device`, in the types of the call's precision: the one place a precision becomes
+/// types for a run.
+pub fn evaluate_in_precision<B: BackendDevice>(device: &B, call: &Call, timings: &mut Timings) -> Result<Columns> {
+    call.options.precision.dispatch(TypedCall { device, call, timings })
+}
+
+struct TypedCall<'a, B> {
+    device: &'a B,
+    call: &'a Call<'a>,
+    timings: &'a mut Timings,
+}
+
+impl<B: BackendDevice> ForPrecision for TypedCall<'_, B> {
+    type Output = Result<Columns>;
+
+    fn run<S: Stored, T: Real>(self) -> Result<Columns> {
+        self.device.evaluate::<S, T>(self.call, self.timings)
+    }
 }
 
 /// One checked reduction, or `part` of it: the formula, its inputs, the sizes of the i and j

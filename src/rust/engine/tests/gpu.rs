@@ -386,16 +386,14 @@ fn numbers_do_not_make_new_kernels() {
         assert!(a.constants.contains(&0.1) && b.constants.contains(&2.75) && a.constants.contains(&0.5));
         assert!(!a.source.contains("0.1") && !b.source.contains("2.75"));
     }
-    // Alone: the count of loaded kernels must not include those of tests running beside it.
-    let _gpu = alone_on_the_gpu();
+    let _gpu = sharing_the_gpu();
     if let Err(why) = device::availability(0) {
         println!("NO GPU: the same sources were checked, not run ({why})");
         return;
     }
-    let dev = device::device(0).unwrap();
     let data = Data::new(1031, 517);
     let inputs = data.inputs();
-    let loaded = dev.loaded_kernels();
+    let loaded = device::Device::loaded_by_this_thread();
     for k in 0..20 {
         // Values no other test uses, so that the kernel is new to this process.
         let eps = 0.0123 + k as f64 * 0.37;
@@ -407,7 +405,7 @@ fn numbers_do_not_make_new_kernels() {
             compare(&text, &g, &c, precision);
         }
     }
-    let new = dev.loaded_kernels() - loaded;
+    let new = device::Device::loaded_by_this_thread() - loaded;
     assert!(new <= 2, "20 values of a number loaded {new} kernels (one per precision expected)");
     println!("20 values of a number, float32 and float64: {new} kernels compiled or loaded");
 }

@@ -3,6 +3,7 @@
 //! about a device (context, stream, loaded kernels, the memory reused between calls) is looked up
 //! once and kept with it.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -295,9 +296,11 @@ impl Device {
         Ok(f)
     }
 
-    /// How many distinct kernels this device has loaded.
-    pub fn loaded_kernels(&self) -> usize {
-        self.functions.lock().map_or(0, |m| m.len())
+    /// How many kernels (a reduction and its merge: one) the calling thread has loaded on any
+    /// device: a count that other threads' calls cannot change, for tests that check which calls
+    /// reuse a kernel.
+    pub fn loaded_by_this_thread() -> usize {
+        LOADED_BY_THIS_THREAD.with(Cell::get)
     }
 
     /// Waits for everything queued on the device's stream (the steps of a loop, `crate::iterate`).
@@ -372,17 +375,28 @@ impl Device {
         if let Ok(mut m) = self.functions.lock() {
             m.insert(key, f.clone());
         }
+        LOADED_BY_THIS_THREAD.with(|n| n.set(n.get() + 1));
         Ok(f)
     }
 }
 
+thread_local! {
+    static LOADED_BY_THIS_THREAD: Cell<usize> = const { Cell::new(0) };
+}
+
 /// NVRTC: CUDA source to a CUBIN for `arch` (`sm_90`), with the compiler log in the error.
 pub fn compile_cubin(source: &str, arch: &str) -> Result<Vec<u8>> {
+    compile_cubin_with(source, arch, &[])
+}
+
+/// `compile_cubin` with NVRTC options of `extra` after the engine's (for `examples/compile_probe`).
+pub fn compile_cubin_with(source: &str, arch: &str, extra: &[&str]) -> Result<Vec<u8>> {
     nvrtc_present()?;
     guarded("NVRTC compilation", || {
         let src = CString::new(source).map_err(|_| Error::Gpu("the kernel source contains a NUL byte".into()))?;
         let program = nvrtc_result::create_program(&src, Some(c"rkeops.cu")).map_err(|e| driver_error("NVRTC", e))?;
-        let options = [format!("--gpu-architecture={arch}"), "-default-device".into(), "--std=c++17".into()];
+        let mut options = vec![format!("--gpu-architecture={arch}"), "-default-device".into(), "--std=c++17".into()];
+        options.extend(extra.iter().map(|o| o.to_string()));
         let out = (|| unsafe {
             // SAFETY: `program` is a valid NVRTC program until destroyed below.
             if let Err(e) = nvrtc_result::compile_program(program, &options) {

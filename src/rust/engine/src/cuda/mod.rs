@@ -3,6 +3,7 @@
 //! with the 1D or 2D scheme (`launch`) in memory the device keeps between calls (`workspace`);
 //! data can stay on a device from call to call (`resident`), and a loop in the engine issues its
 //! steps' launches again as they were recorded (`recorded`).
+//! The rest of the engine opens it through `Gpu` (`gpu`).
 //! The CUDA libraries are loaded at run time: without them everything else keeps working.
 
 pub mod backend;
@@ -13,6 +14,7 @@ pub mod dot_tiles;
 pub mod dtype;
 pub mod elementwise;
 pub mod finish;
+pub mod gpu;
 pub mod graph;
 pub mod launch;
 pub mod primitives;
@@ -23,3 +25,4 @@ pub mod workspace;
 
 pub use buffers::OnDevice;
 pub use device::{availability, Device};
+pub use gpu::Gpu;
