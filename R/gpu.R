@@ -13,6 +13,15 @@ gpu_status <- function(device = 0L) {
   }
 }
 
+# With RKEOPS_GPU_FAST_COMPILE=1, a new GPU kernel is first built quickly and its optimised build
+# compiles in the background; when R exits, builds still compiling are finished (at most 2
+# minutes), so that they reach the kernel cache and the next session loads them.
+kernel_builds <- new.env()
+.onLoad <- function(libname, pkgname) {
+  reg.finalizer(kernel_builds, function(e) wait_for_kernel_builds(), onexit = TRUE)
+}
+wait_for_kernel_builds <- function() invisible(rust_result(.Call(wrap__wait_for_kernel_builds)))
+
 # Whether reductions run on a GPU with the options in force (for choices of algorithm that depend
 # on the backend).
 gpu_in_use <- function() {

@@ -2,7 +2,7 @@
 # the engine in one call on the GPU host (issue 53: "old and new alternated", bench/old_new.sh runs
 # this script with each library in turn, twice). Each case: the median of REPS runs after a warm-up,
 # in ms, and a value of its result (equal across revisions up to float32 summation order).
-# Usage: R_LIBS=<library> BACKEND=GPU|CPU [REPS=3] [LABEL=new] Rscript bench/old_new.R
+# Usage: R_LIBS=<library> BACKEND=GPU|CPU [REPS=3] [LABEL=new] [ONLY=regex of case names] Rscript bench/old_new.R
 suppressPackageStartupMessages(library(rkeops))
 rkeops_disable_verbosity()
 source(file.path(local({
@@ -14,11 +14,13 @@ if (backend == "GPU") stopifnot(rkeops_use_gpu()) else rkeops_use_cpu()
 rkeops_use_float32()
 reps <- env_num("REPS", 3)
 label <- env_str("LABEL", "?")
+only <- env_str("ONLY", "")
 gpu <- backend == "GPU"
 # Every run starts from the same seed, so that functions that draw (keops_gmm()'s starts, kriging's
 # landmarks) do the same work in every run; a run under 100 ms is timed as the mean of enough calls
 # to fill 100 ms (R's timer counts whole milliseconds).
 case <- function(name, f, value) {
+  if (nzchar(only) && !grepl(only, name)) return(invisible())
   seeded <- function() { set.seed(99); f() }
   v <- seeded()                                          # warm-up (kernels compiled)
   calls <- max(1, ceiling(0.1 / max(system.time(seeded())[["elapsed"]], 1e-3)))

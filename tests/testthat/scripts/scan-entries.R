@@ -87,6 +87,7 @@ corpus <- list(
   quote(rkeops_sitrep()),
   quote(clean_rkeops()),
   quote(rkeops_release_gpu_memory()),
+  quote(wait_for_kernel_builds()),
   quote(rkeops_use_gpu())
 )
 # (evaluated in the namespace: the attached package holds the functions as they were)

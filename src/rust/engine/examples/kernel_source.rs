@@ -21,7 +21,7 @@ fn main() {
     println!("{}", kernel.source);
     // The reduction's program and the merge's, on two threads as the engine compiles them.
     let clock = std::time::Instant::now();
-    let compile = |source: &str| engine::cuda::device::compile_cubin(source, "sm_90");
+    let compile = |source: &str| engine::cuda::builds::compile_cubin(source, "sm_90");
     let (cubin, merge) = std::thread::scope(|s| {
         let merge = s.spawn(|| compile(&kernel.merge_source));
         (compile(&kernel.source), merge.join().expect("the merge's compilation"))

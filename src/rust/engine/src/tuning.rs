@@ -49,6 +49,12 @@ pub struct Tuning {
     /// Most components of a pair's values (all row slots) for which a log-sum-exp's group of 32
     /// indices is unrolled whole (`RKEOPS_GPU_GROUP_WORK=n`; `cuda::codegen::exponentials`).
     pub group_work: usize,
+    /// A new kernel first built with NVRTC's fast-compile level and launched at once, its optimised
+    /// build compiled in the background and swapped in when ready (`cuda::builds`;
+    /// `RKEOPS_GPU_FAST_COMPILE=1`). Off by default: the two builds may differ in the last bits
+    /// (a K-NN's distances did, once the swap came between two calls, H200, 2026-11-29), so that
+    /// one call repeated could give other bits.
+    pub fast_compile: bool,
     /// The 1D scheme always, never chunks of the reduced range (`RKEOPS_GPU_SCHEME=1D`).
     pub force_1d: bool,
     /// Loops (`crate::iterate`) replay the recorded launches of their steps (`RKEOPS_GPU_REPLAY=0`:
@@ -69,6 +75,7 @@ impl Default for Tuning {
             tensor_cores: true,
             unroll: 4,
             group_work: 64,
+            fast_compile: false,
             force_1d: false,
             replay: true,
             graphs: false,
@@ -108,6 +115,7 @@ impl Tuning {
             tensor_cores: !var("RKEOPS_GPU_TENSOR").eq_ignore_ascii_case("off"),
             unroll: var("RKEOPS_GPU_UNROLL").parse().unwrap_or(default.unroll),
             group_work: var("RKEOPS_GPU_GROUP_WORK").parse().unwrap_or(default.group_work),
+            fast_compile: var("RKEOPS_GPU_FAST_COMPILE") == "1",
             force_1d: var("RKEOPS_GPU_SCHEME").eq_ignore_ascii_case("1d"),
             replay: var("RKEOPS_GPU_REPLAY") != "0",
             graphs: var("RKEOPS_GPU_GRAPHS") == "1",
@@ -130,6 +138,7 @@ mod tests {
                 "RKEOPS_GPU_TENSOR" => "off",
                 "RKEOPS_GPU_UNROLL" => "1",
                 "RKEOPS_GPU_GROUP_WORK" => "1000",
+                "RKEOPS_GPU_FAST_COMPILE" => "1",
                 "RKEOPS_GPU_SCHEME" => "1D",
                 "RKEOPS_GPU_REPLAY" => "0",
                 "RKEOPS_GPU_GRAPHS" => "1",
@@ -144,6 +153,7 @@ mod tests {
             tensor_cores: false,
             unroll: 1,
             group_work: 1000,
+            fast_compile: true,
             force_1d: true,
             replay: false,
             graphs: true,

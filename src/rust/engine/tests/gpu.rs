@@ -141,7 +141,7 @@ fn generated_kernels_compile_with_nvrtc() {
         for _ in 0..threads {
             s.spawn(|| loop {
                 let Some((what, source)) = sources.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) else { return };
-                if let Err(e) = device::compile_cubin(source, "sm_90") {
+                if let Err(e) = engine::cuda::builds::compile_cubin(source, "sm_90") {
                     panic!("{what} does not compile:\n{e}\n{source}");
                 }
             });
@@ -408,4 +408,49 @@ fn numbers_do_not_make_new_kernels() {
     let new = device::Device::loaded_by_this_thread() - loaded;
     assert!(new <= 2, "20 values of a number loaded {new} kernels (one per precision expected)");
     println!("20 values of a number, float32 and float64: {new} kernels compiled or loaded");
+}
+
+/// With `Tuning::fast_compile`, a new kernel runs first in its fast build (`cuda::builds`), then,
+/// once the background thread has swapped it in, in its optimised build: both agree with the CPU.
+/// Whether they agree bit for bit is printed (a K-NN's distances seemed not to: why the option is
+/// off by default).
+#[test]
+fn a_new_kernel_runs_fast_built_then_optimised() {
+    use engine::cuda::builds::{self, Build};
+    let _gpu = sharing_the_gpu();
+    if let Err(why) = device::availability(0) {
+        println!("NO GPU: the fast and optimised builds are not compared ({why})");
+        return;
+    }
+    let data = Data::new(1031, 517);
+    let inputs = data.inputs();
+    let tuning = engine::Tuning { fast_compile: true, ..Default::default() };
+    let on_gpu = |op: &Operator, precision| {
+        let options = RunOptions { precision, backend: Backend::Gpu(0), tuning: tuning.clone(), ..Default::default() };
+        op.run(&inputs, &options).unwrap_or_else(|e| panic!("{}: {e}", op.formula.text))
+    };
+    // Formulas no other test uses, so that their kernels are new to this process.
+    let formulas = [
+        "Sum_Reduction(Exp(-SqDist(x,y) * Sqrt(SqNorm2(x) + IntCst(3))) * b, 0)",
+        "LogSumExp_Reduction(Sin(x|y) - SqDist(x,y) * Abs(w) * IntCst(7), 1)",
+        "Min_ArgMin_Reduction(SqDist(x * IntCst(5), y) + Cos(u * w), 0)",
+    ];
+    for text in formulas {
+        let op = Operator::new(text, &args()).unwrap();
+        for precision in [Precision::F32, Precision::F64] {
+            let swaps = builds::optimised_swaps();
+            let fast = on_gpu(&op, precision);
+            assert!(builds::wait_for_background(std::time::Duration::from_secs(300)), "{text}: builds still pending");
+            if Build::first(true) == Build::Fast {
+                assert!(builds::optimised_swaps() > swaps, "{text}: no optimised build replaced a fast one");
+            }
+            let optimised = on_gpu(&op, precision);
+            let cpu = run(&op, &inputs, precision, Backend::Cpu, SumScheme::Auto);
+            compare(text, &fast, &cpu, precision);
+            compare(text, &optimised, &cpu, precision);
+            let bits = |o: &engine::Output| o.values.as_ref().map(|v| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+            let same = bits(&fast) == bits(&optimised) && fast.indices == optimised.indices;
+            println!("{text} {precision:?}: fast and optimised builds {}", if same { "bit-identical" } else { "differ in bits" });
+        }
+    }
 }

@@ -361,6 +361,16 @@ fn gpu_release_memory(device: i32) -> Robj {
     })
 }
 
+/// Waits (at most 2 minutes) for the optimised kernels still compiling in the background; R calls
+/// it as it exits, so that they reach the kernel cache: `list(done)`.
+#[extendr]
+fn wait_for_kernel_builds() -> Robj {
+    guarded(|| {
+        let done = engine::cuda::builds::wait_for_background(std::time::Duration::from_secs(120));
+        Ok(List::from_names_and_values(["done"], [Robj::from(done)])?.into())
+    })
+}
+
 /// Whether GPU `device` can be used: `list(available, message)`, the message describing the
 /// device or saying why it cannot be used (no driver, no NVRTC, no such device).
 #[extendr]
@@ -425,6 +435,7 @@ extendr_module! {
     fn keops_device_get;
     fn keops_device_free;
     fn gpu_release_memory;
+    fn wait_for_kernel_builds;
 }
 
 /// Registers the package's `.Call` entries with R (src/entrypoint.c calls it when R loads the

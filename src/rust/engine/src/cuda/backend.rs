@@ -29,7 +29,7 @@ impl Device {
             group_work: tuning.group_work,
             ..KernelOptions::new(dtype, options.sum_scheme, variant, selection)
         };
-        self.kernels(formula, kernel, options.cache_dir.as_deref())
+        self.kernels(formula, kernel, options.cache_dir.as_deref(), tuning.fast_compile)
     }
 
     /// `evaluate`, the values written into `kept`'s matrix on this device and its launches only

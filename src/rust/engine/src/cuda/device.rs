@@ -5,13 +5,14 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::ffi::{CStr, CString};
+use std::path::PathBuf;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream};
-use cudarc::nvrtc::{result as nvrtc_result, sys as nvrtc_sys, Ptx};
+use cudarc::nvrtc::{sys as nvrtc_sys, Ptx};
 
+use super::builds::{self, compile_build, compile_cubin, Build};
 use super::codegen::{self, Kernel, KernelOptions, Variant};
 use super::workspace::Workspace;
 use crate::cache::{self, DiskCache};
@@ -31,7 +32,7 @@ pub struct Device {
     nvrtc_version: (i32, i32),
     /// Loaded kernels (the reduction and its merge) by cache key: a repeated call costs a launch,
     /// not a load.
-    functions: Mutex<HashMap<String, Functions>>,
+    functions: Mutex<HashMap<String, Slot>>,
     /// The kernels of the formulas run here, by formula and kernel options, so that a repeated call
     /// neither generates nor hashes its source again.
     compiled: Mutex<CompiledByFormula>,
@@ -51,10 +52,21 @@ pub struct Functions {
     pub prepare: Option<CudaFunction>,
 }
 
+/// A kernel's loaded functions, shared by the formulas that generate it; a fast build is replaced
+/// here by the optimised one (`builds`).
+pub type Slot = Arc<Mutex<Functions>>;
+
 /// A formula's kernels, compiled and loaded on one device, with their checked resources.
 pub struct Compiled {
     pub kernel: Kernel,
-    pub functions: Functions,
+    slot: Slot,
+}
+
+impl Compiled {
+    /// The kernel's functions now: the fast build until the optimised one replaces it.
+    pub fn functions(&self) -> Functions {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 /// The engine's own kernels: the indices of a selection (1-based ints) written as numbers into a
@@ -100,7 +112,7 @@ pub(crate) fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T>
     })
 }
 
-fn driver_error(what: &str, e: impl std::fmt::Debug) -> Error {
+pub(crate) fn driver_error(what: &str, e: impl std::fmt::Debug) -> Error {
     Error::Gpu(format!("{what}: {e:?}"))
 }
 
@@ -243,12 +255,13 @@ impl Device {
 
     /// The kernels of `formula` with these options (dense or block-sparse: `options.variant`;
     /// `options.selection`: see `codegen::Selection`), compiled (or loaded from `cache_dir`) on
-    /// first use.
+    /// first use, a fast build first where `fast_first` (`builds`).
     pub fn kernels(
         &self,
         formula: &Formula,
         options: KernelOptions,
         cache_dir: Option<&std::path::Path>,
+        fast_first: bool,
     ) -> Result<Arc<Compiled>> {
         let key = (formula.identity.clone(), options);
         if let Some(c) = self.compiled.lock().ok().and_then(|m| m.get(&key).cloned()) {
@@ -263,9 +276,9 @@ impl Device {
                 codegen::generate_variant(formula, &KernelOptions { variant: Variant::StreamedDotTiles, ..options });
         }
         let cache = cache_dir.map(DiskCache::open).transpose().map_err(Error::Cache)?;
-        let functions = self.functions(&kernel, cache.as_ref())?;
-        check_resources(self, &functions.reduce, &kernel)?;
-        let compiled = Arc::new(Compiled { kernel, functions });
+        let slot = self.functions(&kernel, cache.as_ref(), fast_first)?;
+        let compiled = Arc::new(Compiled { kernel, slot });
+        check_resources(self, &compiled.functions().reduce, &compiled.kernel)?;
         if let Ok(mut m) = self.compiled.lock() {
             if m.len() >= MAX_COMPILED {
                 // (formulas that differ by their numbers only share their loaded functions)
@@ -282,7 +295,7 @@ impl Device {
         if let Some(f) = self.utilities.lock().ok().and_then(|m| m.get(name).cloned()) {
             return Ok(f);
         }
-        let cubin = compile_cubin(UTILITIES, &format!("sm_{}{}", self.arch.0, self.arch.1))?;
+        let cubin = compile_cubin(UTILITIES, &self.arch_name())?;
         let f = guarded("loading the engine's utility kernels", || {
             let module = self
                 .ctx
@@ -321,22 +334,22 @@ impl Device {
         }
     }
 
-    /// The compiled kernels: from memory, else from the disk cache, else compiled now (and cached),
-    /// the reduction's program and the merge's on two threads.
-    pub fn functions(&self, kernel: &Kernel, cache: Option<&DiskCache>) -> Result<Functions> {
-        let arch = format!("sm_{}{}", self.arch.0, self.arch.1);
-        let versions =
-            format!("engine {} nvrtc {}.{}", env!("CARGO_PKG_VERSION"), self.nvrtc_version.0, self.nvrtc_version.1);
-        let key_of = |source: &str| cache::key(&[source.as_bytes(), arch.as_bytes(), versions.as_bytes()]);
-        let (key, merge_key) = (key_of(&kernel.source), key_of(&kernel.merge_source));
+    /// The compiled kernels: from memory, else from the disk cache, else compiled now (the
+    /// reduction's program and the merge's on two threads) in `Build::first(fast_first)`; a fast
+    /// build is replaced in its slot by the optimised one, compiled in the background (`builds`).
+    pub fn functions(&self, kernel: &Kernel, cache: Option<&DiskCache>, fast_first: bool) -> Result<Slot> {
+        let (key, merge_key) = (self.cache_key(&kernel.source), self.cache_key(&kernel.merge_source));
         if let Some(f) = self.functions.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok(f);
         }
+        let cached = cache.and_then(|c| c.load(&key));
+        let build = if cached.is_some() { Build::Optimised } else { Build::first(fast_first) };
+        let arch = self.arch_name();
         let cubin = |source: &str, key: &str| match cache.and_then(|c| c.load(key)) {
             Some(bytes) => Ok(bytes),
             None => {
-                let bytes = compile_cubin(source, &arch)?;
-                if let Some(c) = cache {
+                let bytes = compile_build(source, &arch, build)?;
+                if let (Some(c), Build::Optimised) = (cache, build) {
                     // A cache that cannot be written only costs a compilation next time.
                     let _ = c.store(key, &bytes);
                 }
@@ -345,13 +358,37 @@ impl Device {
         };
         let (reduce_cubin, merge_cubin) = std::thread::scope(|s| {
             let merge = s.spawn(|| cubin(&kernel.merge_source, &merge_key));
-            let reduce = cubin(&kernel.source, &key);
+            let reduce = cached.map_or_else(|| cubin(&kernel.source, &key), Ok);
             let merge =
                 merge.join().unwrap_or_else(|_| Err(Error::Gpu("the merge kernel's compilation failed".into())));
             (reduce, merge)
         });
-        let (reduce_cubin, merge_cubin): (Vec<u8>, Vec<u8>) = (reduce_cubin?, merge_cubin?);
-        let f = guarded("loading the compiled kernel", || {
+        let slot = Arc::new(Mutex::new(self.load(kernel, reduce_cubin?, merge_cubin?)?));
+        if let Ok(mut m) = self.functions.lock() {
+            m.insert(key.clone(), slot.clone());
+        }
+        LOADED_BY_THIS_THREAD.with(|n| n.set(n.get() + 1));
+        if build == Build::Fast {
+            self.optimise_in_background(kernel.clone(), (key, merge_key), cache.map(|c| c.dir().to_path_buf()), &slot);
+        }
+        Ok(slot)
+    }
+
+    fn arch_name(&self) -> String {
+        format!("sm_{}{}", self.arch.0, self.arch.1)
+    }
+
+    /// The key of a kernel's binary in the caches: its source, this device's architecture, the
+    /// engine's and NVRTC's versions.
+    fn cache_key(&self, source: &str) -> String {
+        let versions =
+            format!("engine {} nvrtc {}.{}", env!("CARGO_PKG_VERSION"), self.nvrtc_version.0, self.nvrtc_version.1);
+        cache::key(&[source.as_bytes(), self.arch_name().as_bytes(), versions.as_bytes()])
+    }
+
+    /// The functions of `kernel` from its binaries, loaded on this device.
+    fn load(&self, kernel: &Kernel, reduce_cubin: Vec<u8>, merge_cubin: Vec<u8>) -> Result<Functions> {
+        guarded("loading the compiled kernel", || {
             let load = |cubin| {
                 self.ctx
                     .load_module(Ptx::from_binary(cubin))
@@ -371,55 +408,40 @@ impl Device {
             let merge =
                 merge_module.load_function(kernel.merge_name).map_err(|e| driver_error("finding the kernel", e))?;
             Ok(Functions { reduce, merge, prepare })
-        })?;
-        if let Ok(mut m) = self.functions.lock() {
-            m.insert(key, f.clone());
-        }
-        LOADED_BY_THIS_THREAD.with(|n| n.set(n.get() + 1));
-        Ok(f)
+        })
+    }
+
+    /// Queues the optimised build of `kernel` (its binaries stored under `keys` in the disk cache
+    /// at `cache_dir`), which replaces the fast one in `slot` once loaded. Where it cannot be
+    /// compiled, loaded or run with the kernel's tile, the fast build stays.
+    fn optimise_in_background(&self, kernel: Kernel, keys: (String, String), cache_dir: Option<PathBuf>, slot: &Slot) {
+        let (ordinal, slot) = (self.ordinal, slot.clone());
+        builds::in_background(move || {
+            let Ok(device) = device(ordinal) else { return };
+            let cache = cache_dir.and_then(|dir| DiskCache::open(dir).ok());
+            let arch = device.arch_name();
+            let cubin = |source: &str, key: &str| {
+                let bytes = compile_build(source, &arch, Build::Optimised)?;
+                if let Some(c) = &cache {
+                    let _ = c.store(key, &bytes);
+                }
+                Ok::<_, Error>(bytes)
+            };
+            let (Ok(reduce), Ok(merge)) = (cubin(&kernel.source, &keys.0), cubin(&kernel.merge_source, &keys.1)) else {
+                return;
+            };
+            if let Ok(f) = device.load(&kernel, reduce, merge) {
+                if check_resources(&device, &f.reduce, &kernel).is_ok() {
+                    *slot.lock().unwrap_or_else(|p| p.into_inner()) = f;
+                    builds::swapped();
+                }
+            }
+        });
     }
 }
 
 thread_local! {
     static LOADED_BY_THIS_THREAD: Cell<usize> = const { Cell::new(0) };
-}
-
-/// NVRTC: CUDA source to a CUBIN for `arch` (`sm_90`), with the compiler log in the error.
-pub fn compile_cubin(source: &str, arch: &str) -> Result<Vec<u8>> {
-    compile_cubin_with(source, arch, &[])
-}
-
-/// `compile_cubin` with NVRTC options of `extra` after the engine's (for `examples/compile_probe`).
-pub fn compile_cubin_with(source: &str, arch: &str, extra: &[&str]) -> Result<Vec<u8>> {
-    nvrtc_present()?;
-    guarded("NVRTC compilation", || {
-        let src = CString::new(source).map_err(|_| Error::Gpu("the kernel source contains a NUL byte".into()))?;
-        let program = nvrtc_result::create_program(&src, Some(c"rkeops.cu")).map_err(|e| driver_error("NVRTC", e))?;
-        let mut options = vec![format!("--gpu-architecture={arch}"), "-default-device".into(), "--std=c++17".into()];
-        options.extend(extra.iter().map(|o| o.to_string()));
-        let out = (|| unsafe {
-            // SAFETY: `program` is a valid NVRTC program until destroyed below.
-            if let Err(e) = nvrtc_result::compile_program(program, &options) {
-                let log = nvrtc_result::get_program_log(program)
-                    .map(|l| CStr::from_ptr(l.as_ptr()).to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                return Err(Error::Gpu(format!("NVRTC could not compile the kernel ({e:?}):\n{log}")));
-            }
-            let mut size = 0usize;
-            nvrtc_sys::nvrtcGetCUBINSize(program, &mut size).result().map_err(|e| driver_error("NVRTC", e))?;
-            if size == 0 {
-                return Err(Error::Gpu(format!("NVRTC produced no binary for {arch}")));
-            }
-            let mut buf = vec![0u8; size];
-            nvrtc_sys::nvrtcGetCUBIN(program, buf.as_mut_ptr().cast())
-                .result()
-                .map_err(|e| driver_error("NVRTC", e))?;
-            Ok(buf)
-        })();
-        // SAFETY: destroyed once, after its last use.
-        let _ = unsafe { nvrtc_result::destroy_program(program) };
-        out
-    })
 }
 
 /// Checks, before anything is copied, what would make the launch fail with an obscure driver error:

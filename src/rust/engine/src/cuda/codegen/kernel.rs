@@ -14,6 +14,7 @@ use crate::plan::Plan;
 use crate::reduction::SumScheme;
 
 /// A generated kernel and the launch geometry it was written for.
+#[derive(Clone)]
 pub struct Kernel {
     pub source: String,
     pub name: &'static str,

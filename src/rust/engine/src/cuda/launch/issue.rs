@@ -95,7 +95,7 @@ impl Issue<'_> {
     /// reduction finalises its rows itself, the merge of its chunks; each recorded when asked.
     fn launch_kernels(&self, recorded: &mut Option<&mut Recorded>) -> Result<()> {
         let (data, step, plan, regions) = (self.data, self.step, self.plan, &self.plan.regions);
-        let (kernel, functions) = (&data.compiled.kernel, &data.compiled.functions);
+        let (kernel, functions) = (&data.compiled.kernel, &data.compiled.functions());
         let (rows_out, rows_red) = (step.out.len(), step.red.len());
         let mut launch_and_record =
             |function: &CudaFunction, config: LaunchConfig, ints: &[i32], pointers: &[u64], what: &str| {

@@ -1,0 +1,175 @@
+//! Kernel binaries from NVRTC. With `Tuning::fast_compile` (off by default: see there), a kernel
+//! new to the process (not in memory, not in the disk cache) is built first with NVRTC's
+//! fast-compile level (`-Ofc=max`, CUDA 12.8+: the 60 probe formulas' first calls 0.074 s median
+//! against 0.49 s, H200, 2026-11-29, bench/RESULTS.md) and launched at once, while its optimised
+//! build compiles on a background thread and replaces it when ready; only optimised builds go to
+//! the disk cache. The background thread takes one kernel at a time, in
+//! order, so that a script's new formulas do not take every core.
+
+use std::ffi::{CStr, CString};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Mutex, OnceLock};
+
+use cudarc::nvrtc::{result as nvrtc_result, sys as nvrtc_sys};
+
+use super::device::{driver_error, guarded, nvrtc_present};
+use crate::error::{Error, Result};
+
+/// How a kernel is compiled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Build {
+    /// NVRTC's full optimisation: the build kept on disk and run after the first calls.
+    Optimised,
+    /// Quick to compile, slower to run: the first calls of a new kernel.
+    Fast,
+}
+
+impl Build {
+    fn options(self) -> &'static [&'static str] {
+        match self {
+            Build::Optimised => &[],
+            Build::Fast => &["-Ofc=max"],
+        }
+    }
+
+    /// The build of a kernel that is neither in memory nor on disk: fast where `fast_first` and
+    /// NVRTC has the option (12.8+).
+    pub fn first(fast_first: bool) -> Build {
+        match fast_first && nvrtc_at_least(12, 8) {
+            true => Build::Fast,
+            false => Build::Optimised,
+        }
+    }
+}
+
+/// Whether NVRTC is version `major.minor` or later (false where it cannot say).
+fn nvrtc_at_least(major: i32, minor: i32) -> bool {
+    static VERSION: OnceLock<(i32, i32)> = OnceLock::new();
+    let version = VERSION.get_or_init(|| {
+        let (mut a, mut b) = (0, 0);
+        let known = nvrtc_present().is_ok()
+            && guarded("asking NVRTC's version", || {
+                // SAFETY: plain out-parameters; the library was found above.
+                unsafe { nvrtc_sys::nvrtcVersion(&mut a, &mut b) }.result().map_err(|e| Error::Gpu(format!("{e:?}")))
+            })
+            .is_ok();
+        if known { (a, b) } else { (0, 0) }
+    });
+    *version >= (major, minor)
+}
+
+/// NVRTC: CUDA source to a CUBIN for `arch` (`sm_90`), optimised, with the compiler log in the error.
+pub fn compile_cubin(source: &str, arch: &str) -> Result<Vec<u8>> {
+    compile_cubin_with(source, arch, Build::Optimised.options())
+}
+
+/// `compile_cubin` in `build`.
+pub fn compile_build(source: &str, arch: &str, build: Build) -> Result<Vec<u8>> {
+    compile_cubin_with(source, arch, build.options())
+}
+/// `compile_cubin` with the NVRTC options of `extra` after the engine's (`examples/compile_probe`).
+pub fn compile_cubin_with(source: &str, arch: &str, extra: &[&str]) -> Result<Vec<u8>> {
+    nvrtc_present()?;
+    guarded("NVRTC compilation", || {
+        let src = CString::new(source).map_err(|_| Error::Gpu("the kernel source contains a NUL byte".into()))?;
+        let program = nvrtc_result::create_program(&src, Some(c"rkeops.cu")).map_err(|e| driver_error("NVRTC", e))?;
+        let mut options = vec![format!("--gpu-architecture={arch}"), "-default-device".into(), "--std=c++17".into()];
+        options.extend(extra.iter().map(|o| o.to_string()));
+        let out = (|| unsafe {
+            // SAFETY: `program` is a valid NVRTC program until destroyed below.
+            if let Err(e) = nvrtc_result::compile_program(program, &options) {
+                let log = nvrtc_result::get_program_log(program)
+                    .map(|l| CStr::from_ptr(l.as_ptr()).to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                return Err(Error::Gpu(format!("NVRTC could not compile the kernel ({e:?}):\n{log}")));
+            }
+            let mut size = 0usize;
+            nvrtc_sys::nvrtcGetCUBINSize(program, &mut size).result().map_err(|e| driver_error("NVRTC", e))?;
+            if size == 0 {
+                return Err(Error::Gpu(format!("NVRTC produced no binary for {arch}")));
+            }
+            let mut buf = vec![0u8; size];
+            nvrtc_sys::nvrtcGetCUBIN(program, buf.as_mut_ptr().cast())
+                .result()
+                .map_err(|e| driver_error("NVRTC", e))?;
+            Ok(buf)
+        })();
+        // SAFETY: destroyed once, after its last use.
+        let _ = unsafe { nvrtc_result::destroy_program(program) };
+        out
+    })
+}
+
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The background thread's queue, and the process that started the thread: a child forked from
+/// that process (R's `parallel::mclapply`) has a copy of the queue but not the thread.
+struct Queue {
+    process: u32,
+    sender: Mutex<Sender<Job>>,
+}
+
+static QUEUE: OnceLock<Queue> = OnceLock::new();
+
+/// Kernels whose optimised build is queued or compiling.
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+
+/// The queue, if this process's own thread takes it.
+fn own_queue() -> Option<&'static Queue> {
+    QUEUE.get().filter(|q| q.process == std::process::id())
+}
+
+/// Runs `job` on the background thread (started on first use), after the jobs queued before it.
+/// A job that panics is dropped; the thread goes on with the next. In a forked child the job is
+/// dropped (its kernels keep their fast builds).
+pub fn in_background(job: impl FnOnce() + Send + 'static) {
+    let queue = QUEUE.get_or_init(|| {
+        let (sender, receiver) = channel::<Job>();
+        std::thread::spawn(move || {
+            for job in receiver {
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                PENDING.fetch_sub(1, Ordering::SeqCst);
+            }
+        });
+        Queue { process: std::process::id(), sender: Mutex::new(sender) }
+    });
+    if queue.process != std::process::id() {
+        return;
+    }
+    PENDING.fetch_add(1, Ordering::SeqCst);
+    let sent = queue.sender.lock().map(|q| q.send(Box::new(job)).is_ok()).unwrap_or(false);
+    if !sent {
+        PENDING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Waits until every optimised build queued so far has replaced its fast one, or `limit` has
+/// passed; returns whether none is left (tests; R calls it as it exits, so that the builds reach
+/// the disk cache). A forked child has none of its own.
+pub fn wait_for_background(limit: std::time::Duration) -> bool {
+    if own_queue().is_none() {
+        return true;
+    }
+    let clock = std::time::Instant::now();
+    while PENDING.load(Ordering::SeqCst) > 0 {
+        if clock.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    true
+}
+
+/// How many fast builds an optimised one has replaced in this process.
+pub fn optimised_swaps() -> usize {
+    SWAPS.load(Ordering::SeqCst)
+}
+
+static SWAPS: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts a replacement (`optimised_swaps`).
+pub(crate) fn swapped() {
+    SWAPS.fetch_add(1, Ordering::SeqCst);
+}
