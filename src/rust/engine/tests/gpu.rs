@@ -86,7 +86,7 @@ impl Data {
 
 #[test]
 fn generated_kernels_compile_with_nvrtc() {
-    if let Err(why) = device::nvrtc_present() {
+    if let Err(why) = engine::cuda::builds::nvrtc_present() {
         println!("NVRTC NOT FOUND: the generated CUDA sources are not compiled here ({why})");
         assert!(why.to_string().contains("NVRTC"), "{why}");
         return;

@@ -13,8 +13,22 @@ use std::sync::{Mutex, OnceLock};
 
 use cudarc::nvrtc::{result as nvrtc_result, sys as nvrtc_sys};
 
-use super::device::{driver_error, guarded, nvrtc_present};
+use super::guard::{driver_error, guarded};
 use crate::error::{Error, Result};
+
+/// Whether NVRTC can be loaded (compiling needs no driver, nor a GPU).
+pub fn nvrtc_present() -> Result<()> {
+    // SAFETY: this only tries to dlopen the candidate library names.
+    if !unsafe { nvrtc_sys::is_culib_present() } {
+        return Err(Error::Gpu(
+            "the NVIDIA driver is present but NVRTC is not (libnvrtc.so.13 or .so.12 could not be loaded; \
+             install the CUDA runtime compiler, e.g. the cuda-nvrtc package, and make it visible to the \
+             dynamic loader)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
 
 /// How a kernel is compiled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,13 +6,13 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream};
 use cudarc::nvrtc::{sys as nvrtc_sys, Ptx};
 
-use super::builds::{self, compile_build, compile_cubin, Build};
+use super::builds::{self, compile_build, compile_cubin, nvrtc_present, Build};
+use super::guard::{driver_error, guarded};
 use super::codegen::{self, Kernel, KernelOptions, Variant};
 use super::workspace::Workspace;
 use crate::cache::{self, DiskCache};
@@ -105,17 +105,6 @@ type CompiledByFormula = HashMap<(Arc<str>, KernelOptions), Arc<Compiled>>;
 /// formula makes a new one each time); beyond, the map starts again.
 const MAX_COMPILED: usize = 4096;
 
-/// Runs `f`, turning a panic of the CUDA bindings (a missing library or symbol) into an error.
-pub(crate) fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
-        Err(Error::Gpu(format!("{what} failed: {}", crate::error::panic_message(panic.as_ref()))))
-    })
-}
-
-pub(crate) fn driver_error(what: &str, e: impl std::fmt::Debug) -> Error {
-    Error::Gpu(format!("{what}: {e:?}"))
-}
-
 /// Whether the libraries are there, checked without touching the driver (the bindings panic
 /// when a library is missing). Asked once per process: a failed search of the loader's paths takes
 /// about a millisecond, which every call with the backend "auto" paid on a machine without a GPU.
@@ -134,19 +123,6 @@ fn libraries_present() -> Result<()> {
     present.clone().map_err(Error::Gpu)
 }
 
-/// Whether NVRTC can be loaded (compiling needs no driver, nor a GPU).
-pub fn nvrtc_present() -> Result<()> {
-    // SAFETY: this only tries to dlopen the candidate library names.
-    if !unsafe { nvrtc_sys::is_culib_present() } {
-        return Err(Error::Gpu(
-            "the NVIDIA driver is present but NVRTC is not (libnvrtc.so.13 or .so.12 could not be loaded; \
-             install the CUDA runtime compiler, e.g. the cuda-nvrtc package, and make it visible to the \
-             dynamic loader)"
-                .into(),
-        ));
-    }
-    Ok(())
-}
 
 /// The device `ordinal`, initialised once per process.
 pub fn device(ordinal: usize) -> Result<Arc<Device>> {

@@ -22,7 +22,8 @@ mod steps;
 
 use cudarc::driver::result;
 
-use super::device::{guarded, Compiled, Device};
+use super::device::{Compiled, Device};
+use super::guard::guarded;
 use super::recorded::Recorded;
 use super::resident::DeviceMatrix;
 use super::workspace::Workspace;

@@ -18,6 +18,7 @@ pub mod elementwise;
 pub mod finish;
 pub mod gpu;
 pub mod graph;
+pub mod guard;
 pub mod launch;
 pub mod primitives;
 pub mod recorded;

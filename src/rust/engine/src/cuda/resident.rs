@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use cudarc::driver::{result, sys};
 
-use super::device::{guarded, Device};
+use super::device::Device;
+use super::guard::guarded;
 use crate::api::KeptMatrix;
 use crate::real::Stored;
 use crate::error::{Error, Result};

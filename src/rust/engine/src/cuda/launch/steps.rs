@@ -9,7 +9,7 @@ use super::pack::{collect_results, pack_step};
 use super::plan::{Step, StepPlan};
 use super::{gpu_error, Data, Times};
 use crate::backend::Columns;
-use crate::cuda::device::guarded;
+use crate::cuda::guard::guarded;
 use crate::cuda::recorded::Recorded;
 use crate::cuda::workspace::Workspace;
 use crate::error::{Error, Result};
