@@ -61,6 +61,7 @@ keops_program_optim <- function(program, input, of, wrt, control = list(), sched
   }
   control <- optim_control(control, fun)
   program_check_input(input)
+  program_check_schedule(schedule)
   if (!wrt %in% names(input)) {
     rkeops_abort(fun, "(): wrt: '", wrt, "' has no value in 'input' to start from", kind = "input", arg = "wrt")
   }

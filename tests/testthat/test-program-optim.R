@@ -115,4 +115,7 @@ test_that("keops_program_optim() names the argument it refuses", {
   expect_identical(arg_of(prog, input, of = "loss", wrt = "x", control = list(m = 0)), "control$m")
   expect_identical(arg_of(prog, input, of = "loss", wrt = "x", control = 5), "control")
   expect_identical(arg_of(function(x) x, input, of = "loss", wrt = "x"), "program")
+  # schedule: not a named list (as keops_program_grad() refuses it)
+  expect_identical(arg_of(prog, input, of = "loss", wrt = "x", schedule = list(matrix(1, n, 2))), "schedule")
+  expect_identical(arg_of(prog, input, of = "loss", wrt = "x", schedule = "c"), "schedule")
 })
