@@ -3,8 +3,8 @@
 //! fast-compile level (`-Ofc=max`, CUDA 12.8+: the 60 probe formulas' first calls 0.074 s median
 //! against 0.49 s, H200, 2026-11-29, bench/RESULTS.md) and launched at once, while its optimised
 //! build compiles on a background thread and replaces it when ready; only optimised builds go to
-//! the disk cache. The background thread takes one kernel at a time, in
-//! order, so that a script's new formulas do not take every core.
+//! the disk cache. The background thread takes one kernel at a time, in order, so that a script's
+//! new formulas do not take every core.
 
 use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -35,7 +35,8 @@ pub fn nvrtc_present() -> Result<()> {
 pub enum Build {
     /// NVRTC's full optimisation: the build kept on disk and run after the first calls.
     Optimised,
-    /// Quick to compile, slower to run: the first calls of a new kernel.
+    /// NVRTC's fast-compile level: about 4 times quicker to compile, less optimised (its run time
+    /// not measured yet); the first calls of a new kernel.
     Fast,
 }
 

@@ -123,7 +123,6 @@ fn libraries_present() -> Result<()> {
     present.clone().map_err(Error::Gpu)
 }
 
-
 /// The device `ordinal`, initialised once per process.
 pub fn device(ordinal: usize) -> Result<Arc<Device>> {
     static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<Device>>>> = OnceLock::new();
