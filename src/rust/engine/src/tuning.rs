@@ -51,9 +51,9 @@ pub struct Tuning {
     pub group_work: usize,
     /// A new kernel first built with NVRTC's fast-compile level and launched at once, its optimised
     /// build compiled in the background and swapped in when ready (`cuda::builds`;
-    /// `RKEOPS_GPU_FAST_COMPILE=1`). Off by default: the two builds may differ in the last bits
-    /// (a K-NN's distances did, once the swap came between two calls, H200, 2026-11-29), so that
-    /// one call repeated could give other bits.
+    /// `RKEOPS_GPU_FAST_COMPILE=1`). Off by default: the two builds may differ in the last bits, so
+    /// that one call repeated could give other bits (with it on, a K-NN test comparing a call
+    /// with the same call in forked children failed, H200, 2026-11-29; the cause not proven).
     pub fast_compile: bool,
     /// The 1D scheme always, never chunks of the reduced range (`RKEOPS_GPU_SCHEME=1D`).
     pub force_1d: bool,
