@@ -14,6 +14,7 @@ use std::sync::{Mutex, OnceLock};
 use cudarc::nvrtc::{result as nvrtc_result, sys as nvrtc_sys};
 
 use super::guard::{driver_error, guarded};
+use crate::cache::DiskCache;
 use crate::error::{Error, Result};
 
 /// Whether NVRTC can be loaded (compiling needs no driver, nor a GPU).
@@ -58,20 +59,26 @@ impl Build {
     }
 }
 
+/// NVRTC's version (major, minor), asked once (`Device` reports it and keys its caches with it).
+pub fn nvrtc_version() -> Result<(i32, i32)> {
+    static VERSION: OnceLock<(i32, i32)> = OnceLock::new();
+    if let Some(version) = VERSION.get() {
+        return Ok(*version);
+    }
+    nvrtc_present()?;
+    let (mut major, mut minor) = (0, 0);
+    guarded("querying the NVRTC version", || {
+        // SAFETY: plain out-parameters; the library was found above.
+        unsafe { nvrtc_sys::nvrtcVersion(&mut major, &mut minor) }
+            .result()
+            .map_err(|e| driver_error("querying the NVRTC version", e))
+    })?;
+    Ok(*VERSION.get_or_init(|| (major, minor)))
+}
+
 /// Whether NVRTC is version `major.minor` or later (false where it cannot say).
 fn nvrtc_at_least(major: i32, minor: i32) -> bool {
-    static VERSION: OnceLock<(i32, i32)> = OnceLock::new();
-    let version = VERSION.get_or_init(|| {
-        let (mut a, mut b) = (0, 0);
-        let known = nvrtc_present().is_ok()
-            && guarded("asking NVRTC's version", || {
-                // SAFETY: plain out-parameters; the library was found above.
-                unsafe { nvrtc_sys::nvrtcVersion(&mut a, &mut b) }.result().map_err(|e| Error::Gpu(format!("{e:?}")))
-            })
-            .is_ok();
-        if known { (a, b) } else { (0, 0) }
-    });
-    *version >= (major, minor)
+    nvrtc_version().is_ok_and(|version| version >= (major, minor))
 }
 
 /// NVRTC: CUDA source to a CUBIN for `arch` (`sm_90`), optimised, with the compiler log in the error.
@@ -79,9 +86,15 @@ pub fn compile_cubin(source: &str, arch: &str) -> Result<Vec<u8>> {
     compile_cubin_with(source, arch, Build::Optimised.options())
 }
 
-/// `compile_cubin` in `build`.
-pub fn compile_build(source: &str, arch: &str, build: Build) -> Result<Vec<u8>> {
-    compile_cubin_with(source, arch, build.options())
+/// `source` compiled for `arch` in `build`, and stored under `key` in `cache` when optimised (only
+/// optimised builds are kept on disk).
+pub fn compile_and_store(source: &str, arch: &str, build: Build, cache: Option<&DiskCache>, key: &str) -> Result<Vec<u8>> {
+    let bytes = compile_cubin_with(source, arch, build.options())?;
+    if let (Some(c), Build::Optimised) = (cache, build) {
+        // A cache that cannot be written only costs a compilation next time.
+        let _ = c.store(key, &bytes);
+    }
+    Ok(bytes)
 }
 /// `compile_cubin` with the NVRTC options of `extra` after the engine's (`examples/compile_probe`).
 pub fn compile_cubin_with(source: &str, arch: &str, extra: &[&str]) -> Result<Vec<u8>> {
@@ -150,7 +163,7 @@ pub fn in_background(job: impl FnOnce() + Send + 'static) {
         });
         Queue { process: std::process::id(), sender: Mutex::new(sender) }
     });
-    if queue.process != std::process::id() {
+    if own_queue().is_none() {
         return;
     }
     PENDING.fetch_add(1, Ordering::SeqCst);

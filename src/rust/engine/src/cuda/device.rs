@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream};
-use cudarc::nvrtc::{sys as nvrtc_sys, Ptx};
+use cudarc::nvrtc::Ptx;
 
-use super::builds::{self, compile_build, compile_cubin, nvrtc_present, Build};
+use super::builds::{self, compile_and_store, compile_cubin, nvrtc_present, Build};
 use super::guard::{driver_error, guarded};
 use super::codegen::{self, Kernel, KernelOptions, Variant};
 use super::workspace::Workspace;
@@ -206,11 +206,7 @@ impl Device {
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
             .map_err(|e| driver_error("querying the device", e))? as usize;
         let name = ctx.name().unwrap_or_else(|_| "unknown device".into());
-        let (mut major, mut minor) = (0, 0);
-        // SAFETY: plain out-parameters.
-        unsafe { nvrtc_sys::nvrtcVersion(&mut major, &mut minor) }
-            .result()
-            .map_err(|e| driver_error("querying the NVRTC version", e))?;
+        let (major, minor) = builds::nvrtc_version()?;
         let stream = ctx.default_stream();
         Ok(Device {
             ordinal,
@@ -320,20 +316,12 @@ impl Device {
         let cached = cache.and_then(|c| c.load(&key));
         let build = if cached.is_some() { Build::Optimised } else { Build::first(fast_first) };
         let arch = self.arch_name();
-        let cubin = |source: &str, key: &str| match cache.and_then(|c| c.load(key)) {
-            Some(bytes) => Ok(bytes),
-            None => {
-                let bytes = compile_build(source, &arch, build)?;
-                if let (Some(c), Build::Optimised) = (cache, build) {
-                    // A cache that cannot be written only costs a compilation next time.
-                    let _ = c.store(key, &bytes);
-                }
-                Ok(bytes)
-            }
-        };
+        let compiled = |source: &str, key: &str| compile_and_store(source, &arch, build, cache, key);
         let (reduce_cubin, merge_cubin) = std::thread::scope(|s| {
-            let merge = s.spawn(|| cubin(&kernel.merge_source, &merge_key));
-            let reduce = cached.map_or_else(|| cubin(&kernel.source, &key), Ok);
+            let merge = s.spawn(|| {
+                cache.and_then(|c| c.load(&merge_key)).map_or_else(|| compiled(&kernel.merge_source, &merge_key), Ok)
+            });
+            let reduce = cached.map_or_else(|| compiled(&kernel.source, &key), Ok);
             let merge =
                 merge.join().unwrap_or_else(|_| Err(Error::Gpu("the merge kernel's compilation failed".into())));
             (reduce, merge)
@@ -395,13 +383,7 @@ impl Device {
             let Ok(device) = device(ordinal) else { return };
             let cache = cache_dir.and_then(|dir| DiskCache::open(dir).ok());
             let arch = device.arch_name();
-            let cubin = |source: &str, key: &str| {
-                let bytes = compile_build(source, &arch, Build::Optimised)?;
-                if let Some(c) = &cache {
-                    let _ = c.store(key, &bytes);
-                }
-                Ok::<_, Error>(bytes)
-            };
+            let cubin = |source: &str, key: &str| compile_and_store(source, &arch, Build::Optimised, cache.as_ref(), key);
             let (Ok(reduce), Ok(merge)) = (cubin(&kernel.source, &keys.0), cubin(&kernel.merge_source, &keys.1)) else {
                 return;
             };
