@@ -51,9 +51,12 @@ pub struct Tuning {
     pub group_work: usize,
     /// A new kernel first built with NVRTC's fast-compile level and launched at once, its optimised
     /// build compiled in the background and swapped in when ready (`cuda::builds`;
-    /// `RKEOPS_GPU_FAST_COMPILE=1`). Off by default: the two builds may differ in the last bits, so
-    /// that one call repeated could give other bits (with it on, a K-NN test comparing a call
-    /// with the same call in forked children failed, H200, 2026-11-29; the cause not proven).
+    /// `RKEOPS_GPU_FAST_COMPILE=1`). Off by default: the two builds differ in the last bits (25 of
+    /// 30 new kernels with `-Ofc=max`, one of 33 with `-Ofc=mid`), so that one call repeated could
+    /// give other bits. The cause is the contraction of multiplies and adds, which the fast level
+    /// does less of: with `--fmad=false` in both builds, all 36 kernels tried were bit-identical,
+    /// but the optimised kernels 2-21 % slower (H200, 2026-11-29, bench/RESULTS.md). The way on:
+    /// fused multiply-adds written in the generated code, so that contraction can be off.
     pub fast_compile: bool,
     /// The 1D scheme always, never chunks of the reduced range (`RKEOPS_GPU_SCHEME=1D`).
     pub force_1d: bool,

@@ -432,7 +432,7 @@ fn a_new_kernel_runs_fast_built_then_optimised() {
     // Formulas no other test uses, so that their kernels are new to this process.
     let formulas = [
         "Sum_Reduction(Exp(-SqDist(x,y) * Sqrt(SqNorm2(x) + IntCst(3))) * b, 0)",
-        "LogSumExp_Reduction(Sin(x|y) - SqDist(x,y) * Abs(w) * IntCst(7), 1)",
+        "LogSumExp_Reduction(Sin((x|y)) - SqDist(x,y) * Abs(w) * IntCst(7), 1)",
         "Min_ArgMin_Reduction(SqDist(x * IntCst(5), y) + Cos(u * w), 0)",
     ];
     for text in formulas {

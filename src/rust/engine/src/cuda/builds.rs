@@ -42,10 +42,10 @@ pub enum Build {
 }
 
 impl Build {
-    fn options(self) -> &'static [&'static str] {
+    fn options(self) -> &'static [String] {
         match self {
             Build::Optimised => &[],
-            Build::Fast => &["-Ofc=max"],
+            Build::Fast => fast_options(),
         }
     }
 
@@ -57,6 +57,25 @@ impl Build {
             false => Build::Optimised,
         }
     }
+}
+
+/// The NVRTC options of a fast build: `-Ofc=max`, or `RKEOPS_GPU_FAST_OPTIONS` (space-separated)
+/// to try others (whether they keep the optimised build's bits: bench/compile_time.R says).
+fn fast_options() -> &'static [String] {
+    static OPTIONS: OnceLock<Vec<String>> = OnceLock::new();
+    OPTIONS.get_or_init(|| options_from_env("RKEOPS_GPU_FAST_OPTIONS").unwrap_or_else(|| vec!["-Ofc=max".into()]))
+}
+
+/// NVRTC options added to every compilation (`RKEOPS_GPU_NVRTC_OPTIONS`, space-separated: for
+/// experiments such as `--fmad=false`; part of the caches' keys).
+pub(crate) fn added_options() -> &'static [String] {
+    static OPTIONS: OnceLock<Vec<String>> = OnceLock::new();
+    OPTIONS.get_or_init(|| options_from_env("RKEOPS_GPU_NVRTC_OPTIONS").unwrap_or_default())
+}
+
+fn options_from_env(name: &str) -> Option<Vec<String>> {
+    let value = std::env::var(name).ok().filter(|o| !o.trim().is_empty())?;
+    Some(value.split_whitespace().map(String::from).collect())
 }
 
 /// NVRTC's version (major, minor), asked once (`Device` reports it and keys its caches with it).
@@ -89,7 +108,12 @@ pub fn compile_cubin(source: &str, arch: &str) -> Result<Vec<u8>> {
 /// `source` compiled for `arch` in `build`, and stored under `key` in `cache` when optimised (only
 /// optimised builds are kept on disk).
 pub fn compile_and_store(source: &str, arch: &str, build: Build, cache: Option<&DiskCache>, key: &str) -> Result<Vec<u8>> {
-    let bytes = compile_cubin_with(source, arch, build.options())?;
+    let bytes = match build {
+        Build::Optimised => compile_cubin_with(source, arch, build.options())?,
+        // NVRTC's own cache (12.9+) leaves some options out of its key: a fast build's source is
+        // marked so that the optimised build of the same kernel cannot be served the fast binary.
+        Build::Fast => compile_cubin_with(&format!("{source}\n// fast build\n"), arch, build.options())?,
+    };
     if let (Some(c), Build::Optimised) = (cache, build) {
         // A cache that cannot be written only costs a compilation next time.
         let _ = c.store(key, &bytes);
@@ -97,13 +121,13 @@ pub fn compile_and_store(source: &str, arch: &str, build: Build, cache: Option<&
     Ok(bytes)
 }
 /// `compile_cubin` with the NVRTC options of `extra` after the engine's (`examples/compile_probe`).
-pub fn compile_cubin_with(source: &str, arch: &str, extra: &[&str]) -> Result<Vec<u8>> {
+pub fn compile_cubin_with<S: AsRef<str>>(source: &str, arch: &str, extra: &[S]) -> Result<Vec<u8>> {
     nvrtc_present()?;
     guarded("NVRTC compilation", || {
         let src = CString::new(source).map_err(|_| Error::Gpu("the kernel source contains a NUL byte".into()))?;
         let program = nvrtc_result::create_program(&src, Some(c"rkeops.cu")).map_err(|e| driver_error("NVRTC", e))?;
         let mut options = vec![format!("--gpu-architecture={arch}"), "-default-device".into(), "--std=c++17".into()];
-        options.extend(extra.iter().map(|o| o.to_string()));
+        options.extend(extra.iter().map(|o| o.as_ref().to_string()).chain(added_options().iter().cloned()));
         let out = (|| unsafe {
             // SAFETY: `program` is a valid NVRTC program until destroyed below.
             if let Err(e) = nvrtc_result::compile_program(program, &options) {

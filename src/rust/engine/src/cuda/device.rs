@@ -344,8 +344,13 @@ impl Device {
     /// The key of a kernel's binary in the caches: its source, this device's architecture, the
     /// engine's and NVRTC's versions.
     fn cache_key(&self, source: &str) -> String {
-        let versions =
-            format!("engine {} nvrtc {}.{}", env!("CARGO_PKG_VERSION"), self.nvrtc_version.0, self.nvrtc_version.1);
+        let versions = format!(
+            "engine {} nvrtc {}.{}{}",
+            env!("CARGO_PKG_VERSION"),
+            self.nvrtc_version.0,
+            self.nvrtc_version.1,
+            builds::added_options().iter().map(|o| format!(" {o}")).collect::<String>()
+        );
         cache::key(&[source.as_bytes(), self.arch_name().as_bytes(), versions.as_bytes()])
     }
 
