@@ -131,36 +131,30 @@ kmeans_totss <- function(xc) {
 # updated and the row drawn from it. (1e6 points, K = 50: 2 or 3 updates.)
 kmeans_pp <- function(x, k, tries = 32L) {
   n <- nrow(x)
-  picked <- integer(k)
-  picked[1L] <- sample.int(n, 1L)
+  picked <- sample.int(n, 1L)
   counted <- 0L  # the centres that d2 counts: picked[seq_len(counted)]
-  for (m in seq_len(k)[-1L]) {
+  x <- `storage.mode<-`(x, "double")
+  while (length(picked) < k) {
+    # the draws by rejection (in the engine, with R's random numbers, as this loop drew them)
     if (counted > 0L) {
-      new <- t(x[picked[(counted + 1L):(m - 1L)], , drop = FALSE])  # one centre per column
-      for (attempt in seq_len(tries)) {
-        i <- draw_d2(cs)
-        if (stats::runif(1L) * d2[i] < min(colSums((new - x[i, ])^2))) {
-          picked[m] <- i
-          break
-        }
-      }
+      picked <- rust_result(.Call(wrap__keops_kmeans_pp_draws, x, d2, cs, picked, counted, as.integer(k),
+                                  as.integer(tries)), "keops_kmeans")
+      if (length(picked) == k) break
     }
-    if (picked[m] == 0L) {
-      since <- picked[(counted + 1L):(m - 1L)]
-      near <- as.vector(kmeans_operators(ncol(x))$nearest(list(x, x[since, , drop = FALSE])))
-      d2 <- if (counted == 0L) near else pmin(d2, near)
-      cs <- cumsum(d2)
-      counted <- m - 1L
-      if (!is.finite(cs[n])) {
-        rkeops_abort("keops_kmeans(): 'x': squared distances between its points overflow the precision ",
-                     "in use; scale 'x' down", kind = "input", arg = "x")
-      }
-      if (!(cs[n] > 0)) {
-        rkeops_abort("keops_kmeans(): 'centers': more clusters (", k, ") than distinct points in 'x' (", m - 1L, ")",
-                     kind = "input", arg = "centers")
-      }
-      picked[m] <- draw_d2(cs)
+    since <- picked[(counted + 1L):length(picked)]
+    near <- as.vector(kmeans_operators(ncol(x))$nearest(list(x, x[since, , drop = FALSE])))
+    d2 <- if (counted == 0L) near else pmin(d2, near)
+    cs <- cumsum(d2)
+    counted <- length(picked)
+    if (!is.finite(cs[n])) {
+      rkeops_abort("keops_kmeans(): 'x': squared distances between its points overflow the precision ",
+                   "in use; scale 'x' down", kind = "input", arg = "x")
     }
+    if (!(cs[n] > 0)) {
+      rkeops_abort("keops_kmeans(): 'centers': more clusters (", k, ") than distinct points in 'x' (", counted, ")",
+                   kind = "input", arg = "centers")
+    }
+    picked <- c(picked, draw_d2(cs))
   }
   picked
 }

@@ -97,6 +97,51 @@ test_that("k-means++ draws each centre with probability proportional to D^2", {
   expect_lt(suppressWarnings(chisq.test(counts[p > 0], p = rep(1, sum(p > 0)), rescale.p = TRUE))$p.value, 1e-6)
 })
 
+test_that("k-means++ draws in the engine what a plain R loop draws from the same seed", {
+  # the reference: every draw by rejection written in R (the loop the engine replaced), exact
+  # distances from R's dist() at each update
+  reference <- function(x, k, tries = 32L) {
+    n <- nrow(x)
+    picked <- sample.int(n, 1L)
+    counted <- 0L
+    while (length(picked) < k) {
+      if (counted > 0L) {
+        accepted <- FALSE
+        for (attempt in seq_len(tries)) {
+          i <- findInterval(stats::runif(1L) * cs[n], cs) + 1L
+          new <- picked[(counted + 1L):length(picked)]
+          if (stats::runif(1L) * d2[i] < min(colSums((t(x[new, , drop = FALSE]) - x[i, ])^2))) {
+            picked <- c(picked, i)
+            accepted <- TRUE
+            break
+          }
+        }
+        if (accepted) next
+      }
+      d2 <- apply(as.matrix(dist(rbind(x, x[picked, , drop = FALSE])))[seq_len(n), n + seq_along(picked), drop = FALSE]^2,
+                  1, min)
+      cs <- cumsum(d2)
+      counted <- length(picked)
+      picked <- c(picked, findInterval(stats::runif(1L) * cs[n], cs) + 1L)
+    }
+    picked
+  }
+  set.seed(11)
+  x <- rbind(matrix(rnorm(2 * 613), ncol = 2) * 0.3 + rep(c(0, 5), each = 613), matrix(0, 4, 2))  # 4 equal points
+  for (k in c(2L, 7L, 40L)) {
+    set.seed(k)
+    drawn <- rkeops:::kmeans_pp(x, k, tries = 3L)
+    after <- runif(1)
+    set.seed(k)
+    expect_identical(drawn, reference(x, k, tries = 3L), label = paste("the rows drawn, k =", k))
+    expect_identical(after, runif(1), label = "R's random numbers used as the R loop used them")
+  }
+  # the engine's draws refuse rows that are not rows of x
+  expect_error(rkeops:::rust_result(.Call(rkeops:::wrap__keops_kmeans_pp_draws, x, numeric(617), cumsum(rep(1, 617)),
+                                          c(1L, 700L), 1L, 5L, 3L)),
+               "'picked'", class = "rkeops_error_input")
+})
+
 test_that("an empty cluster keeps its centre, with stats' warning", {
   local_precision("float64")
   x <- kmeans_data(7)

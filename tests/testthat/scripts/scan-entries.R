@@ -66,7 +66,7 @@ corpus <- list(
                       list(x = matrix(1:5), g = matrix(0, 3)), iterations = 2)),
   quote(keops_knn(x, y, k = 2)),
   quote(keops_knn(x, y, k = 2, prune = FALSE)),
-  quote(keops_kmeans(x, 2)),
+  quote(keops_kmeans(x, 3)),
   quote(grid_cluster(x, 0.3)),
   quote(cluster_ranges_centroids(x, c(1, 1, 2, 2, 1, 2, 1, 1, 2, 2))),
   quote(from_pairs(cbind(c(1, 6), c(5, 10)), cbind(c(1, 4), c(3, 7)), cbind(c(1, 2), c(2, 1)))),

@@ -30,6 +30,7 @@ pub mod program_gradient;
 pub mod ranges;
 pub mod real;
 pub mod reduction;
+pub mod seeding;
 pub mod schedule;
 pub mod tuning;
 pub mod two_scale;

@@ -12,6 +12,7 @@ mod plan;
 mod program;
 mod progress;
 mod results;
+mod seeding;
 mod sitrep;
 
 use std::collections::HashMap;
@@ -425,6 +426,7 @@ extendr_module! {
     use optimise;
     use plan;
     use program;
+    use seeding;
     fn keops_parse;
     fn keops_run;
     fn gpu_status;
