@@ -39,6 +39,9 @@ use reducers::Span;
 /// large K), so that memory does not grow with the number of cores times those sizes.
 const THREAD_BUDGET: usize = 64 << 20;
 
+/// The shortest tile: a few SIMD vectors of the widest lanes.
+const SHORTEST_TILE: usize = 64;
+
 /// Terms (output rows x reduced rows) up to which a reduction runs on the caller's thread alone.
 const TINY_WORK: u64 = 1 << 16;
 
@@ -174,7 +177,9 @@ fn evaluate_with<T: Real>(
             let fusions = fusion::fuse(formula, &mut plan, scheme);
             let state_bytes = acc.state_len().max(1) * std::mem::size_of::<f64>();
             let rows_per_block = cpu_piece_rows(n_out, threads, state_bytes, THREAD_BUDGET);
-            let tile = tile_len::<T>(formula, &plan, &fusions)?;
+            // (no longer than the reduced range: a tile's buffers are zeroed at every call, which
+            // was a tenth of a small program's time at 20 points)
+            let tile = tile_len::<T>(formula, &plan, &fusions)?.min(n_red.next_power_of_two().max(SHORTEST_TILE));
             (fusions, tile, rows_per_block)
         }
     };
