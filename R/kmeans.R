@@ -142,9 +142,10 @@ kmeans_pp <- function(x, k, tries = 32L) {
       if (length(picked) == k) break
     }
     since <- picked[(counted + 1L):length(picked)]
-    near <- as.vector(kmeans_operators(ncol(x))$nearest(list(x, x[since, , drop = FALSE])))
-    d2 <- if (counted == 0L) near else pmin(d2, near)
-    cs <- cumsum(d2)
+    near <- kmeans_operators(ncol(x))$nearest(list(x, x[since, , drop = FALSE]))
+    updated <- rust_result(.Call(wrap__keops_kmeans_pp_update, if (counted > 0L) d2, near), "keops_kmeans")
+    d2 <- updated$d2
+    cs <- updated$cs
     counted <- length(picked)
     if (!is.finite(cs[n])) {
       rkeops_abort("keops_kmeans(): 'x': squared distances between its points overflow the precision ",

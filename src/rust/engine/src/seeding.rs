@@ -56,6 +56,27 @@ impl NewCentres {
     }
 }
 
+/// The distances after an update: each point's least of `d2` (none before the first update) and
+/// `near` (its squared distance to the nearest centre drawn since), and their cumulative sums; one
+/// pass.
+pub fn update_distances(d2: Option<&[f64]>, near: &[f64]) -> Result<(Vec<f64>, Vec<f64>)> {
+    if d2.is_some_and(|d| d.len() != near.len()) {
+        return Err(Error::Input { name: "d2".into(), what: format!("must have one value per point ({})", near.len()) });
+    }
+    let least: Vec<f64> = match d2 {
+        Some(d2) => d2.iter().zip(near).map(|(&a, &b)| if b < a { b } else { a }).collect(),
+        None => near.to_vec(),
+    };
+    let cumulative = least
+        .iter()
+        .scan(0.0, |sum, &v| {
+            *sum += v;
+            Some(*sum)
+        })
+        .collect();
+    Ok((least, cumulative))
+}
+
 /// The first row `i` with `u * total < cumulative[i]` (never a row of weight 0: the sums do not
 /// grow there), by bisection.
 pub fn draw_by_weight(cumulative: &[f64], u: f64) -> usize {

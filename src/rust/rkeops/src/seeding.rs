@@ -1,7 +1,7 @@
 //! k-means++ seeding's draws for R/kmeans.R's `kmeans_pp()`, with R's random numbers: the engine
 //! draws what R's loop drew, from the same uniform generator, in the same order.
 
-use engine::seeding::{draw_centres, Stale};
+use engine::seeding::{draw_centres, update_distances, Stale};
 use extendr_api::prelude::*;
 use extendr_ffi::{GetRNGstate, PutRNGstate};
 
@@ -43,6 +43,17 @@ fn keops_kmeans_pp_draws(x: Robj, d2: Robj, cs: Robj, picked: Robj, counted: i32
     })
 }
 
+/// The distances after an update (`d2` NULL before the first) with `near`, the squared distances to
+/// the centres drawn since: `list(d2, cs)`, the least of both and its cumulative sums.
+#[extendr]
+fn keops_kmeans_pp_update(d2: Robj, near: Robj) -> Robj {
+    guarded(|| {
+        let d2 = if d2.is_null() { None } else { Some(real(&d2, "d2")?) };
+        let (least, cumulative) = update_distances(d2, real(&near, "near")?)?;
+        Ok(List::from_names_and_values(["d2", "cs"], [Robj::from(least), Robj::from(cumulative)])?.into())
+    })
+}
+
 fn real<'a>(r: &'a Robj, name: &str) -> Fallible<&'a [f64]> {
     r.as_real_slice().or_input(name, format!("'{name}' must be a double vector"))
 }
@@ -50,4 +61,5 @@ fn real<'a>(r: &'a Robj, name: &str) -> Fallible<&'a [f64]> {
 extendr_module! {
     mod seeding;
     fn keops_kmeans_pp_draws;
+    fn keops_kmeans_pp_update;
 }
