@@ -2,8 +2,9 @@
 //! that R's `kmeans_pp()` ran per centre (0.25 s of R a fit of 1000 centres in 5e5 points, 2-core
 //! box, 2026-11-29). Each row is drawn from squared distances `d2` to the centres counted when they
 //! were last computed, then kept with probability (its squared distance to the nearest centre
-//! drawn since) / `d2`, at most 1: the kept row follows D^2 exactly. The caller updates `d2` (a
-//! reduction over the points and the new centres) when `tries` draws in a row were rejected.
+//! drawn since) / `d2`, at most 1: the kept row follows D^2 exactly. When `tries` draws in a row
+//! were rejected, the caller computes the distances to the new centres (a reduction over the
+//! points, on its backend) and `update_distances` makes `d2` and its sums again.
 
 use crate::clustering::Points;
 use crate::error::{Error, Result};

@@ -52,13 +52,14 @@ pub struct Tuning {
     /// A new kernel first built with NVRTC's fast-compile level and launched at once, its optimised
     /// build compiled in the background and swapped in when ready (`cuda::builds`;
     /// `RKEOPS_GPU_FAST_COMPILE=1`). Off by default: the two builds differ in the last bits (25 of
-    /// 30 new kernels with `-Ofc=max`, one of 33 with `-Ofc=mid`), so that one call repeated could
-    /// give other bits. The cause is the contraction of multiplies and adds, which the fast level
-    /// does less of: with `--fmad=false` in both builds, all 36 kernels tried were bit-identical,
-    /// but the optimised kernels 2-21 % slower (H200, 2026-11-29, bench/RESULTS.md). And a fast
-    /// build runs up to ~40 x slower (a first call of 2e5 x 2e5 points, D = 64: 5.4 s against
-    /// 0.13 s). The way on: fused multiply-adds written in the generated code, so that contraction
-    /// can be off, and fast builds only for first calls of little work.
+    /// 30 new kernels with `-Ofc=max`; with `-Ofc=mid` none of those 30 but 2 of 6 others), so
+    /// that one call repeated could give other bits. The cause is the contraction of multiplies and
+    /// adds, which the fast level does less of: with `--fmad=false` in both builds, all 36 kernels
+    /// tried were bit-identical, but the optimised kernels 2-21 % slower (H200, 2026-11-29,
+    /// bench/RESULTS.md). And a fast build runs up to ~40 x slower (a first call of 2e5 x 2e5
+    /// points, D = 64: 5.4 s against 0.13 s). The way on: fused multiply-adds written in the
+    /// generated code, so that contraction can be off, and fast builds only for first calls of
+    /// little work.
     pub fast_compile: bool,
     /// The 1D scheme always, never chunks of the reduced range (`RKEOPS_GPU_SCHEME=1D`).
     pub force_1d: bool,

@@ -1,5 +1,6 @@
-//! k-means++ seeding's draws for R/kmeans.R's `kmeans_pp()`, with R's random numbers: the engine
-//! draws what R's loop drew, from the same uniform generator, in the same order.
+//! k-means++ seeding's draws and updates of the distances for R/kmeans.R's `kmeans_pp()`, with R's
+//! random numbers: the engine draws what R's loop drew, from the same uniform generator, in the
+//! same order.
 
 use engine::seeding::{draw_centres, update_distances, Stale};
 use extendr_api::prelude::*;

@@ -120,6 +120,7 @@ pub fn compile_and_store(source: &str, arch: &str, build: Build, cache: Option<&
     }
     Ok(bytes)
 }
+
 /// `compile_cubin` with the NVRTC options of `extra` after the engine's (`examples/compile_probe`).
 pub fn compile_cubin_with<S: AsRef<str>>(source: &str, arch: &str, extra: &[S]) -> Result<Vec<u8>> {
     nvrtc_present()?;
