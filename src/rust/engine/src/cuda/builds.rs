@@ -36,8 +36,9 @@ pub fn nvrtc_present() -> Result<()> {
 pub enum Build {
     /// NVRTC's full optimisation: the build kept on disk and run after the first calls.
     Optimised,
-    /// NVRTC's fast-compile level: about 4 times quicker to compile, less optimised (its run time
-    /// not measured yet); the first calls of a new kernel.
+    /// NVRTC's fast-compile level: about 4 times quicker to compile, but its kernels run up to ~40
+    /// times slower and may differ in the last bits (see `Tuning::fast_compile`); the first calls
+    /// of a new kernel.
     Fast,
 }
 
@@ -105,15 +106,24 @@ pub fn compile_cubin(source: &str, arch: &str) -> Result<Vec<u8>> {
     compile_cubin_with(source, arch, Build::Optimised.options())
 }
 
-/// `source` compiled for `arch` in `build`, and stored under `key` in `cache` when optimised (only
-/// optimised builds are kept on disk).
+/// `source`'s binary for `arch`: from `cache` under `key` if there, else compiled in `build` (and
+/// stored there when optimised: only optimised builds are kept on disk).
+pub fn load_or_compile(source: &str, arch: &str, build: Build, cache: Option<&DiskCache>, key: &str) -> Result<Vec<u8>> {
+    match cache.and_then(|c| c.load(key)) {
+        Some(bytes) => Ok(bytes),
+        None => compile_and_store(source, arch, build, cache, key),
+    }
+}
+
+/// `source` compiled for `arch` in `build`, and stored under `key` in `cache` when optimised.
 pub fn compile_and_store(source: &str, arch: &str, build: Build, cache: Option<&DiskCache>, key: &str) -> Result<Vec<u8>> {
-    let bytes = match build {
-        Build::Optimised => compile_cubin_with(source, arch, build.options())?,
+    let source = match build {
+        Build::Optimised => std::borrow::Cow::Borrowed(source),
         // NVRTC's own cache (12.9+) leaves some options out of its key: a fast build's source is
         // marked so that the optimised build of the same kernel cannot be served the fast binary.
-        Build::Fast => compile_cubin_with(&format!("{source}\n// fast build\n"), arch, build.options())?,
+        Build::Fast => std::borrow::Cow::Owned(format!("{source}\n// fast build\n")),
     };
+    let bytes = compile_cubin_with(&source, arch, build.options())?;
     if let (Some(c), Build::Optimised) = (cache, build) {
         // A cache that cannot be written only costs a compilation next time.
         let _ = c.store(key, &bytes);
@@ -153,7 +163,6 @@ pub fn compile_cubin_with<S: AsRef<str>>(source: &str, arch: &str, extra: &[S]) 
         out
     })
 }
-
 
 type Job = Box<dyn FnOnce() + Send>;
 

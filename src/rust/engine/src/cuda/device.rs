@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream};
 use cudarc::nvrtc::Ptx;
 
-use super::builds::{self, compile_and_store, compile_cubin, nvrtc_present, Build};
+use super::builds::{self, compile_and_store, compile_cubin, load_or_compile, nvrtc_present, Build};
 use super::guard::{driver_error, guarded};
 use super::codegen::{self, Kernel, KernelOptions, Variant};
 use super::workspace::Workspace;
@@ -316,12 +316,9 @@ impl Device {
         let cached = cache.and_then(|c| c.load(&key));
         let build = if cached.is_some() { Build::Optimised } else { Build::first(fast_first) };
         let arch = self.arch_name();
-        let compiled = |source: &str, key: &str| compile_and_store(source, &arch, build, cache, key);
         let (reduce_cubin, merge_cubin) = std::thread::scope(|s| {
-            let merge = s.spawn(|| {
-                cache.and_then(|c| c.load(&merge_key)).map_or_else(|| compiled(&kernel.merge_source, &merge_key), Ok)
-            });
-            let reduce = cached.map_or_else(|| compiled(&kernel.source, &key), Ok);
+            let merge = s.spawn(|| load_or_compile(&kernel.merge_source, &arch, build, cache, &merge_key));
+            let reduce = cached.map_or_else(|| compile_and_store(&kernel.source, &arch, build, cache, &key), Ok);
             let merge =
                 merge.join().unwrap_or_else(|_| Err(Error::Gpu("the merge kernel's compilation failed".into())));
             (reduce, merge)
@@ -388,7 +385,8 @@ impl Device {
             let Ok(device) = device(ordinal) else { return };
             let cache = cache_dir.and_then(|dir| DiskCache::open(dir).ok());
             let arch = device.arch_name();
-            let cubin = |source: &str, key: &str| compile_and_store(source, &arch, Build::Optimised, cache.as_ref(), key);
+            // (a merge kernel already on disk is read, not compiled again)
+            let cubin = |source: &str, key: &str| load_or_compile(source, &arch, Build::Optimised, cache.as_ref(), key);
             let (Ok(reduce), Ok(merge)) = (cubin(&kernel.source, &keys.0), cubin(&kernel.merge_source, &keys.1)) else {
                 return;
             };

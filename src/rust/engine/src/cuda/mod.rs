@@ -1,7 +1,7 @@
 //! The CUDA backend: a kernel generated per formula (`codegen`, its merge and finalisation in
-//! `finish`), compiled at run time by NVRTC (`builds`: a fast build first, the optimised one in the background) and
-//! cached on disk and in memory (`device`), launched
-//! with the 1D or 2D scheme (`launch`) in memory the device keeps between calls (`workspace`);
+//! `finish`), compiled at run time by NVRTC (`builds`; optionally a fast build first, the optimised
+//! one in the background) and cached on disk and in memory (`device`), launched with the 1D or 2D
+//! scheme (`launch`) in memory the device keeps between calls (`workspace`);
 //! data can stay on a device from call to call (`resident`), and a loop in the engine issues its
 //! steps' launches again as they were recorded (`recorded`).
 //! The rest of the engine opens it through `Gpu` (`gpu`).
