@@ -80,7 +80,7 @@ ITER_BUDGET ?= $(if $(filter command line,$(origin BUDGET)),$(BUDGET),60)
 ITER_REPS ?= $(if $(filter command line,$(origin REPS)),$(REPS),3)
 
 .PHONY: bench-kmeans-seeding bench-gmm-start bench-old-new bench-compile bench-fast-builds
-.PHONY: all deps install vignettes demo test fuzz check doc site site-check clean distclean bench-cpu bench-iterative bench-program bench-program-r-side bench-algorithms bench-ranges bench-solve bench-batch bench-future bench-gpus bench-tensor vendor
+.PHONY: all deps install vignettes demo test fuzz check doc site site-check clean distclean bench-cpu bench-iterative bench-program bench-program-r-side bench-fusion bench-algorithms bench-ranges bench-solve bench-batch bench-future bench-gpus bench-tensor vendor
 
 all: install
 
@@ -176,6 +176,11 @@ bench-iterative: install
 # peers (bench/program.R; BACKEND=GPU on the GPU host; KMEANS_N, SINKHORN_N, GMM=N,K,D, REPS).
 bench-program: install
 	BACKEND='$(BACKEND)' REPS=$(ITER_REPS) R_LIBS=$(LIB_DIR) Rscript bench/program.R
+
+# make bench-fusion [BACKEND=GPU|CPU] [REPS=3]: programs with their sums over the same pairs fused
+# and apart, alternated (bench/fusion.R): times, GPU launches per evaluation, values.
+bench-fusion: install
+	BACKEND=$(or $(BACKEND),GPU) REPS=$(or $(REPS),3) R_LIBS=$(LIB_DIR) Rscript bench/fusion.R
 
 # make bench-program-r-side: the time a program call spends outside the engine (bench/program_r_side.R).
 bench-program-r-side: install

@@ -240,7 +240,8 @@ landmarks_engine_fit <- function(q0, target, sigma, nt, lambda, iter.max) {
   energy <- keops_map("e + hw * (p | dq)", c("e = Vi(1)", "hw = Pm(1)", v("p", "Vi"), v("dq", "Vi")))
   loss <- keops_kernel("Sum_Reduction(l * SqDist(q, target) + e, 1)",
                        c(v("q", "Vi"), v("target", "Vi"), "l = Pm(1)", "e = Vi(1)"))
-  steps <- c(shooting["dq"], list(e = energy), shooting[c("dp", "q", "p")], list(E = loss))
+  # (dq and dp side by side: the engine fuses them into one reduction over the pairs)
+  steps <- c(shooting[c("dq", "dp")], list(e = energy), shooting[c("q", "p")], list(E = loss))
   program <- keops_program(steps, iterations = nt, output = "E")
   input <- list(q = q0, p = matrix(0, nrow(q0), dim), target = target, s = 1 / (2 * sigma^2), dt = 1 / nt,
                 e = matrix(0, nrow(q0), 1L), hw = 0.5, l = lambda)

@@ -68,3 +68,7 @@ print.rkeops_sitrep <- function(x, ...) {
   line("cache", sprintf("%s (%d files, %s)", x$cache$dir, x$cache$files, size))
   invisible(x)
 }
+
+# How many GPU kernels (and CUDA graphs, each once) this R process has launched: benchmarks count a
+# call's launches as the difference of two readings.
+gpu_launches <- function() .Call(wrap__gpu_launches)

@@ -309,3 +309,43 @@ test_that("keops_step(reads =) and the gradient of a geodesic shooting against f
   expect_error(keops_program(list(dq = keops_step(dq, reads = c(zz = "q")))), "not a variable of its formula",
                class = "rkeops_error_input")
 })
+
+test_that("sums over the same pairs run fused into one reduction, with the results of the steps apart", {
+  local_precision("float64")
+  set.seed(12)
+  n <- 203; m <- 157
+  x0 <- matrix(rnorm(2 * n), n, 2); y <- matrix(rnorm(2 * m), m, 2); b <- runif(m)
+  xy <- c("x = Vi(2)", "y = Vj(2)", "s = Pm(1)")
+  # u and v reduce over the same pairs: the engine runs them as one reduction (RKEOPS_FUSE_STEPS)
+  prog <- keops_program(list(
+    u = keops_kernel("Sum_Reduction(Exp(-s * SqDist(x, y)) * b, 0)", c(xy, "b = Vj(1)")),
+    v = keops_kernel("Sum_Reduction(Exp(-s * SqDist(x, y)) * (y - x), 0)", xy),
+    x = keops_map("x + 0.1 * u * v", c("x = Vi(2)", "u = Vi(1)", "v = Vi(2)")),
+    loss = keops_kernel("Sum_Reduction(x * x, 1)", "x = Vi(2)")
+  ), iterations = 4, output = c("x", "loss"))
+  input <- list(x = x0, y = y, b = matrix(b), s = 0.7)
+  x <- x0
+  for (t in 1:4) {
+    k <- exp(-0.7 * (outer(rowSums(x^2), rowSums(y^2), "+") - 2 * x %*% t(y)))
+    x <- x + 0.1 * as.vector(k %*% b) * (k %*% y - rowSums(k) * x)
+  }
+  fused <- prog(input)
+  expect_equal(fused$x, x, tolerance = 1e-12)
+  grad_fused <- keops_program_grad(prog, input, of = "loss", wrt = c("x", "y"))
+  old <- Sys.getenv("RKEOPS_FUSE_STEPS", unset = NA)
+  Sys.setenv(RKEOPS_FUSE_STEPS = "0")
+  on.exit(if (is.na(old)) Sys.unsetenv("RKEOPS_FUSE_STEPS") else Sys.setenv(RKEOPS_FUSE_STEPS = old))
+  apart <- prog(input)
+  grad_apart <- keops_program_grad(prog, input, of = "loss", wrt = c("x", "y"))
+  expect_equal(apart$x, x, tolerance = 1e-12)
+  expect_equal(grad_fused$x, grad_apart$x, tolerance = 1e-12)
+  expect_equal(grad_fused$y, grad_apart$y, tolerance = 1e-12)
+  # and against finite differences (a few components)
+  for (k in c(1, 2 * n, 17)) {
+    up <- down <- input
+    up$x[k] <- up$x[k] + 1e-6
+    down$x[k] <- down$x[k] - 1e-6
+    fd <- (sum(prog(up)$loss) - sum(prog(down)$loss)) / 2e-6
+    expect_equal(grad_fused$x[k], fd, tolerance = 1e-6)
+  }
+})

@@ -1,10 +1,10 @@
 //! Settings that change how the engine computes, never what: the instruction set of the CPU
-//! evaluator, and the GPU kernel's choices (selection storage, ranged kernel, tensor cores, unrolling,
-//! scheme, replayed loops). Defaults are what the engine picks; the environment variables below
-//! override them, for benchmarks and to work around a fault. The engine reads the environment only
-//! here, in `Tuning::from_env`, which its callers run once per call (the R binding at each call,
-//! so that `Sys.setenv()` in a session takes effect); each variable is documented in the README's
-//! "Options".
+//! evaluator, the GPU kernel's choices (selection storage, ranged kernel, tensor cores, unrolling,
+//! scheme, replayed loops) and programs' fused steps. Defaults are what the engine picks; the
+//! environment variables below override them, for benchmarks and to work around a fault. The
+//! engine reads the environment only here, in `Tuning::from_env`, which its callers run once per
+//! call (the R binding at each call, so that `Sys.setenv()` in a session takes effect); each
+//! variable is documented in the README's "Options".
 
 /// The most capable instruction set the CPU evaluator may use (`RKEOPS_CPU_ISA`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -70,6 +70,9 @@ pub struct Tuning {
     /// off by default: made again at every call, the graphs cost more than the launches they save,
     /// H200, 2026-11-29: bench/RESULTS.md).
     pub graphs: bool,
+    /// Programs fuse consecutive sums over the same pairs into one reduction (`program::fuse`;
+    /// `RKEOPS_FUSE_STEPS=0`: each step runs on its own).
+    pub fuse_steps: bool,
 }
 
 impl Default for Tuning {
@@ -85,6 +88,7 @@ impl Default for Tuning {
             force_1d: false,
             replay: true,
             graphs: false,
+            fuse_steps: true,
         }
     }
 }
@@ -125,6 +129,7 @@ impl Tuning {
             force_1d: var("RKEOPS_GPU_SCHEME").eq_ignore_ascii_case("1d"),
             replay: var("RKEOPS_GPU_REPLAY") != "0",
             graphs: var("RKEOPS_GPU_GRAPHS") == "1",
+            fuse_steps: var("RKEOPS_FUSE_STEPS") != "0",
         }
     }
 }
@@ -148,6 +153,7 @@ mod tests {
                 "RKEOPS_GPU_SCHEME" => "1D",
                 "RKEOPS_GPU_REPLAY" => "0",
                 "RKEOPS_GPU_GRAPHS" => "1",
+                "RKEOPS_FUSE_STEPS" => "0",
                 _ => return None,
             };
             Some(value.to_string())
@@ -163,6 +169,7 @@ mod tests {
             force_1d: true,
             replay: false,
             graphs: true,
+            fuse_steps: false,
         };
         assert_eq!(Tuning::from_vars(set), want);
         // Values not understood keep the defaults.

@@ -470,3 +470,105 @@ fn shooting_gradients_match_finite_differences_and_the_gpu() {
         }
     }
 }
+
+/// A program whose sums over the same pairs are fused (`program::fuse`): two groups, the second
+/// reading the first's results, steps reading fused results as rows and as a parameter, against
+/// the same program unfused (forward and gradient), in float64; and the steps that must stay apart.
+#[test]
+fn fused_steps_give_the_results_of_the_steps_apart() {
+    use engine::program_gradient::gradient;
+    let (n, m) = (37usize, 29usize);
+    let (x, y, b, s) = (random(2 * n, 61), random(2 * m, 62), random(m, 63), [0.8]);
+    let xy = ["x = Vi(2)", "y = Vj(2)", "s = Pm(1)"];
+    let with = |more: &[&str]| -> Vec<String> { xy.iter().chain(more).map(|a| a.to_string()).collect() };
+    let parse = |f: &str, args: Vec<String>| Operator::new(f, &args).unwrap_or_else(|e| panic!("{f}: {e}"));
+    let ops = [
+        parse("Sum_Reduction(Exp(-s * SqDist(x, y)) * b, 0)", with(&["b = Vj(1)"])),
+        parse("Sum_Reduction(Exp(-s * SqDist(x, y)) * (y - x), 0)", with(&[])),
+        parse("Sum_Reduction(Exp(-s * SqDist(x, y)) * u * v, 1)", with(&["u = Vi(1)", "v = Vi(2)"])),
+        parse("Sum_Reduction(Exp(-s * SqDist(x, y)) * u, 1)", with(&["u = Vi(1)"])),
+        op("Sum_Reduction(x + 0.01 * v, 0)", &["x = Vi(2)", "v = Vi(2)"]),
+        op("Sum_Reduction(y + 0.01 * w / (1 + t), 1)", &["y = Vj(2)", "w = Vj(2)", "t = Vj(1)"]),
+        op(&format!("Sum_Reduction(Sum(tp) * x / {m}, 0)"), &[&format!("tp = Pm({m})"), "x = Vi(2)"]),
+    ];
+    // buffers: 0 x, 1 y, 2 b, 3 s, 4 u, 5 v, 6 w, 7 t, 8 q
+    let buffers = |x: &[f64], y: &[f64]| -> Vec<Buffer<'static>> {
+        let keep = |v: &[f64]| -> &'static [f64] { Box::leak(v.to_vec().into_boxed_slice()) };
+        let mut all = vec![
+            buffer("x", Some(Input::host(keep(x), n, 2))),
+            buffer("y", Some(Input::host(keep(y), m, 2))),
+            buffer("b", Some(Input::host(keep(&b), m, 1))),
+            buffer("s", Some(Input::host(keep(&s), 1, 1))),
+        ];
+        all.extend(["u", "v", "w", "t", "q"].map(|name| buffer(name, None)));
+        all
+    };
+    let steps = vec![
+        step("u", &ops[0], &[0, 1, 3, 2], 4),
+        step("v", &ops[1], &[0, 1, 3], 5),
+        step("w", &ops[2], &[0, 1, 3, 4, 5], 6),
+        step("t", &ops[3], &[0, 1, 3, 4], 7),
+        step("x", &ops[4], &[0, 5], 0),
+        step("y", &ops[5], &[1, 6, 7], 1),
+        step("q", &ops[6], &[7, 0], 8),
+    ];
+    let make = |trace: Vec<usize>| Program {
+        buffers: buffers(&x, &y),
+        steps: steps.clone(),
+        iterations: 3,
+        stop: None,
+        trace,
+        outputs: vec![0, 1, 8],
+    };
+    let fused = options(Backend::Cpu);
+    let apart = RunOptions { tuning: Tuning { fuse_steps: false, ..Tuning::default() }, ..options(Backend::Cpu) };
+    assert_eq!(program::fused_groups(&make(vec![]), &[], &fused).unwrap(), vec![0..2, 2..4]);
+    assert_eq!(program::fused_groups(&make(vec![]), &[], &apart).unwrap(), vec![]);
+    // A traced result, or a result named by the gradient, stays apart; so does a step that reads
+    // the result of the step before it.
+    assert_eq!(program::fused_groups(&make(vec![4]), &[], &fused).unwrap(), vec![2..4]);
+    assert_eq!(program::fused_groups(&make(vec![]), &[7], &fused).unwrap(), vec![0..2]);
+    let mut chained = make(vec![]);
+    chained.steps[1] = step("v", &ops[2], &[0, 1, 3, 4, 0], 5);
+    chained.steps.truncate(2);
+    chained.outputs = vec![5];
+    assert_eq!(program::fused_groups(&chained, &[], &fused).unwrap(), vec![]);
+
+    let close = |a: &[f64], b: &[f64], what: &str| {
+        let scale = 1.0 + b.iter().map(|v| v.abs()).fold(0.0, f64::max);
+        assert!(max_diff(a, b) <= 1e-12 * scale, "{what}: fused and apart differ by {}", max_diff(a, b));
+    };
+    let check = |on: &RunOptions, off: &RunOptions, device: &str| {
+        let (got, want) = (program::run(&make(vec![]), on).unwrap(), program::run(&make(vec![]), off).unwrap());
+        for (k, (a, b)) in got.outputs.iter().zip(&want.outputs).enumerate() {
+            close(a, b, &format!("{device} output {k}"));
+        }
+        let want = gradient(&make(vec![]), 8, None, &[0, 1], off).unwrap();
+        let got = gradient(&make(vec![]), 8, None, &[0, 1], on).unwrap();
+        for (k, (a, b)) in got.values.iter().zip(&want.values).enumerate() {
+            close(a, b, &format!("{device} gradient {k}"));
+        }
+    };
+    check(&fused, &apart, "CPU");
+    // and the gradient against finite differences (a few components of x and y)
+    let make_at = |x: &[f64], y: &[f64]| Program { buffers: buffers(x, y), ..make(vec![]) };
+    let sum_q = |x: &[f64], y: &[f64]| program::run(&make_at(x, y), &fused).unwrap().outputs[2].iter().sum::<f64>();
+    let got = gradient(&make(vec![]), 8, None, &[0, 1], &fused).unwrap();
+    for (k, c) in [(0, 0), (0, 2 * n - 1), (1, 3), (1, m + 5)] {
+        let h = 1e-6;
+        let at = |delta: f64| {
+            let (mut xs, mut ys) = (x.clone(), y.clone());
+            if k == 0 { xs[c] += delta } else { ys[c] += delta }
+            sum_q(&xs, &ys)
+        };
+        let fd = (at(h) - at(-h)) / (2.0 * h);
+        assert!((got.values[k][c] - fd).abs() < 1e-6 * (1.0 + fd.abs()), "wrt {k}[{c}]: {} vs {fd}", got.values[k][c]);
+    }
+    match device::device(0) {
+        Err(why) => println!("NO GPU: fused steps are checked on the CPU only ({why})"),
+        Ok(_) => {
+            let gpu = |o: &RunOptions| RunOptions { backend: Backend::Gpu(0), ..o.clone() };
+            check(&gpu(&fused), &apart, "GPU");
+        }
+    }
+}

@@ -27,6 +27,13 @@ fn engine_tuning() -> Robj {
     })
 }
 
+/// How many GPU kernels (and CUDA graphs, each once) this process has launched, as a double:
+/// benchmarks count a call's launches as the difference of two readings.
+#[extendr]
+fn gpu_launches() -> f64 {
+    engine::cuda::primitives::launches() as f64
+}
+
 /// Device `device`'s details as `list(available, message)` when it cannot be used, else
 /// `list(available = TRUE, name, compute_capability, multiprocessors, memory_total, memory_free,
 /// nvrtc)` (memory in bytes, as doubles; versions as "major.minor").
@@ -66,5 +73,6 @@ extendr_module! {
     mod sitrep;
     fn engine_version;
     fn engine_tuning;
+    fn gpu_launches;
     fn gpu_details;
 }

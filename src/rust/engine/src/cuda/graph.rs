@@ -43,6 +43,7 @@ impl Graph {
 
     /// Queues the graph on the device's stream, after the work queued before.
     pub fn launch(&self, device: &Device) -> Result<()> {
+        super::primitives::count_launch();
         // SAFETY: the executable graph is alive; its kernels read memory that the loop keeps.
         unsafe { result::graph::launch(self.exec, device.stream.cu_stream()) }
             .map_err(|e| Error::Gpu(format!("launching a graph on device {} ({}): {e:?}", device.ordinal, device.name)))

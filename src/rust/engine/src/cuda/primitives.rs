@@ -1,9 +1,25 @@
 //! What every part of the CUDA backend that moves data or launches kernels shares: the raw launch
 //! of a kernel, and typed views of byte regions of the page-locked buffers.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use cudarc::driver::{result, CudaFunction, LaunchConfig, PushKernelArg};
 
 use super::device::Device;
+
+/// Kernels and graphs launched by this process (`launches`).
+static LAUNCHES: AtomicU64 = AtomicU64::new(0);
+
+/// How many kernels (and CUDA graphs, each counted once) this process has launched: benchmarks
+/// count a loop's launches as the difference of two readings.
+pub fn launches() -> u64 {
+    LAUNCHES.load(Ordering::Relaxed)
+}
+
+/// Counts one launch (`launches`).
+pub(crate) fn count_launch() {
+    LAUNCHES.fetch_add(1, Ordering::Relaxed);
+}
 
 /// Launches `function` with these int arguments, then these device pointers.
 ///
@@ -16,6 +32,7 @@ pub unsafe fn launch(
     ints: &[i32],
     pointers: &[u64],
 ) -> std::result::Result<(), result::DriverError> {
+    count_launch();
     let mut builder = device.stream.launch_builder(function);
     for i in ints {
         builder.arg(i);

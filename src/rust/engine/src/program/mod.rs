@@ -9,7 +9,8 @@
 //! The loop (`forward`) is written once for wherever the buffers are kept (`crate::buffers`): on a
 //! GPU every buffer stays on the device for the whole program, and each step's launches are recorded
 //! and issued again; elsewhere (the CPU; float16, whose results are float32; a program of one
-//! iteration) each step is a plain run on host data, with no R in the loop.
+//! iteration) each step is a plain run on host data, with no R in the loop. Before it runs (or is
+//! differentiated), a program's consecutive sums over the same pairs become one reduction (`fuse`).
 
 use std::time::{Duration, Instant};
 
@@ -24,7 +25,9 @@ use crate::ranges::Ranges;
 use crate::reduction::SumScheme;
 
 mod forward;
+pub mod fuse;
 pub(crate) use forward::{Forward, State};
+use fuse::Fusion;
 
 /// A named matrix of the program: its value before the first step that reads it (none when a step
 /// writes it first), and the values it takes at each iteration when it follows a `Schedule`.
@@ -98,15 +101,52 @@ pub(crate) const INTERRUPT_EVERY: Duration = Duration::from_millis(10);
 /// Runs `program` on the backend `options` choose (the ranges and sum scheme of each step replace
 /// those of `options`).
 pub fn run(program: &Program, options: &RunOptions) -> Result<ProgramResult> {
-    let shapes = check(program)?;
+    with_fused(program, &[], options, |program, shapes| run_checked(program, &shapes, options))
+}
+
+fn run_checked(program: &Program, shapes: &[(usize, usize)], options: &RunOptions) -> Result<ProgramResult> {
     let step_options = program.step_options(options);
-    let run = CheckedRun { program, shapes: &shapes, step_options: &step_options, options, passes: 1 };
+    let run = CheckedRun { program, shapes, step_options: &step_options, options, passes: 1 };
     // float16 storage computes in float32: its results cannot be stored back in float16 on the
     // device without a rounding that a plain call would not make, so that program runs on host data;
     // so does a program of one iteration, which has nothing to keep on the device from one iteration
     // to the next (its steps are plain calls, which reuse the device's buffers).
     let on_device = options.precision != Precision::F16 && program.iterations > 1;
     choose(options)?.with_buffers(options.precision, on_device, Looped(&run))
+}
+
+/// `f` of the checked program `p`, fused where the options allow (`fuse`; `keep`: buffers read
+/// after the loop besides its outputs), with its buffers' shapes. Errors of the check name `p`'s
+/// own steps.
+pub(crate) fn with_fused<R>(
+    p: &Program,
+    keep: &[usize],
+    options: &RunOptions,
+    f: impl FnOnce(&Program, Vec<(usize, usize)>) -> Result<R>,
+) -> Result<R> {
+    let shapes = check(p)?;
+    let fusion = match options.tuning.fuse_steps {
+        true => Fusion::of(p, &shapes, keep)?,
+        false => None,
+    };
+    match fusion {
+        Some(fusion) => {
+            let fused = fusion.apply(p);
+            let shapes = check(&fused)?;
+            f(&fused, shapes)
+        }
+        None => f(p, shapes),
+    }
+}
+
+/// The groups of steps (consecutive numbers) that `run` fuses into one reduction each, where the
+/// options allow (`fuse`); `keep`: as for `with_fused`.
+pub fn fused_groups(p: &Program, keep: &[usize], options: &RunOptions) -> Result<Vec<std::ops::Range<usize>>> {
+    let shapes = check(p)?;
+    match options.tuning.fuse_steps {
+        true => Ok(Fusion::of(p, &shapes, keep)?.map_or(Vec::new(), |f| f.groups.clone())),
+        false => Ok(Vec::new()),
+    }
 }
 
 /// A checked program, run wherever its buffers are kept.

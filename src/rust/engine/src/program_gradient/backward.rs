@@ -14,6 +14,7 @@ use super::{Backward, Gradients};
 use crate::api::Input;
 use crate::buffers::{Buffers, Sum};
 use crate::error::{Error, Result};
+use crate::formula::Category;
 use crate::program::{self, CheckedRun, Forward, PhaseTotals, State};
 
 pub(super) fn gradient<'a, M: Buffers<'a>>(b: &'a Backward<'a>, memory: M) -> Result<Gradients> {
@@ -91,9 +92,8 @@ impl<'p, 'a, M: Buffers<'a>> Pass<'p, 'a, M> {
             adjoint.push(needed(x).then(|| memory.zeros(nrow, ncol)).transpose()?);
         }
         memory.write(adjoint[b.of].as_ref().expect("needed"), &b.seed)?;
-        let rows = |s: usize, g: &Group| b.shapes[p.steps[s].inputs[g.parts[0].input]].0;
         let results = (0..p.steps.len())
-            .map(|s| b.steps[s].groups.iter().map(|g| memory.zeros(rows(s, g), g.width)).collect::<Result<Vec<_>>>())
+            .map(|s| b.steps[s].groups.iter().map(|g| memory.zeros(result_rows(b, s, g), g.width)).collect::<Result<Vec<_>>>())
             .collect::<Result<Vec<_>>>()?;
         let sums = (0..p.steps.len())
             .map(|s| memory.record_sums(&step_sums(b, s, &adjoint, &results[s])?))
@@ -199,6 +199,21 @@ impl<'p, 'a, M: Buffers<'a>> Pass<'p, 'a, M> {
     }
 }
 
+/// Whether step `s`'s input at `position` is a parameter (`Pm`).
+fn is_parameter(b: &Backward, s: usize, position: usize) -> bool {
+    b.program.steps[s].operator.formula.variables[position].category == Category::Param
+}
+
+/// The rows of the result of a group of step `s`'s gradients: those of its inputs' buffers, or one
+/// for a parameter's (a sum over all the pairs).
+fn result_rows(b: &Backward, s: usize, g: &Group) -> usize {
+    let input = g.parts[0].input;
+    match is_parameter(b, s, input) {
+        true => 1,
+        false => b.shapes[b.program.steps[s].inputs[input]].0,
+    }
+}
+
 /// The sums of step `s`'s gradients (`results`, a block of columns per input) into the adjoints:
 /// its output's adjoint is set (it holds no share of the earlier values), the others added to.
 fn step_sums<'m, B>(b: &Backward, s: usize, adjoint: &'m [Option<B>], results: &'m [B]) -> Result<Vec<Sum<'m, B>>> {
@@ -207,11 +222,16 @@ fn step_sums<'m, B>(b: &Backward, s: usize, adjoint: &'m [Option<B>], results: &
     let mut sums = vec![Sum { to: matrix(step.output)?, set: true, from: vec![] }];
     let mut targets = vec![step.output];
     for (group, result) in b.steps[s].groups.iter().zip(results) {
-        let rows = b.shapes[step.inputs[group.parts[0].input]].0;
+        let rows = result_rows(b, s, group);
         for part in &group.parts {
             let x = step.inputs[part.input];
-            // (each block of columns is added to an adjoint of as many values)
-            if b.shapes[x] != (rows, part.dim) {
+            // (each block of columns is added to an adjoint of as many values: a parameter's
+            // values are those of its buffer, column-major)
+            let fits = match is_parameter(b, s, part.input) {
+                true => b.len(x) == part.dim,
+                false => b.shapes[x] == (rows, part.dim),
+            };
+            if !fits {
                 return Err(Error::Invalid(format!(
                     "step {}: a gradient of {rows} x {} for buffer '{}'",
                     s + 1,

@@ -50,7 +50,17 @@ pub fn gradient(
     wrt: &[usize],
     options: &RunOptions,
 ) -> Result<Gradients> {
-    let shapes = program::check(p)?;
+    program::with_fused(p, &[of], options, |p, shapes| gradient_checked(p, shapes, of, seed, wrt, options))
+}
+
+fn gradient_checked(
+    p: &Program,
+    shapes: Vec<(usize, usize)>,
+    of: usize,
+    seed: Option<&[f64]>,
+    wrt: &[usize],
+    options: &RunOptions,
+) -> Result<Gradients> {
     let len = |b: usize| shapes[b].0 * shapes[b].1;
     for &b in wrt.iter().chain([&of]) {
         if b >= p.buffers.len() {
