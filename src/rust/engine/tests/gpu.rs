@@ -385,6 +385,12 @@ fn numbers_do_not_make_new_kernels() {
         assert_eq!(a.source, b.source, "{dtype:?}: the numbers are in the source");
         assert!(a.constants.contains(&0.1) && b.constants.contains(&2.75) && a.constants.contains(&0.5));
         assert!(!a.source.contains("0.1") && !b.source.contains("2.75"));
+        // A power of two divides by its inverse (in the source: one kernel for 2, 0.5, 1024, ...),
+        // other numbers through rk_div_fixed.
+        let (half, quarter, third) = (source(2.0, dtype), source(0.25, dtype), source(3.0, dtype));
+        assert_eq!(half.source, quarter.source, "{dtype:?}: powers of two");
+        assert!(!half.source.contains("= rk_div_fixed(") && half.source.contains("* ((T)1 / "));
+        assert!(third.source.contains("= rk_div_fixed(") && third.source == a.source);
     }
     let _gpu = sharing_the_gpu();
     if let Err(why) = device::availability(0) {
@@ -407,6 +413,14 @@ fn numbers_do_not_make_new_kernels() {
     }
     let new = device::Device::loaded_by_this_thread() - loaded;
     assert!(new <= 2, "20 values of a number loaded {new} kernels (one per precision expected)");
+    // Dividing by a power of two gives the CPU's bits (the same real number as x * (1 / c)).
+    for c in ["2.0", "0.125", "3.0"] {
+        let text = format!("Sum_Reduction((x - y) / {c} + Exp(-SqDist(x, y) / {c}) * w, 0)");
+        let op = Operator::new(&text, &args()).unwrap();
+        let g = run(&op, &inputs, Precision::F64, Backend::Gpu(0), SumScheme::Auto);
+        let c = run(&op, &inputs, Precision::F64, Backend::Cpu, SumScheme::Auto);
+        compare(&text, &g, &c, Precision::F64);
+    }
     println!("20 values of a number, float32 and float64: {new} kernels compiled or loaded");
 }
 
