@@ -334,7 +334,7 @@ test_that("sums over the same pairs run fused into one reduction, with the resul
   grad_fused <- keops_program_grad(prog, input, of = "loss", wrt = c("x", "y"))
   old <- Sys.getenv("RKEOPS_FUSE_STEPS", unset = NA)
   Sys.setenv(RKEOPS_FUSE_STEPS = "0")
-  on.exit(if (is.na(old)) Sys.unsetenv("RKEOPS_FUSE_STEPS") else Sys.setenv(RKEOPS_FUSE_STEPS = old))
+  on.exit(if (is.na(old)) Sys.unsetenv("RKEOPS_FUSE_STEPS") else Sys.setenv(RKEOPS_FUSE_STEPS = old), add = TRUE)
   apart <- prog(input)
   grad_apart <- keops_program_grad(prog, input, of = "loss", wrt = c("x", "y"))
   expect_equal(apart$x, x, tolerance = 1e-12)
