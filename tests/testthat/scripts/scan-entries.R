@@ -85,6 +85,7 @@ corpus <- list(
   quote(keops_device(x)),
   quote(keops_device_free(structure(list(), class = "keops_device_matrix"))),
   quote(rkeops_sitrep()),
+  quote(gpu_launches()),
   quote(clean_rkeops()),
   quote(rkeops_release_gpu_memory()),
   quote(wait_for_kernel_builds()),

@@ -25,7 +25,7 @@ use crate::ranges::Ranges;
 use crate::reduction::SumScheme;
 
 mod forward;
-pub mod fuse;
+mod fuse;
 pub(crate) use forward::{Forward, State};
 use fuse::Fusion;
 
