@@ -6,8 +6,13 @@
 
 use std::ops::Range;
 
-/// Resident blocks per multiprocessor we aim for before splitting the reduced range.
+/// Resident blocks per multiprocessor we aim for before splitting the reduced range: one per
+/// REDUCED_ROWS_PER_BLOCK reduced rows, from 1 to BLOCKS_PER_SM. Merging many short chunks costs
+/// more than their parallelism gives (H200, 2026-11-29, bench/RESULTS.md: a Sinkhorn program at 1e4
+/// points 6.35 ms with 8, 5.10 with 2; 1847 landmarks best with 1; 1e5 and 5e6 reduced rows best
+/// with 8).
 const BLOCKS_PER_SM: usize = 8;
+const REDUCED_ROWS_PER_BLOCK: usize = 4096;
 /// The pairs of the first step of a long reduction (output rows times reduced rows); the next
 /// steps are sized from its kernel time to take about STEP_SECONDS.
 const FIRST_STEP_PAIRS: usize = 1 << 33;
@@ -32,7 +37,8 @@ pub struct Geometry {
 /// How many chunks of the reduced range to run side by side.
 pub fn chunks_for(n_out: usize, n_red: usize, g: Geometry) -> usize {
     let blocks = n_out.div_ceil(g.tile * g.rows);
-    let wanted = (BLOCKS_PER_SM * g.multiprocessors).div_ceil(blocks.max(1));
+    let per_sm = (n_red / REDUCED_ROWS_PER_BLOCK).clamp(1, BLOCKS_PER_SM);
+    let wanted = (per_sm * g.multiprocessors).div_ceil(blocks.max(1));
     let most = n_red.div_ceil(g.granule);
     wanted.min(most).max(1)
 }
