@@ -8,6 +8,7 @@
 # conversions, names and traces. Medians of several calls after a
 # warm-up call. The R side does not depend on the backend, so the CPU measures it.
 #   keops_program()(input)   the vignette's Sinkhorn program (10 iterations), its input ready
+#     the same call, 0 iterations: the call without the engine's steps (its cost around the engine)
 #   keops_program_grad()     the gradient in x of a Gaussian-kernel loss (2 steps, 1 iteration)
 #   vignette run_program()   the vignette's function as it is written (the temperatures, the initial
 #                            potentials, the program call; before 2026-11-29 its initial potentials
@@ -78,6 +79,9 @@ sinkhorn_data <- function(N) {
 blur <- 0.05
 n_anneal <- 9
 program <- vig$sinkhorn_program(3, tol = 0, max_iter = 10)
+# (the same program of 0 iterations: the engine runs no step, so its call's wall time is its own
+# cost around the engine, exactly, without the noise of 10 iterations' engine time)
+program0 <- vig$sinkhorn_program(3, tol = 0, max_iter = 0)
 loss <- keops_program(list(
   f = keops_kernel("Sum_Reduction(Exp(-SqDist(x, y)) * b, 0)", c("x = Vi(3)", "y = Vj(3)", "b = Vj(1)")),
   loss = keops_kernel("Sum_Reduction(SqNorm2(f), 1)", "f = Vi(1)")
@@ -103,6 +107,7 @@ for (N in c(200, 1e4)) {
   schedule <- list(eps = eps, s = 1 / eps, wait = c(rep(1e30, n_anneal), 0))
   cases <- list(
     "keops_program()(input)" = function() program(input, schedule = schedule),
+    "  the same call, 0 iterations" = function() program0(input, schedule = schedule),
     "keops_program_grad()" = function() {
       keops_program_grad(loss, list(x = d$x, y = d$y, b = d$b), of = "loss", wrt = "x")
     },
