@@ -49,22 +49,23 @@ impl Fusion {
     /// How `p` (checked: `shapes` from `program::check`) is fused, where it can be; `keep`:
     /// buffers read after the loop besides the program's outputs (what a gradient is of). Planned
     /// once per program's structure (parsing the fused formulas costs more than a small step).
-    pub fn of(p: &Program, shapes: &[(usize, usize)], keep: &[usize]) -> Result<Option<Arc<Fusion>>> {
+    pub fn of(p: &Program, shapes: &[(usize, usize)], keep: &[usize]) -> Option<Arc<Fusion>> {
         static PLANNED: OnceLock<Mutex<HashMap<String, Option<Arc<Fusion>>>>> = OnceLock::new();
         const KEPT: usize = 64;
         let planned = PLANNED.get_or_init(Default::default);
         let key = structure(p, shapes, keep);
         if let Some(f) = planned.lock().ok().and_then(|m| m.get(&key).cloned()) {
-            return Ok(f);
+            return f;
         }
-        let f = Fusion::plan(p, shapes, keep)?.map(Arc::new);
+        // (an optimisation: a program whose fused form cannot be made runs its steps apart)
+        let f = Fusion::plan(p, shapes, keep).ok().flatten().map(Arc::new);
         if let Ok(mut m) = planned.lock() {
             if m.len() >= KEPT {
                 m.clear();
             }
             m.insert(key, f.clone());
         }
-        Ok(f)
+        f
     }
 
     fn plan(p: &Program, shapes: &[(usize, usize)], keep: &[usize]) -> Result<Option<Fusion>> {

@@ -126,7 +126,7 @@ pub(crate) fn with_fused<R>(
 ) -> Result<R> {
     let shapes = check(p)?;
     let fusion = match options.tuning.fuse_steps {
-        true => Fusion::of(p, &shapes, keep)?,
+        true => Fusion::of(p, &shapes, keep),
         false => None,
     };
     match fusion {
@@ -144,7 +144,7 @@ pub(crate) fn with_fused<R>(
 pub fn fused_groups(p: &Program, keep: &[usize], options: &RunOptions) -> Result<Vec<std::ops::Range<usize>>> {
     let shapes = check(p)?;
     match options.tuning.fuse_steps {
-        true => Ok(Fusion::of(p, &shapes, keep)?.map_or(Vec::new(), |f| f.groups.clone())),
+        true => Ok(Fusion::of(p, &shapes, keep).map_or(Vec::new(), |f| f.groups.clone())),
         false => Ok(Vec::new()),
     }
 }
