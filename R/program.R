@@ -6,6 +6,11 @@
 #' the time. `keops_program()` describes the loop once; the program it returns runs it in the
 #' engine, with no R in the loop: on a GPU every value stays on the device for the whole program
 #' and, from the third iteration on, each step issues the kernel launches recorded for it.
+#' Consecutive sums over the same pairs (same index and rows, none reading another's result) run as
+#' one reduction of their terms side by side, on every backend and in [keops_program_grad()]: the
+#' pairs' common work is done once. A result that the program returns, traces or tests stays a
+#' step of its own, so `output` should name only the buffers needed (environment variable
+#' `RKEOPS_FUSE_STEPS=0`: every step on its own).
 #'
 #' A program works on named buffers: the matrices given in `input`, and those the steps compute.
 #' Each step is an operator made by [keops_kernel()] (a reduction) or by [keops_map()] (a formula
