@@ -128,14 +128,15 @@ kmeans_totss <- function(xc) {
 # last `d2` by its cumulative sums, then kept with probability (its squared distance to the nearest
 # centre now) / d2, at most 1: rejection sampling, whose kept row follows D^2 exactly. After
 # `tries` rejections in a row (the centres drawn since have made `d2` much too large), `d2` is
-# updated and the row drawn from it. (1e6 points, K = 50: 2 or 3 updates.)
+# updated and the next row drawn from it. (1e6 points, K = 50: 2 or 3 updates.) The draws run in
+# the engine, with R's random numbers, in the order this loop once drew them in R.
 kmeans_pp <- function(x, k, tries = 32L) {
   n <- nrow(x)
   picked <- sample.int(n, 1L)
   counted <- 0L  # the centres that d2 counts: picked[seq_len(counted)]
   x <- `storage.mode<-`(x, "double")
   while (length(picked) < k) {
-    # the draws by rejection (in the engine, with R's random numbers, as this loop drew them)
+    # the draws (the first one after an update kept as drawn), until k or `tries` rejections
     if (counted > 0L) {
       picked <- rust_result(.Call(wrap__keops_kmeans_pp_draws, x, d2, cs, picked, counted, as.integer(k),
                                   as.integer(tries)), "keops_kmeans")
@@ -155,21 +156,6 @@ kmeans_pp <- function(x, k, tries = 32L) {
       rkeops_abort("keops_kmeans(): 'centers': more clusters (", k, ") than distinct points in 'x' (", counted, ")",
                    kind = "input", arg = "centers")
     }
-    picked <- c(picked, draw_d2(cs))
   }
   picked
-}
-
-# One index drawn with probability proportional to its weight, given the cumulative sums `cs` of
-# the weights: the first i with u * total < cs[i] (never a weight 0: cs does not grow there), found
-# by bisection (findInterval() would check that cs is sorted, a pass over it at each draw).
-draw_d2 <- function(cs) {
-  v <- stats::runif(1L) * cs[length(cs)]
-  lo <- 0L           # cs[lo] <= v, with cs[0] = 0
-  hi <- length(cs)   # v < cs[hi]
-  while (hi - lo > 1L) {
-    mid <- (lo + hi) %/% 2L
-    if (cs[mid] <= v) lo <- mid else hi <- mid
-  }
-  hi
 }

@@ -96,7 +96,8 @@ pub fn draw_by_weight(cumulative: &[f64], u: f64) -> usize {
 
 /// Adds centres to `picked` until there are `k` or `tries` draws in a row were rejected (then the
 /// distances are to be updated). `uniform` gives numbers in [0, 1): two per draw, the row's then
-/// its test's, as R's `kmeans_pp()` drew them.
+/// its test's, as R's `kmeans_pp()` drew them; one for a draw right after an update (no centre
+/// drawn since: nothing to test, the row follows `d2` itself).
 pub fn draw_centres(
     stale: &Stale,
     picked: &mut Vec<usize>,
@@ -112,7 +113,8 @@ pub fn draw_centres(
         for _ in 0..tries {
             let i = draw_by_weight(stale.cumulative, uniform());
             row.iter_mut().zip(stale.row(i)).for_each(|(r, v)| *r = v);
-            if uniform() * stale.d2[i] < new.nearest(&row) {
+            let untested = picked.len() == stale.counted;
+            if untested || uniform() * stale.d2[i] < new.nearest(&row) {
                 picked.push(i);
                 new.values.extend_from_slice(&row);
                 continue 'centres;
