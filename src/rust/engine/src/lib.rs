@@ -20,6 +20,7 @@ pub mod grouped_sum;
 pub mod iterate;
 pub mod math;
 pub mod memory;
+pub(crate) mod memo;
 pub mod operator;
 pub mod parallel;
 pub mod pool;

@@ -10,16 +10,18 @@
 //! trace, stopping rule or output, not what a gradient is of) and one step writes it.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::ops::Range;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use super::{Buffer, Program, Step};
 use crate::error::Result;
 use crate::formula::gradient::is_form;
 use crate::formula::lexer::{tokenize, Tok};
 use crate::formula::{Category, Variable};
+use crate::memo::{kept_or_made, Memo};
 use crate::operator::Operator;
-use crate::reduction::{ReductionKind, SumScheme};
+use crate::reduction::ReductionKind;
 
 /// How a program is fused: the groups of steps (consecutive numbers of the program's steps), and
 /// the fused program's steps.
@@ -50,22 +52,11 @@ impl Fusion {
     /// buffers read after the loop besides the program's outputs (what a gradient is of). Planned
     /// once per program's structure (parsing the fused formulas costs more than a small step).
     pub fn of(p: &Program, shapes: &[(usize, usize)], keep: &[usize]) -> Option<Arc<Fusion>> {
-        static PLANNED: OnceLock<Mutex<HashMap<String, Option<Arc<Fusion>>>>> = OnceLock::new();
-        const KEPT: usize = 64;
-        let planned = PLANNED.get_or_init(Default::default);
-        let key = structure(p, shapes, keep);
-        if let Some(f) = planned.lock().ok().and_then(|m| m.get(&key).cloned()) {
-            return f;
-        }
+        static PLANNED: Memo<String, Option<Arc<Fusion>>> = OnceLock::new();
         // (an optimisation: a program whose fused form cannot be made runs its steps apart)
-        let f = Fusion::plan(p, shapes, keep).ok().flatten().map(Arc::new);
-        if let Ok(mut m) = planned.lock() {
-            if m.len() >= KEPT {
-                m.clear();
-            }
-            m.insert(key, f.clone());
-        }
-        f
+        let plan = || Ok::<_, Infallible>(Fusion::plan(p, shapes, keep).ok().flatten().map(Arc::new));
+        let Ok(fusion) = kept_or_made(&PLANNED, 64, structure(p, shapes, keep), plan);
+        fusion
     }
 
     fn plan(p: &Program, shapes: &[(usize, usize)], keep: &[usize]) -> Result<Option<Fusion>> {
@@ -289,8 +280,8 @@ fn renamed(text: &str, expressions: &HashMap<String, String>) -> Result<String> 
 fn structure(p: &Program, shapes: &[(usize, usize)], keep: &[usize]) -> String {
     let mut key = String::new();
     for s in &p.steps {
-        let scheme: SumScheme = s.sum_scheme;
-        key += &format!("{}|{:?}>{}|{scheme:?}|{};", s.operator.formula.identity, s.inputs, s.output, s.ranges.is_some());
+        let (identity, scheme) = (&s.operator.formula.identity, s.sum_scheme);
+        key += &format!("{identity}|{:?}>{}|{scheme:?}|{};", s.inputs, s.output, s.ranges.is_some());
     }
     for (b, shape) in p.buffers.iter().zip(shapes) {
         key += &format!("{shape:?}{}{};", b.initial.is_some() as u8, b.schedule.is_some() as u8);

@@ -12,6 +12,7 @@
 //! iteration) each step is a plain run on host data, with no R in the loop. Before it runs (or is
 //! differentiated), a program's consecutive sums over the same pairs become one reduction (`fuse`).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::api::{Input, RunOptions};
@@ -125,11 +126,7 @@ pub(crate) fn with_fused<R>(
     f: impl FnOnce(&Program, Vec<(usize, usize)>) -> Result<R>,
 ) -> Result<R> {
     let shapes = check(p)?;
-    let fusion = match options.tuning.fuse_steps {
-        true => Fusion::of(p, &shapes, keep),
-        false => None,
-    };
-    match fusion {
+    match fusion(p, &shapes, keep, options) {
         Some(fusion) => {
             let fused = fusion.apply(p);
             let shapes = check(&fused)?;
@@ -143,10 +140,12 @@ pub(crate) fn with_fused<R>(
 /// options allow (`fuse`); `keep`: as for `with_fused`.
 pub fn fused_groups(p: &Program, keep: &[usize], options: &RunOptions) -> Result<Vec<std::ops::Range<usize>>> {
     let shapes = check(p)?;
-    match options.tuning.fuse_steps {
-        true => Ok(Fusion::of(p, &shapes, keep).map_or(Vec::new(), |f| f.groups.clone())),
-        false => Ok(Vec::new()),
-    }
+    Ok(fusion(p, &shapes, keep, options).map_or(Vec::new(), |f| f.groups.clone()))
+}
+
+/// How the checked program `p` is fused, where the options allow and something fuses.
+fn fusion(p: &Program, shapes: &[(usize, usize)], keep: &[usize], options: &RunOptions) -> Option<Arc<Fusion>> {
+    options.tuning.fuse_steps.then(|| Fusion::of(p, shapes, keep)).flatten()
 }
 
 /// A checked program, run wherever its buffers are kept.

@@ -5,13 +5,13 @@
 //! kernel's exponential, is then done once, and a GPU launches one kernel instead of several).
 //! The others (log-sum-exp, min, ...: forward runs first) each run their own plan.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use crate::differentiate::GradientRun;
 use crate::error::Result;
 use crate::formula::gradient::{declarations, GradientOutput, GradientPlan};
 use crate::formula::graph::{NodeId, Op};
+use crate::memo::{kept_or_made, Memo};
 use crate::operator::Operator;
 use crate::reduction::ReductionKind;
 
@@ -56,26 +56,13 @@ type Sums = (usize, Vec<String>, Vec<(usize, String)>);
 /// than running them on small problems.
 const KEPT: usize = 256;
 
-type Kept = HashMap<(Arc<str>, Vec<bool>), Arc<StepGradient>>;
-
 impl StepGradient {
     /// The gradients of `op` with respect to its variables at the positions where `wanted` is true
     /// (parsed once per formula and `wanted`).
     pub fn of(op: &Operator, wanted: &[bool]) -> Result<Arc<StepGradient>> {
-        static KEPT_GRADIENTS: OnceLock<Mutex<Kept>> = OnceLock::new();
-        let kept = KEPT_GRADIENTS.get_or_init(Default::default);
+        static KEPT_GRADIENTS: Memo<(Arc<str>, Vec<bool>), Arc<StepGradient>> = OnceLock::new();
         let key = (op.formula.identity.clone(), wanted.to_vec());
-        if let Some(g) = kept.lock().ok().and_then(|m| m.get(&key).cloned()) {
-            return Ok(g);
-        }
-        let g = Arc::new(StepGradient::new(op, wanted)?);
-        if let Ok(mut m) = kept.lock() {
-            if m.len() >= KEPT {
-                m.clear();
-            }
-            m.insert(key, g.clone());
-        }
-        Ok(g)
+        kept_or_made(&KEPT_GRADIENTS, KEPT, key, || StepGradient::new(op, wanted).map(Arc::new))
     }
 
     fn new(op: &Operator, wanted: &[bool]) -> Result<StepGradient> {
