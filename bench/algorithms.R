@@ -16,9 +16,7 @@ bench_dir <- local({
   if (length(f)) dirname(f) else "bench"
 })
 source(file.path(bench_dir, "common.R"))
-backend <- toupper(env_str("BACKEND", "CPU"))
-if (backend == "GPU") stopifnot(rkeops_use_gpu()) else rkeops_use_cpu()
-rkeops_use_float32()
+backend <- use_backend("CPU")
 reps <- env_num("REPS", 3)
 has_pkg <- function(p) requireNamespace(p, quietly = TRUE)
 # CASES=kmeans,gmm,krige,sinkhorn,landmarks (default: all) runs some of them

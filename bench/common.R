@@ -12,6 +12,15 @@ env_str <- function(name, default) {
 }
 env_num <- function(name, default) as.numeric(env_str(name, default))
 
+# Selects the backend that BACKEND names (CPU or GPU; `default` when unset), in float32, and returns
+# its name: GPU stops where no GPU can be used.
+use_backend <- function(default) {
+  backend <- toupper(env_str("BACKEND", default))
+  if (backend == "GPU") stopifnot(rkeops_use_gpu()) else rkeops_use_cpu()
+  rkeops_use_float32()
+  backend
+}
+
 # Each line is printed and kept, to be written to BENCH_OUT at the end.
 report <- character()
 emit <- function(...) {

@@ -9,9 +9,7 @@ source(file.path(local({
   f <- sub("^--file=", "", grep("^--file=", commandArgs(FALSE), value = TRUE))
   if (length(f)) dirname(f) else "bench"
 }), "common.R"))
-backend <- toupper(env_str("BACKEND", "GPU"))
-if (backend == "GPU") stopifnot(rkeops_use_gpu()) else rkeops_use_cpu()
-rkeops_use_float32()
+backend <- use_backend("GPU")
 reps <- env_num("REPS", 3)
 label <- env_str("LABEL", "?")
 only <- env_str("ONLY", "")
