@@ -2,9 +2,10 @@
 //! evaluator, the GPU kernel's choices (selection storage, ranged kernel, tensor cores, unrolling,
 //! scheme, replayed loops) and programs' fused steps. Defaults are what the engine picks; the
 //! environment variables below override them, for benchmarks and to work around a fault. The
-//! engine reads the environment only here, in `Tuning::from_env`, which its callers run once per
-//! call (the R binding at each call, so that `Sys.setenv()` in a session takes effect); each
-//! variable is documented in the README's "Options".
+//! engine reads the environment here, in `Tuning::from_env`, which its callers run once per call
+//! (the R binding at each call, so that `Sys.setenv()` in a session takes effect), and, for NVRTC's
+//! options of experiments only, once per process in `cuda::builds` (they are part of the kernel
+//! caches' keys); each variable is documented in the README's "Options".
 
 /// The most capable instruction set the CPU evaluator may use (`RKEOPS_CPU_ISA`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
