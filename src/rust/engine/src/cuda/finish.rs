@@ -91,15 +91,27 @@ pub fn functions(src: &mut String, acc: &Accumulator, t: &str) {
 pub const MERGE_THREADS: usize = 256;
 /// A sum's merge: each block takes 32 values of the states, each warp of the block every 8th chunk.
 const SUM_VALUES_PER_BLOCK: usize = 32;
+/// The other merges: each block takes 32 rows, each of its 8 warps a run of consecutive states,
+/// when the 8 warps' states of 32 rows fit in 16 KB of shared memory.
+const ROWS_PER_BLOCK: usize = 32;
+const LANES: usize = MERGE_THREADS / ROWS_PER_BLOCK;
+const MOST_SHARED_STATE: usize = 8;
+
+/// Whether the merge of states of `state_len` values shares a row between the warps of a block.
+fn rows_shared(kind: ReductionKind, state_len: usize) -> bool {
+    kind != Sum && state_len <= MOST_SHARED_STATE
+}
 
 /// `rkeops_merge`: merges the states of `chunks` parts of the reduced range, in order, into the
 /// rows' running states (`first`: there are none yet), then stores those states back or (`finalize`)
-/// writes the rows' results. A sum's states add up value by value: a block takes 32 values of the
-/// `n_out x len` states, its 8 warps every 8th chunk of them (their sums added in a fixed order,
-/// the result deterministic), so that a small problem's merge (a few thousand rows, 58 chunks)
-/// uses the whole device and has its loads in flight together; the other reductions take one
-/// thread per row.
-/// The program of the merge kernel: its types, `functions` and `merge_kernel`.
+/// writes the rows' results. Every merge spreads a row's states over the 8 warps of a block, so that
+/// a small problem's merge (a few thousand rows, tens of chunks) uses the whole device and has its
+/// loads in flight together: a sum's states add up value by value (a block takes 32 values of the
+/// `n_out x len` states, its warps every 8th chunk of them); the other reductions' states (a
+/// log-sum-exp's, a selection's) merge in order (a block takes 32 rows, each warp a run of
+/// consecutive states, then the runs merge in order: ties keep the earlier index). Each sums or
+/// merges in a fixed order: the result is deterministic. States too large for the block's shared
+/// memory (K-selections) take one thread per row.
 pub fn merge_source(acc: &Accumulator, dtype: Dtype) -> String {
     let (inf, _) = dtype.infinity_and_max();
     let mut src = format!(
@@ -140,6 +152,8 @@ fn merge_kernel(src: &mut String, acc: &Accumulator) {
             per = SUM_VALUES_PER_BLOCK,
             dim = acc.dim
         )
+    } else if rows_shared(acc.kind, len) {
+        rows_shared_body(len)
     } else {
         format!(
             "  const int row = blockIdx.x * blockDim.x + threadIdx.x;\n\
@@ -156,11 +170,50 @@ fn merge_kernel(src: &mut String, acc: &Accumulator) {
     let _ = writeln!(src, "{signature}\n{body}\n}}");
 }
 
+/// The merge of `len`-value states that shares each row between the warps of a block: the states in
+/// order (the running one unless `first`, then the chunks') cut into 8 runs, warp `l` merging run
+/// `l` in order, then the first warp merging the runs in order.
+fn rows_shared_body(len: usize) -> String {
+    format!(
+        "  const int lane = threadIdx.x / {rows}, x = threadIdx.x % {rows};\n\
+         \x20 const long long row = (long long)blockIdx.x * {rows} + x;\n\
+         \x20 __shared__ double runs[{lanes}][{len}][{rows}];\n\
+         \x20 const int states = chunks + (first ? 0 : 1);\n\
+         \x20 // state i: the running one (i = 0 unless first), else chunk i (or i - 1)\n\
+         \x20 #define RK_STATE(i) ((!first && (i) == 0) ? running + row * {len} : parts + ((long long)((i) - (first ? 0 : 1)) * n_out + row) * {len})\n\
+         \x20 const int lo = lane * states / {lanes}, hi = (lane + 1) * states / {lanes};\n\
+         \x20 if (row < n_out && lo < hi) {{\n\
+         \x20   double s[{len}];\n\
+         \x20   const double* p = RK_STATE(lo);\n\
+         \x20   for (int k = 0; k < {len}; k++) s[k] = p[k];\n\
+         \x20   for (int i = lo + 1; i < hi; i++) rk_merge(s, RK_STATE(i));\n\
+         \x20   for (int k = 0; k < {len}; k++) runs[lane][k][x] = s[k];\n\
+         \x20 }}\n\
+         \x20 #undef RK_STATE\n\
+         \x20 __syncthreads();\n\
+         \x20 if (lane != 0 || row >= n_out) return;\n\
+         \x20 double s[{len}], o[{len}];\n\
+         \x20 bool have = false;\n\
+         \x20 for (int l = 0; l < {lanes}; l++) {{\n\
+         \x20   if (l * states / {lanes} == (l + 1) * states / {lanes}) continue;\n\
+         \x20   for (int k = 0; k < {len}; k++) o[k] = runs[l][k][x];\n\
+         \x20   if (have) rk_merge(s, o);\n\
+         \x20   else for (int k = 0; k < {len}; k++) s[k] = o[k];\n\
+         \x20   have = true;\n\
+         \x20 }}\n\
+         \x20 if (finalize) rk_finalize(s, out_values, out_indices, row, n_out);\n\
+         \x20 else for (int k = 0; k < {len}; k++) running[row * {len} + k] = s[k];",
+        rows = ROWS_PER_BLOCK,
+        lanes = LANES
+    )
+}
+
 /// The blocks of `MERGE_THREADS` that `rkeops_merge` takes for `n_out` rows of states of
 /// `state_len` values.
 pub fn merge_blocks(kind: ReductionKind, n_out: usize, state_len: usize) -> usize {
     match kind {
         Sum => (n_out * state_len).div_ceil(SUM_VALUES_PER_BLOCK),
+        _ if rows_shared(kind, state_len) => n_out.div_ceil(ROWS_PER_BLOCK),
         _ => n_out.div_ceil(MERGE_THREADS),
     }
 }
