@@ -350,8 +350,10 @@ cluster_ranges_centroids <- function(x, labels, weights = NULL) {
 #' @param weights `NULL` (each point weighs 1) or a vector of \eqn{N} positive finite weights.
 #' @return A list: `x`, the sorted points (`x[perm, , drop = FALSE]`); `perm`, the permutation
 #'   (the sorted points' rows in `x`: results on the sorted points are put back with
-#'   `result[order(perm)]`, or `out[perm] <- result`); and `ranges`, `centroids`, `weights`, `radii`
-#'   as [cluster_ranges_centroids()] gives them for the sorted points (no cell is empty).
+#'   `result[order(perm)]`, or `out[perm] <- result`); `ranges`, `centroids`, `weights`, `radii`
+#'   as [cluster_ranges_centroids()] gives them for the sorted points (no cell is empty); and
+#'   `bounds`, a 2-row matrix of the smallest and largest value of each column of `x` (the box of
+#'   the points: a diameter without another pass over them).
 #' @seealso [cell_pair_ranges()], [from_pairs()].
 #' @export
 #' @examples
@@ -367,13 +369,16 @@ sort_grid_cells <- function(x, size, weights = NULL) {
     clustering_stop(fun, "'size' must be positive finite numbers, one or one per column of 'x'", arg = "size")
   }
   la <- if (is.null(weights)) numeric(nrow(x)) else {
-    if (!is.numeric(weights) || length(weights) != nrow(x) || !all(is.finite(weights)) || any(weights <= 0)) {
+    # (min and max rather than all(is.finite()) and any(<= 0): no vector of N logicals; NA and NaN
+    # make them NA)
+    if (!is.numeric(weights) || length(weights) != nrow(x) ||
+        length(weights) > 0L && !isTRUE(min(weights) > 0 && max(weights) < Inf)) {
       clustering_stop(fun, "'weights' must be NULL or ", nrow(x), " positive finite numbers (one per point)",
                       arg = "weights")
     }
     log(as.double(weights))
   }
-  two_scale_cells(x, size, la, fun)[c("x", "perm", "ranges", "centroids", "weights", "radii")]
+  two_scale_cells(x, size, la, fun)[c("x", "perm", "ranges", "centroids", "weights", "radii", "bounds")]
 }
 
 #' Ranges of a block-sparse reduction from a matrix of kept block pairs

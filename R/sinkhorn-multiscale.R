@@ -81,6 +81,7 @@ sinkhorn_two_scale <- function(pb, eps, kind, debias, rho, tol, extra, cell, tau
 two_scale_cells <- function(x, size, la, fun) {
   cells <- rust_result(.Call(wrap__keops_two_scale_cells, x, rep_len(as.double(size), ncol(x)), la), fun)
   colnames(cells$centroids) <- colnames(x)
+  colnames(cells$bounds) <- colnames(x)
   cells
 }
 

@@ -59,10 +59,13 @@ test_that("sort_grid_cells() sorts and summarises the cells as plain R does", {
     expect_equal(got$centroids, ref$centroids, tolerance = 1e-13)
     expect_equal(got$weights, ref$weights, tolerance = 1e-13)
     expect_equal(got$radii, ref$radii, tolerance = 1e-12)
+    expect_identical(got$bounds, apply(x, 2, range))
   }
   expect_error(sort_grid_cells(x, -1), class = "rkeops_error_input")
   expect_error(sort_grid_cells(x, 0.1, weights = c(1, 2)), "'weights'", class = "rkeops_error_input")
-  expect_error(sort_grid_cells(x, 0.1, weights = replace(w, 3, 0)), "'weights'", class = "rkeops_error_input")
+  for (bad in list(0, -1, NA, NaN, Inf)) {
+    expect_error(sort_grid_cells(x, 0.1, weights = replace(w, 3, bad)), "'weights'", class = "rkeops_error_input")
+  }
 })
 
 test_that("cell_pair_ranges() keeps the pairs of the plain-R bound (x against y, and a cloud against itself)", {

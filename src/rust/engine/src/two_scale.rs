@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-use crate::clustering::{cluster_summary, grid_cells, order_by_label, ClusterSummary, Points};
+use crate::clustering::{column_bounds, order_by_label, ClusterSummary, Grid, Points};
 use crate::error::{Error, Result};
 use crate::parallel;
 use crate::ranges::{BlockRanges, Ranges};
@@ -25,6 +25,8 @@ pub struct SortedCells {
     pub blocks: Vec<Range<usize>>,
     /// The cells' centroids (weighted by the points' weights), total weights and radii.
     pub summary: ClusterSummary,
+    /// The smallest and largest value of each column of the points (the grid's box).
+    pub bounds: Vec<(f64, f64)>,
 }
 
 /// `x` (with log-weights `log_weights`) sorted by the cells of side `size` of `grid_cells`, and
@@ -33,7 +35,8 @@ pub fn sorted_cells(x: Points, size: &[f64], log_weights: &[f64]) -> Result<Sort
     if log_weights.len() != x.n {
         return Err(Error::Invalid(format!("'log_weights' must have {} values, not {}", x.n, log_weights.len())));
     }
-    let cells = grid_cells(x, size)?;
+    let bounds = column_bounds(x, "x")?;
+    let cells = Grid::with_bounds(x, size, &bounds)?.cells();
     let (order, counts) = order_by_label(&cells.labels, cells.count);
     let sorted = x.rows_in_order(&order);
     let mut sorted_log_weights = vec![0.0; x.n];
@@ -41,14 +44,47 @@ pub fn sorted_cells(x: Points, size: &[f64], log_weights: &[f64]) -> Result<Sort
     let mut weights = vec![0.0; x.n];
     parallel::map(&sorted_log_weights, &mut weights, f64::exp);
     let mut blocks = Vec::with_capacity(counts.len());
-    let mut labels = Vec::with_capacity(x.n);
-    for (l, &count) in counts.iter().enumerate() {
+    for &count in &counts {
         let first = blocks.last().map_or(0, |b: &Range<usize>| b.end);
         blocks.push(first..first + count);
-        labels.extend(std::iter::repeat_n(l as u32, count));
     }
-    let summary = cluster_summary(Points::new(&sorted, x.n, x.d)?, &labels, cells.count, Some(&weights))?;
-    Ok(SortedCells { order, sorted, log_weights: sorted_log_weights, blocks, summary })
+    let summary = block_summary(Points::new(&sorted, x.n, x.d)?, &blocks, &weights)?;
+    Ok(SortedCells { order, sorted, log_weights: sorted_log_weights, blocks, summary, bounds })
+}
+
+/// What `cluster_summary` says of sorted points whose clusters are the consecutive, non-empty
+/// `blocks` (the same sums in the same order, so the same numbers), the cells on every core.
+fn block_summary(x: Points, blocks: &[Range<usize>], weights: &[f64]) -> Result<ClusterSummary> {
+    const CELLS: usize = 64;
+    if !parallel::fold(weights, || true, |ok, w| ok && w.is_finite() && *w >= 0.0, |a, b| a && b) {
+        return Err(Error::Invalid(format!("'weights' must be {} non-negative finite numbers", x.n)));
+    }
+    // Per cell: its centroid (d values), its total weight, its radius.
+    let (cells, d, width) = (blocks.len(), x.d, x.d + 2);
+    let mut per_cell = vec![0.0; cells * width];
+    parallel::for_each_block_of_work(&mut per_cell, CELLS * width, x.n * d, |b, part| {
+        for (cell, rows) in part.chunks_mut(width).zip(&blocks[b * CELLS..]) {
+            let total = rows.clone().fold(0.0, |t, i| t + weights[i]);
+            for (k, centroid) in cell[..d].iter_mut().enumerate() {
+                let column = x.column(k);
+                *centroid = rows.clone().fold(0.0, |s, i| s + column[i] * weights[i]) / total;
+            }
+            let far = |m: f64, i: usize| m.max((0..d).map(|k| (x.values[k * x.n + i] - cell[k]).powi(2)).sum());
+            let farthest = rows.clone().fold(0.0f64, far);
+            cell[d] = total;
+            cell[d + 1] = farthest.sqrt();
+        }
+    });
+    if let Some(c) = (0..cells).find(|&c| per_cell[c * width + d] <= 0.0) {
+        return Err(Error::Invalid(format!("'weights' sum to 0 in cluster {}: its centroid is not defined", c + 1)));
+    }
+    let column = |k: usize| per_cell.chunks(width).map(move |cell| cell[k]);
+    Ok(ClusterSummary {
+        counts: blocks.iter().map(|b| b.len()).collect(),
+        centroids: (0..d).flat_map(column).collect(),
+        weights: column(d).collect(),
+        radii: column(d + 1).collect(),
+    })
 }
 
 /// One cloud of the bound of `cell_pair_ranges`: its points sorted by cell and their cells, where

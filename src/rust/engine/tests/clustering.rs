@@ -230,3 +230,33 @@ fn from_block_pairs_covers_the_kept_pairs() {
     assert!(Ranges::from_block_pairs(&blocks, &blocks[..1], &[(0, 0), (1, 1)]).is_err());
     assert!(Ranges::from_block_pairs(&blocks, &blocks, &[(2, 0)]).is_err());
 }
+
+/// The two-scale solver's cells: the summary computed cell by cell on every core is, bit for bit,
+/// `cluster_summary` of the sorted points (the same sums in the same order), over enough cells
+/// (~1500, odd counts) for several cores' parts; the box is the columns' bounds; weights that are
+/// not numbers or sum to 0 in a cell are refused.
+#[test]
+fn sorted_cells_summarise_as_cluster_summary_does() {
+    use engine::clustering::column_bounds;
+    use engine::two_scale::sorted_cells;
+    let mut rng = Rng(5);
+    let (n, d) = (20011, 3);
+    let x = random_points(&mut rng, n, d, 3.0);
+    let la: Vec<f64> = (0..n).map(|_| (rng.unif() + 0.05).ln()).collect();
+    let points = Points::new(&x, n, d).unwrap();
+    let size = [0.2, 0.25, 0.3];
+    let c = sorted_cells(points, &size, &la).unwrap();
+    let cells = c.blocks.len();
+    assert!(cells > 1000, "{cells} cells");
+    let labels: Vec<u32> = c.blocks.iter().enumerate().flat_map(|(l, b)| b.clone().map(move |_| l as u32)).collect();
+    let weights: Vec<f64> = c.log_weights.iter().map(|v| v.exp()).collect();
+    let want = cluster_summary(Points::new(&c.sorted, n, d).unwrap(), &labels, cells, Some(&weights)).unwrap();
+    assert_eq!(c.summary, want);
+    assert_eq!(c.bounds, column_bounds(points, "x").unwrap());
+    let mut zero = la.clone();
+    c.order[c.blocks[7].clone()].iter().for_each(|&i| zero[i] = f64::NEG_INFINITY);
+    assert!(sorted_cells(points, &size, &zero).unwrap_err().to_string().contains("sum to 0"));
+    let mut nan = la;
+    nan[3] = f64::NAN;
+    assert!(sorted_cells(points, &size, &nan).is_err());
+}

@@ -106,8 +106,9 @@ fn ranges_sides(ranges: &Ranges) -> Fallible {
 }
 
 /// The two-scale solver's cells (R/sinkhorn-multiscale.R): `x` sorted by the grid cells of side
-/// `size`, the 1-based permutation `perm` (x[perm, ]), its log-weights `la` in that order, and each cell's rows (`ranges`,
-/// 1-based inclusive), weighted centroid, total weight and radius.
+/// `size`, the 1-based permutation `perm` (x[perm, ]), its log-weights `la` in that order, each cell's rows (`ranges`,
+/// 1-based inclusive), weighted centroid, total weight and radius, and the points' `bounds` (2 x d:
+/// the smallest and the largest value of each column).
 #[extendr]
 fn keops_two_scale_cells(x: Robj, size: Robj, la: Robj) -> Robj {
     guarded(|| {
@@ -117,7 +118,7 @@ fn keops_two_scale_cells(x: Robj, size: Robj, la: Robj) -> Robj {
         let c = sorted_cells(x, size, la)?;
         let cells = c.blocks.len();
         Ok(List::from_names_and_values(
-            ["x", "perm", "la", "ranges", "centroids", "weights", "radii"],
+            ["x", "perm", "la", "ranges", "centroids", "weights", "radii", "bounds"],
             [
                 matrix(Robj::from(c.sorted), x.n, x.d)?,
                 Robj::from(c.order.iter().map(|&i| i as i32 + 1).collect::<Vec<i32>>()),
@@ -126,6 +127,7 @@ fn keops_two_scale_cells(x: Robj, size: Robj, la: Robj) -> Robj {
                 matrix(Robj::from(c.summary.centroids), cells, x.d)?,
                 Robj::from(c.summary.weights),
                 Robj::from(c.summary.radii),
+                matrix(Robj::from(c.bounds.iter().flat_map(|&(lo, hi)| [lo, hi]).collect::<Vec<f64>>()), 2, x.d)?,
             ],
         )?
         .into())
