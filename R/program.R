@@ -17,7 +17,10 @@
 #' evaluated on each row, for updates such as `s / n`); its name in `steps` is the buffer its result
 #' is assigned to (a name may come back: two steps may write one buffer), and each of its variables
 #' reads the buffer of that name. Steps run in order, `iterations` times, or until every value of
-#' the buffer `until` is below `tol` in absolute value, tested after every `every`-th iteration. A
+#' the buffer `until` is below `tol` in absolute value, tested after every `every`-th iteration (on a
+#' GPU the host reads an iteration's test and traces once the next iteration is queued, so that the
+#' device does not wait for it; when the test ends the loop, that iteration is undone: the same
+#' results; environment variable `RKEOPS_LATE_CHECKS=0`: each iteration read as it ends). A
 #' reduction over all rows of an index with no variable of the other index (`Sum_Reduction(Abs(f -
 #' f0), 1)` with `f`, `f0` `Vi` variables) has one row: a scalar for such tests, or a `Pm` parameter
 #' of later steps.

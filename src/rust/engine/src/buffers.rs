@@ -19,6 +19,8 @@ pub trait Buffers<'a> {
     type Buffer;
     /// Work recorded to be issued again (`replay`) as it was.
     type Record;
+    /// Values on their way to the host (`fetch`).
+    type Fetch;
 
     /// What computes, as `Output::backend` reports it (after a step: what computed it).
     fn describe(&self) -> String;
@@ -31,6 +33,13 @@ pub trait Buffers<'a> {
     fn adopt(&self, kept: &dyn KeptMatrix) -> Result<Self::Buffer>;
     /// Its values on the host, once the work queued before has run.
     fn read(&self, b: &Self::Buffer) -> Result<Vec<f64>>;
+    /// Its values once the work queued before has run, on their way to the host (`fetched`): the
+    /// host then waits for them, not for the work queued after (a loop queues its next iteration
+    /// before it reads the last one's checks). Where work is not queued, the values themselves.
+    fn fetch(&self, b: &Self::Buffer) -> Result<Self::Fetch>;
+    fn fetched(&self, fetch: Self::Fetch) -> Result<Vec<f64>>;
+    /// Whether work is queued, rather than done when asked.
+    fn queues(&self) -> bool;
     /// Replaces its values by `values` (as many), after the work queued before.
     fn write(&self, b: &Self::Buffer, values: &[f64]) -> Result<()>;
     /// Copies `n` values from `from.0`, from its value `from.1` (column-major), to `to.0` from `to.1`.
@@ -91,6 +100,7 @@ pub struct HostSum<'a> {
 impl<'a> Buffers<'a> for HostMemory {
     type Buffer = Rc<HostMatrix<'a>>;
     type Record = Vec<HostSum<'a>>;
+    type Fetch = Vec<f64>;
 
     fn describe(&self) -> String {
         self.ran_on.borrow().clone().unwrap_or_else(|| "CPU".into())
@@ -115,6 +125,18 @@ impl<'a> Buffers<'a> for HostMemory {
 
     fn read(&self, b: &Self::Buffer) -> Result<Vec<f64>> {
         Ok(b.values.borrow().to_vec())
+    }
+
+    fn fetch(&self, b: &Self::Buffer) -> Result<Vec<f64>> {
+        self.read(b)
+    }
+
+    fn fetched(&self, fetch: Vec<f64>) -> Result<Vec<f64>> {
+        Ok(fetch)
+    }
+
+    fn queues(&self) -> bool {
+        false
     }
 
     fn write(&self, b: &Self::Buffer, values: &[f64]) -> Result<()> {

@@ -74,6 +74,11 @@ pub struct Tuning {
     /// Programs fuse consecutive sums over the same pairs into one reduction (`program::fuse`;
     /// `RKEOPS_FUSE_STEPS=0`: each step runs on its own).
     pub fuse_steps: bool,
+    /// When a program reads its stopping rule's buffer and its traces one iteration late, the next
+    /// iteration queued first (`program::forward`): None, where work is queued (a GPU); `true`
+    /// everywhere (`RKEOPS_LATE_CHECKS=1`: the tests' way to run it on the CPU); `false` never
+    /// (`RKEOPS_LATE_CHECKS=0`: the host waits for each iteration it checks).
+    pub late_checks: Option<bool>,
 }
 
 impl Default for Tuning {
@@ -90,6 +95,7 @@ impl Default for Tuning {
             replay: true,
             graphs: false,
             fuse_steps: true,
+            late_checks: None,
         }
     }
 }
@@ -131,6 +137,11 @@ impl Tuning {
             replay: var("RKEOPS_GPU_REPLAY") != "0",
             graphs: var("RKEOPS_GPU_GRAPHS") == "1",
             fuse_steps: var("RKEOPS_FUSE_STEPS") != "0",
+            late_checks: match var("RKEOPS_LATE_CHECKS").as_str() {
+                "1" => Some(true),
+                "0" => Some(false),
+                _ => None,
+            },
         }
     }
 }
@@ -155,6 +166,7 @@ mod tests {
                 "RKEOPS_GPU_REPLAY" => "0",
                 "RKEOPS_GPU_GRAPHS" => "1",
                 "RKEOPS_FUSE_STEPS" => "0",
+                "RKEOPS_LATE_CHECKS" => "0",
                 _ => return None,
             };
             Some(value.to_string())
@@ -171,6 +183,7 @@ mod tests {
             replay: false,
             graphs: true,
             fuse_steps: false,
+            late_checks: Some(false),
         };
         assert_eq!(Tuning::from_vars(set), want);
         // Values not understood keep the defaults.

@@ -201,9 +201,11 @@ fn sinkhorn_with_a_schedule_equals_a_plain_loop() {
     }
 }
 
-/// x halved at each iteration, its sum of absolute values computed by a reduction over all rows
-/// (one output row: a 1 x 1 buffer), the loop stopped when it drops below the tolerance, asked every
-/// second iteration.
+/// x halved at each iteration (or quartered by two steps), its sum of absolute values computed by a
+/// reduction over all rows (one output row: a 1 x 1 buffer), the loop stopped when it drops below
+/// the tolerance, asked every second iteration; the rule and the trace read at once or one
+/// iteration late (the next iteration queued, then undone: `Tuning::late_checks`, the GPU's
+/// default), with the same iterations, trace and result.
 #[test]
 fn programs_stop_when_a_buffer_drops_below_the_tolerance() {
     let x: Vec<f64> = (0..101).map(|i| (i as f64 - 50.0) * 0.37).collect();
@@ -211,23 +213,32 @@ fn programs_stop_when_a_buffer_drops_below_the_tolerance() {
     let half = op("Sum_Reduction(x * 0.5, 0)", &["x = Vi(1)"]);
     let norm = op("Sum_Reduction(Abs(x), 1)", &["x = Vi(1)"]);
     let tol = 1e-3;
-    let buffers = vec![buffer("x", Some(Input::host(&x, 101, 1))), buffer("err", None)];
-    let steps = vec![step("x", &half, &[0], 0), step("err", &norm, &[0], 1)];
-    let stop = Some(Stop { buffer: 1, tol, every: 2 });
-    let program = Program { buffers, steps, iterations: 1000, stop, trace: vec![1], outputs: vec![0] };
-    // After t iterations the sum is total / 2^t; asked at even t only.
-    let expected = (1..).find(|t| t % 2 == 0 && total / 2f64.powi(*t as i32) < tol).unwrap();
     let mut backends = vec![Backend::Cpu];
     if device::device(0).is_ok() {
         backends.push(Backend::Gpu(0));
     }
-    for backend in backends {
-        let ran = program::run(&program, &options(backend)).unwrap();
-        assert_eq!(ran.iterations, expected, "{backend:?}");
-        let want: Vec<f64> = (1..=expected).map(|t| total / 2f64.powi(t as i32)).collect();
-        assert!(max_diff(&ran.trace[0], &want) < 1e-12 * total, "{backend:?}");
-        let scale = 0.5f64.powi(expected as i32);
-        assert!(max_diff(&ran.outputs[0], &x.iter().map(|v| v * scale).collect::<Vec<_>>()) < 1e-15, "{backend:?}");
+    // (halved once an iteration; quartered by two steps writing x: an iteration that cannot be undone)
+    for halvings in [1, 2] {
+        let buffers = vec![buffer("x", Some(Input::host(&x, 101, 1))), buffer("err", None)];
+        let mut steps = vec![step("x", &half, &[0], 0); halvings];
+        steps.push(step("err", &norm, &[0], 1));
+        let stop = Some(Stop { buffer: 1, tol, every: 2 });
+        let program = Program { buffers, steps, iterations: 1000, stop, trace: vec![1], outputs: vec![0] };
+        // After t iterations the sum is total / 2^(halvings t); asked at even t only.
+        let after = |t: usize| total / 2f64.powi((halvings * t) as i32);
+        let expected = (1..).find(|t| t % 2 == 0 && after(*t) < tol).unwrap();
+        for backend in backends.clone() {
+            for late_checks in [None, Some(true), Some(false)] {
+                let tuning = Tuning { late_checks, ..Tuning::default() };
+                let ran = program::run(&program, &RunOptions { tuning, ..options(backend) }).unwrap();
+                let case = format!("{backend:?}, {halvings} halving(s), late checks {late_checks:?}");
+                assert_eq!(ran.iterations, expected, "{case}");
+                let want: Vec<f64> = (1..=expected).map(after).collect();
+                assert!(max_diff(&ran.trace[0], &want) < 1e-12 * total, "{case}");
+                let scale = after(expected) / total;
+                assert!(max_diff(&ran.outputs[0], &x.iter().map(|v| v * scale).collect::<Vec<_>>()) < 1e-15, "{case}");
+            }
+        }
     }
 }
 

@@ -2,10 +2,12 @@
 //! loop, steps evaluated into them with their launches only queued (recorded the first time, when
 //! asked, to be issued again), copies and sums by the utility kernels (`elementwise`).
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use super::device::Device;
 use super::elementwise;
+use super::fetch::{Fetch, Staging};
 use super::launch::Kept;
 use super::recorded::Recorded;
 use super::resident::DeviceMatrix;
@@ -18,11 +20,14 @@ use crate::precision::Precision;
 pub struct OnDevice {
     pub device: Arc<Device>,
     pub precision: Precision,
+    /// Page-locked memory of the fetches already read, for the next ones.
+    pub spare: RefCell<Vec<Staging>>,
 }
 
 impl<'a> Buffers<'a> for OnDevice {
     type Buffer = DeviceMatrix;
     type Record = Recorded;
+    type Fetch = Fetch;
 
     fn describe(&self) -> String {
         format!("GPU {} ({})", self.device.ordinal, self.device.name)
@@ -51,6 +56,20 @@ impl<'a> Buffers<'a> for OnDevice {
     fn read(&self, b: &DeviceMatrix) -> Result<Vec<f64>> {
         self.device.synchronize()?;
         b.to_host()
+    }
+
+    fn fetch(&self, b: &DeviceMatrix) -> Result<Fetch> {
+        Fetch::queue(&self.device, b, self.spare.borrow_mut().pop())
+    }
+
+    fn fetched(&self, fetch: Fetch) -> Result<Vec<f64>> {
+        let (values, staging) = fetch.values()?;
+        self.spare.borrow_mut().push(staging);
+        Ok(values)
+    }
+
+    fn queues(&self) -> bool {
+        true
     }
 
     fn write(&self, b: &DeviceMatrix, values: &[f64]) -> Result<()> {

@@ -15,6 +15,7 @@ pub mod device;
 pub mod dot_tiles;
 pub mod dtype;
 pub mod elementwise;
+pub mod fetch;
 pub mod finish;
 pub mod gpu;
 pub mod graph;

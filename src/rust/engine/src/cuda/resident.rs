@@ -30,7 +30,7 @@ impl std::fmt::Debug for DeviceMatrix {
     }
 }
 
-fn bytes_per_value(precision: Precision) -> usize {
+pub(super) fn bytes_per_value(precision: Precision) -> usize {
     match precision {
         Precision::F16 => 2,
         Precision::F32 => 4,

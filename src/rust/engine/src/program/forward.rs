@@ -75,6 +75,14 @@ pub(crate) fn run<'a, M: Buffers<'a>>(run: &CheckedRun<'a>, memory: M) -> Result
     Ok(run.result(outputs, done, trace, memory.describe(), timings))
 }
 
+/// The values an iteration's checks read, on their way to the host: each traced buffer's, and the
+/// stopping rule's where it tests iteration `t`.
+struct Checks<F> {
+    t: usize,
+    traced: Vec<F>,
+    stop: Option<F>,
+}
+
 /// The loop of a program.
 pub(crate) struct Forward<'r, 'a, M> {
     pub run: &'r CheckedRun<'a>,
@@ -100,6 +108,11 @@ impl<'a, M: Buffers<'a>> Forward<'_, 'a, M> {
         let mut join = keep.is_none() && options.tuning.graphs;
         let mut asked = Instant::now();
         let mut trace: Vec<Vec<f64>> = vec![Vec::new(); p.trace.len()];
+        // With late checks, an iteration's trace and stopping rule are read once the next iteration
+        // is queued (the device stays busy while the host reads); that iteration is undone when the
+        // rule ends the loop.
+        let late = keep.is_none() && options.tuning.late_checks.unwrap_or(self.memory.queues()) && self.undoable();
+        let mut unread: Option<Checks<M::Fetch>> = None;
         let mut done = 0;
         while done < p.iterations {
             for (b, value) in p.scheduled(done) {
@@ -129,19 +142,58 @@ impl<'a, M: Buffers<'a>> Forward<'_, 'a, M> {
                     }
                 }
             }
-            for (t, &b) in trace.iter_mut().zip(&p.trace) {
-                t.extend(self.memory.read(&state.current[b])?);
-            }
+            let checks = self.fetch_checks(state, done)?;
             done += 1;
-            let stop_values = || p.stop.map_or(Ok(Vec::new()), |s| self.memory.read(&state.current[s.buffer]));
-            if self.run.stops(done - 1, stop_values)? {
-                break;
+            let ready = if late { unread.replace(checks) } else { Some(checks) };
+            if let Some(checks) = ready {
+                if self.read_checks(checks, &mut trace)? {
+                    if unread.take().is_some() {
+                        // (the iteration after the one that ended the loop)
+                        p.steps.iter().rev().for_each(|step| state.advance(step.output));
+                        done -= 1;
+                    }
+                    break;
+                }
             }
             // (queued: the bar can run ahead of the device by the work queued)
             self.run.report(done);
         }
+        if let Some(checks) = unread {
+            self.read_checks(checks, &mut trace)?;
+        }
         self.run.report(p.iterations);
         Ok((done, trace))
+    }
+
+    /// Whether an iteration can be undone once queued: each buffer written by one step only (so
+    /// that its value before the iteration stays in its other matrix, which `State::advance` swaps
+    /// back) and no buffer the program returns given a schedule (whose next value would be written).
+    fn undoable(&self) -> bool {
+        let p = self.run.program;
+        let mut written = vec![false; p.buffers.len()];
+        let once = p.steps.iter().all(|s| !std::mem::replace(&mut written[s.output], true));
+        once && p.outputs.iter().all(|&b| p.buffers[b].schedule.is_none())
+    }
+
+    /// Queues the reads of iteration `t`'s checks: its traced buffers, and the stopping rule's
+    /// buffer where the rule tests this iteration.
+    fn fetch_checks(&self, state: &State<M::Buffer>, t: usize) -> Result<Checks<M::Fetch>> {
+        let p = self.run.program;
+        let traced = p.trace.iter().map(|&b| self.memory.fetch(&state.current[b])).collect::<Result<_>>()?;
+        let stop = match p.stop.filter(|s| (t + 1).is_multiple_of(s.every)) {
+            Some(s) => Some(self.memory.fetch(&state.current[s.buffer])?),
+            None => None,
+        };
+        Ok(Checks { t, traced, stop })
+    }
+
+    /// Adds the checks' traced values to `trace`; whether the stopping rule ends the loop there.
+    fn read_checks(&self, checks: Checks<M::Fetch>, trace: &mut [Vec<f64>]) -> Result<bool> {
+        for (t, fetch) in trace.iter_mut().zip(checks.traced) {
+            t.extend(self.memory.fetched(fetch)?);
+        }
+        let mut stop = checks.stop.map(|f| self.memory.fetched(f));
+        self.run.stops(checks.t, || stop.take().unwrap_or_else(|| Ok(Vec::new())))
     }
 
     /// Step `s`: its result into the `next` matrix of its output, which then becomes the current one.
