@@ -3,7 +3,8 @@
 //! whole program: each step writes its result into a second matrix (a kernel may read the value it
 //! replaces), which then becomes the current one; its work, recorded in the first two iterations
 //! where the memory records (the GPU), is issued again from the third on, with no checks, packing or
-//! waits. The host waits only to test the stopping rule, to trace, and at the end. The gradient of a
+//! waits. The host waits only to test the stopping rule, to trace (where work is queued, for the
+//! iteration before the one just queued: `Tuning::late_checks`), and at the end. The gradient of a
 //! program (`crate::program_gradient`) runs its forward pass with this loop too, keeping the value
 //! each step replaces.
 
