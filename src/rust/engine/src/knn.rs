@@ -289,15 +289,23 @@ fn bounded_cells(data_cells: &Cells, full: &[bool], metric: Metric, lo: &[f64], 
         let (blo, bhi) = (data_cells.lo(b), data_cells.hi(b));
         metric.norm((0..lo.len()).map(|c| (blo[c] - hi[c]).max(0.0) + (lo[c] - bhi[c]).max(0.0)))
     };
-    // The full cells around the box (a valid bound whichever full cells are taken; near ones are tight).
+    // The full cells around the box (a valid bound whichever full cells are taken; near ones are
+    // tight), in windows twice as wide each time until one holds a full cell: a cell far from the
+    // others (an outlier between clusters) no longer scans every cell of the grid (at 10^6 points
+    // in 100 blobs, cells of 16 points: a plan of 9.5 s).
     let mut bound = f64::INFINITY;
-    data_cells.visit(&data_cells.window(lo, hi, 1), |b| {
-        if full[b] {
-            bound = bound.min(far(b))
+    let mut slack = 1;
+    while bound == f64::INFINITY {
+        let window = data_cells.window(lo, hi, slack);
+        data_cells.visit(&window, |b| {
+            if full[b] {
+                bound = bound.min(far(b))
+            }
+        });
+        if data_cells.covers(&window) {
+            break;
         }
-    });
-    if bound == f64::INFINITY {
-        bound = (0..full.len()).filter(|&b| full[b]).map(far).fold(f64::INFINITY, f64::min);
+        slack *= 2;
     }
     bound *= 1.0 + 1e-9; // (rounding)
     let reach = metric.radius(bound);
@@ -416,6 +424,11 @@ impl Cells {
             true => f64::INFINITY,
             false => self.origin[c] + (last[c] + 1) as f64 * self.size[c],
         }));
+    }
+
+    /// Whether `window` is the whole grid.
+    fn covers(&self, (first, last): &(Vec<i64>, Vec<i64>)) -> bool {
+        first.iter().zip(last).zip(&self.extent).all(|((&f, &l), &e)| f == 0 && l == e - 1)
     }
 
     /// Calls `f` on the cells of `window`, in increasing order.
