@@ -30,7 +30,9 @@
 #'   the search is the brute-force reduction, split among the futures as any
 #'   reduction.
 #' @param cell_points The number of points per cell of the grid aimed at
-#'   (cells of about this many data points on average).
+#'   (cells of about this many data points on average); `NULL` (the default):
+#'   128 on a GPU, 24 on the CPU (where smaller cells prune more than they
+#'   cost).
 #' @return `list(index, distance)`: `nrow(y) x k` matrices of the 1-based rows
 #'   of `x`, nearest first, and of their distances; the list has class
 #'   `"keops_knn"` (printed as the list): `plot(nn, x, y)` draws each query's
@@ -52,7 +54,7 @@
 #' D2 <- outer(rowSums(x^2), rowSums(x^2), "+") - 2 * x %*% t(x)
 #' all(nn$index == t(apply(D2, 1, order))[, 1:5])
 keops_knn <- function(x, y = x, k, metric = c("euclidean", "manhattan", "cosine"), prune = NA,
-                      cell_points = 128) {
+                      cell_points = NULL) {
   # (the queries being the data: one matrix, which the engine sorts and plans once)
   same <- missing(y)
   x <- check_points(x, "x", "keops_knn")
@@ -71,11 +73,12 @@ keops_knn <- function(x, y = x, k, metric = c("euclidean", "manhattan", "cosine"
     x <- knn_unit_rows(x, "x")
     y <- if (same) x else knn_unit_rows(y, "y")
   }
+  if (!is.null(cell_points)) check_number(cell_points, "cell_points", "keops_knn", "positive")
   # Grid cells prune nothing in many dimensions, and cost more than they save for few points.
-  if (ncol(x) > 8L || is.na(prune) && nrow(x) < 4L * cell_points) prune <- FALSE
+  if (ncol(x) > 8L || is.na(prune) && nrow(x) < 4L * (if (is.null(cell_points)) 128 else cell_points)) prune <- FALSE
   # Under rkeops_use_future(), the brute-force reduction, split into blocks of queries as any other.
   if (!is.null(.rkeops_env$future)) return(knn_reduction(x, y, k, metric))
-  res <- rust_result(.Call(wrap__keops_knn_search, x, y, as.integer(k), metric, as.double(cell_points), prune,
+  res <- rust_result(.Call(wrap__keops_knn_search, x, y, as.integer(k), metric, if (is.null(cell_points)) NaN else as.double(cell_points), prune,
                            engine_options()), "keops_knn")
   record_run(res$backend, res$timings, pruned = res$pruned, redone = res$redone)
   structure(list(index = res$index, distance = res$distance), class = "keops_knn")

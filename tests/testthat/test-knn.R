@@ -142,6 +142,21 @@ test_that("bad arguments are named errors", {
                class = "rkeops_error_input")
   expect_error(keops_knn(x, k = 2, prune = "yes"), "'prune' must be NA, TRUE or FALSE",
                class = "rkeops_error_input")
+  for (bad in list(0, -3, NA, c(10, 20), "16")) {
+    expect_error(keops_knn(x, k = 2, cell_points = bad), "cell_points", class = "rkeops_error_input")
+  }
+})
+
+test_that("the default cells (the backend's) find the brute-force neighbours, pruned, as given cells do", {
+  local_precision("float64")
+  set.seed(157)
+  x <- matrix(runif(2 * 3001), ncol = 2)
+  y <- matrix(runif(2 * 517), ncol = 2)
+  want <- knn_brute(x, y, 10)
+  got <- keops_knn(x, y, 10, prune = TRUE)
+  expect_true(rkeops:::last_run()$pruned)
+  expect_knn(got, want)
+  expect_knn(keops_knn(x, y, 10, prune = TRUE, cell_points = 128), want)
 })
 
 

@@ -30,14 +30,14 @@ pub enum Pruning {
 }
 
 /// The `k` nearest rows of `data` to each row of `queries`, with grid cells of about `cell_points`
-/// data points.
+/// data points (`None`: `CELL_POINTS` for the backend that searches).
 #[derive(Debug, Clone, Copy)]
 pub struct KnnSearch<'a> {
     pub data: Points<'a>,
     pub queries: Points<'a>,
     pub k: usize,
     pub metric: Metric,
-    pub cell_points: f64,
+    pub cell_points: Option<f64>,
     pub pruning: Pruning,
 }
 
@@ -110,6 +110,12 @@ impl Found {
     }
 }
 
+/// Data points per grid cell by default, on a GPU and on the CPU. A GPU's blocks take 64 to 256
+/// query rows; on the CPU smaller cells prune more than they cost to plan (10-NN of 10^6 points on 2
+/// cores, 128 -> 24 points: uniform in D = 3 2.04 -> 1.50 s, D = 2 1.32 -> 0.89 s, 100 blobs in
+/// D = 3 2.20 -> 1.99 s; bench/RESULTS.md, 2026-11-29).
+pub const CELL_POINTS: (f64, f64) = (128.0, 24.0);
+
 impl KnnSearch<'_> {
     /// Runs the search with `options` (backend, precision; ranges are its own).
     pub fn run(&self, options: &RunOptions) -> Result<Neighbours> {
@@ -119,7 +125,7 @@ impl KnnSearch<'_> {
         }
         let op = self.operator()?;
         let mut timings = Vec::new();
-        let mut plan = self.plan(queries, Search::Neighbourhood, self.pruning, &mut timings)?;
+        let mut plan = self.plan(queries, Search::Neighbourhood, self.pruning, options, &mut timings)?;
         let pruned = plan.is_some();
         // (what certifies the results, taken before the search consumes the plan)
         let bounds = plan.as_mut().map(|p| (std::mem::take(&mut p.reach), p.largest));
@@ -136,7 +142,7 @@ impl KnnSearch<'_> {
             false => {
                 let points = queries.rows_in_order(&redone);
                 let redo = Points::new(&points, redone.len(), queries.d)?;
-                let plan = self.plan(redo, Search::Bounded, Pruning::Always, &mut timings)?;
+                let plan = self.plan(redo, Search::Bounded, Pruning::Always, options, &mut timings)?;
                 let again = self.find(&op, redo, plan, options)?;
                 add_timings(&mut timings, &again.output.timings);
                 Some(again)
@@ -160,12 +166,24 @@ impl KnnSearch<'_> {
     }
 
     /// The plan of a search of `queries`, if pruning is asked and pays.
-    fn plan(&self, queries: Points, search: Search, pruning: Pruning, timings: &mut Vec<(&'static str, f64)>) -> Result<Option<KnnPlan>> {
+    fn plan(
+        &self,
+        queries: Points,
+        search: Search,
+        pruning: Pruning,
+        options: &RunOptions,
+        timings: &mut Vec<(&'static str, f64)>,
+    ) -> Result<Option<KnnPlan>> {
         if pruning == Pruning::Never {
             return Ok(None);
         }
         let start = Instant::now();
-        let plan = knn_plan(self.data, queries, self.k, self.metric, self.cell_points, search, pruning == Pruning::Always)?;
+        let cell_points = match self.cell_points {
+            Some(points) => points,
+            None if crate::choose::choose(options)?.gpu().is_some() => CELL_POINTS.0,
+            None => CELL_POINTS.1,
+        };
+        let plan = knn_plan(self.data, queries, self.k, self.metric, cell_points, search, pruning == Pruning::Always)?;
         add_timings(timings, &[("plan", start.elapsed().as_secs_f64())]);
         Ok(plan)
     }

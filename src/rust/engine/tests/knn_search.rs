@@ -58,7 +58,7 @@ fn check_searches(options: &RunOptions, tol: f64) -> usize {
         for queries in [data, Points::new(&query_values, m, d).unwrap()] {
             let want = brute(data, queries, k, metric);
             for pruning in [Pruning::Never, Pruning::Always] {
-                let search = KnnSearch { data, queries, k, metric, cell_points: 16.0, pruning };
+                let search = KnnSearch { data, queries, k, metric, cell_points: Some(16.0), pruning };
                 let found = search.run(options).unwrap();
                 assert_eq!(found.pruned, pruning == Pruning::Always);
                 redone += found.redone();
@@ -109,7 +109,7 @@ fn pruned_searches_of_values_that_are_not_finite_name_the_input() {
     bad[77] = f64::NAN;
     for (data, queries, name) in [(&bad, &finite, "'x'"), (&finite, &bad, "'y'")] {
         let (data, queries) = (Points::new(data, 100, 3).unwrap(), Points::new(queries, 100, 3).unwrap());
-        let search = KnnSearch { data, queries, k: 3, metric: Metric::Euclidean, cell_points: 4.0, pruning: Pruning::Always };
+        let search = KnnSearch { data, queries, k: 3, metric: Metric::Euclidean, cell_points: Some(4.0), pruning: Pruning::Always };
         let e = search.run(&options).map(|_| ()).unwrap_err().to_string();
         assert!(e.contains(name) && e.contains("NaN"), "{name}: {e}");
     }
@@ -130,7 +130,7 @@ fn check_offsets(options: &RunOptions) {
         for queries in [data, Points::new(&query_values, m, d).unwrap()] {
             let want = brute(data, queries, k, Metric::Euclidean);
             for pruning in [Pruning::Never, Pruning::Always] {
-                let search = KnnSearch { data, queries, k, metric: Metric::Euclidean, cell_points: 16.0, pruning };
+                let search = KnnSearch { data, queries, k, metric: Metric::Euclidean, cell_points: Some(16.0), pruning };
                 let found = search.run(options).unwrap();
                 let (mut distances, mut indices) = (vec![0.0; queries.n * k], vec![0; queries.n * k]);
                 found.write_distances(&mut distances, f64::sqrt);

@@ -15,7 +15,8 @@ use crate::{guarded, run_options, timings, Fallible, RError};
 /// `list(index, distance, pruned, redone, backend, timings)`: `nrow(y) x k` matrices in the user's
 /// order, whether the search was pruned and how many queries it searched again. `prune`: NA (where
 /// it pays), TRUE or FALSE; `metric`: "euclidean", "manhattan" or "cosine" (rows of norm 1 already:
-/// 1 - cos is half their squared distance); `options`: `engine_options()`.
+/// 1 - cos is half their squared distance); `cell_points`: NaN for the backend's default;
+/// `options`: `engine_options()`.
 #[extendr]
 fn keops_knn_search(x: Robj, y: Robj, k: i32, metric: &str, cell_points: f64, prune: Robj, options: Robj) -> Robj {
     guarded(|| {
@@ -44,6 +45,7 @@ fn keops_knn_search(x: Robj, y: Robj, k: i32, metric: &str, cell_points: f64, pr
             (_, true) => v / 2.0,
             _ => v,
         };
+        let cell_points = Some(cell_points).filter(|p| !p.is_nan());
         let search = KnnSearch { data, queries, k: k.max(0) as usize, metric, cell_points, pruning };
         let mut found = search.run(&run_options(&options, "auto")?)?;
         let (n, k) = (queries.n, search.k);
