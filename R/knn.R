@@ -73,12 +73,15 @@ keops_knn <- function(x, y = x, k, metric = c("euclidean", "manhattan", "cosine"
     x <- knn_unit_rows(x, "x")
     y <- if (same) x else knn_unit_rows(y, "y")
   }
-  if (!is.null(cell_points)) check_number(cell_points, "cell_points", "keops_knn", "positive")
-  # Grid cells prune nothing in many dimensions, and cost more than they save for few points.
-  if (ncol(x) > 8L || is.na(prune) && nrow(x) < 4L * (if (is.null(cell_points)) 128 else cell_points)) prune <- FALSE
+  # (NaN: the engine's default for the backend that searches, 128 points on a GPU, 24 on the CPU)
+  cells <- if (is.null(cell_points)) NaN else check_number(cell_points, "cell_points", "keops_knn", "positive")
+  # Grid cells prune nothing in many dimensions, and cost more than they save for few points (fewer
+  # than 4 cells of the given size, or of 128 points).
+  few <- 4 * (if (is.null(cell_points)) 128 else cell_points)
+  if (ncol(x) > 8L || is.na(prune) && nrow(x) < few) prune <- FALSE
   # Under rkeops_use_future(), the brute-force reduction, split into blocks of queries as any other.
   if (!is.null(.rkeops_env$future)) return(knn_reduction(x, y, k, metric))
-  res <- rust_result(.Call(wrap__keops_knn_search, x, y, as.integer(k), metric, if (is.null(cell_points)) NaN else as.double(cell_points), prune,
+  res <- rust_result(.Call(wrap__keops_knn_search, x, y, as.integer(k), metric, as.double(cells), prune,
                            engine_options()), "keops_knn")
   record_run(res$backend, res$timings, pruned = res$pruned, redone = res$redone)
   structure(list(index = res$index, distance = res$distance), class = "keops_knn")
