@@ -32,6 +32,9 @@ test_that("pruned and brute-force searches find the neighbours of uniform and cl
   y <- matrix(runif(3 * 1207), ncol = 3)
   want <- knn_brute(x, y, 7)
   for (prune in c(NA, TRUE, FALSE)) expect_knn(keops_knn(x, y, 7, prune = prune, cell_points = 50), want)
+  # the backend's default cells (24 points on the CPU, 128 on a GPU), pruned
+  expect_knn(keops_knn(x, y, 7, prune = TRUE), want)
+  expect_true(rkeops:::last_run()$pruned)
   # 20 blobs of very different sizes and spreads, far from the origin
   centres <- matrix(runif(60, 1e3, 1e3 + 50), 20)
   sizes <- c(1, 2, 5, rep(40, 12), 900, 600, 300, 100, 33)
@@ -147,17 +150,6 @@ test_that("bad arguments are named errors", {
   }
 })
 
-test_that("the default cells (the backend's) find the brute-force neighbours, pruned, as given cells do", {
-  local_precision("float64")
-  set.seed(157)
-  x <- matrix(runif(2 * 3001), ncol = 2)
-  y <- matrix(runif(2 * 517), ncol = 2)
-  want <- knn_brute(x, y, 10)
-  got <- keops_knn(x, y, 10, prune = TRUE)
-  expect_true(rkeops:::last_run()$pruned)
-  expect_knn(got, want)
-  expect_knn(keops_knn(x, y, 10, prune = TRUE, cell_points = 128), want)
-})
 
 
 test_that("forked children search as their parent did (the engine's threads, started by the parent, are not theirs)", {
