@@ -291,6 +291,23 @@ pub struct ClusterSummary {
     pub radii: Vec<f64>,
 }
 
+/// `n` weights of points, non-negative finite numbers (checked on every core), or an error.
+pub(crate) fn check_weights(weights: &[f64], n: usize) -> Result<()> {
+    let fine = parallel::fold(weights, || true, |ok, w| ok && w.is_finite() && *w >= 0.0, |a, b| a && b);
+    match weights.len() == n && fine {
+        true => Ok(()),
+        false => Err(Error::Invalid(format!("'weights' must be {n} non-negative finite numbers"))),
+    }
+}
+
+/// An error for the first cluster with points (`counts`) whose weights sum to 0 (`totals`).
+pub(crate) fn check_totals(totals: &[f64], counts: &[usize]) -> Result<()> {
+    match (0..totals.len()).find(|&c| counts[c] > 0 && totals[c] <= 0.0) {
+        Some(c) => Err(Error::Invalid(format!("'weights' sum to 0 in cluster {}: its centroid is not defined", c + 1))),
+        None => Ok(()),
+    }
+}
+
 /// Counts, weighted centroids, total weights and radii of the clusters `0..clusters`, point `i`
 /// being in cluster `labels[i]`; every point weighs 1 when `weights` is `None`.
 pub fn cluster_summary(x: Points, labels: &[u32], clusters: usize, weights: Option<&[f64]>) -> Result<ClusterSummary> {
@@ -298,9 +315,7 @@ pub fn cluster_summary(x: Points, labels: &[u32], clusters: usize, weights: Opti
         return Err(Error::Invalid(format!("'labels' must be {} cluster numbers below {clusters}", x.n)));
     }
     if let Some(w) = weights {
-        if w.len() != x.n || w.iter().any(|v| !(v.is_finite() && *v >= 0.0)) {
-            return Err(Error::Invalid(format!("'weights' must be {} non-negative finite numbers", x.n)));
-        }
+        check_weights(w, x.n)?;
     }
     // (clusters may be more than the points: labels need not be consecutive; but a summary of
     // mostly empty clusters, 64 per point and 2^20 beyond, is a mistake that would fill the memory)
@@ -323,9 +338,7 @@ pub fn cluster_summary(x: Points, labels: &[u32], clusters: usize, weights: Opti
         }),
     };
     let mut centroids = vec![0.0; clusters * x.d];
-    if let Some(c) = (0..clusters).find(|&c| counts[c] > 0 && total[c] <= 0.0) {
-        return Err(Error::Invalid(format!("'weights' sum to 0 in cluster {}: its centroid is not defined", c + 1)));
-    }
+    check_totals(&total, &counts)?;
     for k in 0..x.d {
         let sums = &mut centroids[k * clusters..(k + 1) * clusters];
         for (i, (&l, &v)) in labels.iter().zip(x.column(k)).enumerate() {

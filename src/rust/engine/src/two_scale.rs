@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-use crate::clustering::{column_bounds, order_by_label, ClusterSummary, Grid, Points};
+use crate::clustering::{check_totals, check_weights, column_bounds, order_by_label, ClusterSummary, Grid, Points};
 use crate::error::{Error, Result};
 use crate::parallel;
 use crate::ranges::{BlockRanges, Ranges};
@@ -56,9 +56,7 @@ pub fn sorted_cells(x: Points, size: &[f64], log_weights: &[f64]) -> Result<Sort
 /// `blocks` (the same sums in the same order, so the same numbers), the cells on every core.
 fn block_summary(x: Points, blocks: &[Range<usize>], weights: &[f64]) -> Result<ClusterSummary> {
     const CELLS: usize = 64;
-    if !parallel::fold(weights, || true, |ok, w| ok && w.is_finite() && *w >= 0.0, |a, b| a && b) {
-        return Err(Error::Invalid(format!("'weights' must be {} non-negative finite numbers", x.n)));
-    }
+    check_weights(weights, x.n)?;
     // Per cell: its centroid (d values), its total weight, its radius.
     let (cells, d, width) = (blocks.len(), x.d, x.d + 2);
     let mut per_cell = vec![0.0; cells * width];
@@ -75,16 +73,10 @@ fn block_summary(x: Points, blocks: &[Range<usize>], weights: &[f64]) -> Result<
             cell[d + 1] = farthest.sqrt();
         }
     });
-    if let Some(c) = (0..cells).find(|&c| per_cell[c * width + d] <= 0.0) {
-        return Err(Error::Invalid(format!("'weights' sum to 0 in cluster {}: its centroid is not defined", c + 1)));
-    }
     let column = |k: usize| per_cell.chunks(width).map(move |cell| cell[k]);
-    Ok(ClusterSummary {
-        counts: blocks.iter().map(|b| b.len()).collect(),
-        centroids: (0..d).flat_map(column).collect(),
-        weights: column(d).collect(),
-        radii: column(d + 1).collect(),
-    })
+    let (counts, weights): (Vec<usize>, Vec<f64>) = (blocks.iter().map(|b| b.len()).collect(), column(d).collect());
+    check_totals(&weights, &counts)?;
+    Ok(ClusterSummary { counts, centroids: (0..d).flat_map(column).collect(), weights, radii: column(d + 1).collect() })
 }
 
 /// One cloud of the bound of `cell_pair_ranges`: its points sorted by cell and their cells, where
