@@ -124,8 +124,13 @@ impl KnnSearch<'_> {
             return Err(Error::Invalid("knn: data and queries of one dimension, 1 <= k <= rows of data".into()));
         }
         let op = self.operator()?;
+        let cell_points = match self.cell_points {
+            Some(points) => points,
+            None if crate::choose::choose(options)?.gpu().is_some() => CELL_POINTS.0,
+            None => CELL_POINTS.1,
+        };
         let mut timings = Vec::new();
-        let mut plan = self.plan(queries, Search::Neighbourhood, self.pruning, options, &mut timings)?;
+        let mut plan = self.plan(queries, Search::Neighbourhood, self.pruning, cell_points, &mut timings)?;
         let pruned = plan.is_some();
         // (what certifies the results, taken before the search consumes the plan)
         let bounds = plan.as_mut().map(|p| (std::mem::take(&mut p.reach), p.largest));
@@ -142,7 +147,7 @@ impl KnnSearch<'_> {
             false => {
                 let points = queries.rows_in_order(&redone);
                 let redo = Points::new(&points, redone.len(), queries.d)?;
-                let plan = self.plan(redo, Search::Bounded, Pruning::Always, options, &mut timings)?;
+                let plan = self.plan(redo, Search::Bounded, Pruning::Always, cell_points, &mut timings)?;
                 let again = self.find(&op, redo, plan, options)?;
                 add_timings(&mut timings, &again.output.timings);
                 Some(again)
@@ -165,24 +170,19 @@ impl KnnSearch<'_> {
         )
     }
 
-    /// The plan of a search of `queries`, if pruning is asked and pays.
+    /// The plan of a search of `queries` with cells of `cell_points` points, if pruning is asked and pays.
     fn plan(
         &self,
         queries: Points,
         search: Search,
         pruning: Pruning,
-        options: &RunOptions,
+        cell_points: f64,
         timings: &mut Vec<(&'static str, f64)>,
     ) -> Result<Option<KnnPlan>> {
         if pruning == Pruning::Never {
             return Ok(None);
         }
         let start = Instant::now();
-        let cell_points = match self.cell_points {
-            Some(points) => points,
-            None if crate::choose::choose(options)?.gpu().is_some() => CELL_POINTS.0,
-            None => CELL_POINTS.1,
-        };
         let plan = knn_plan(self.data, queries, self.k, self.metric, cell_points, search, pruning == Pruning::Always)?;
         add_timings(timings, &[("plan", start.elapsed().as_secs_f64())]);
         Ok(plan)
