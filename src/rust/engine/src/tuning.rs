@@ -51,16 +51,10 @@ pub struct Tuning {
     /// indices is unrolled whole (`RKEOPS_GPU_GROUP_WORK=n`; `cuda::codegen::exponentials`).
     pub group_work: usize,
     /// A new kernel first built with NVRTC's fast-compile level and launched at once, its optimised
-    /// build compiled in the background and swapped in when ready (`cuda::builds`;
-    /// `RKEOPS_GPU_FAST_COMPILE=1`). Off by default: the two builds differ in the last bits (25 of
-    /// 30 new kernels with `-Ofc=max`; with `-Ofc=mid` none of those 30 but 2 of 6 others), so
-    /// that one call repeated could give other bits. The cause is the contraction of multiplies and
-    /// adds, which the fast level does less of: with `--fmad=false` in both builds, all 36 kernels
-    /// tried were bit-identical, but the optimised kernels 2-21 % slower (H200, 2026-11-29,
-    /// bench/RESULTS.md). And a fast build runs up to ~40 x slower (a first call of 2e5 x 2e5
-    /// points, D = 64: 5.4 s against 0.13 s). The way on: fused multiply-adds written in the
-    /// generated code, so that contraction can be off, and fast builds only for first calls of
-    /// little work.
+    /// build compiled in the background and swapped in when ready (`cuda::builds`), for calls of
+    /// little work (`cuda::backend`: a fast build runs up to ~40 x slower). Both builds compute
+    /// the same bits: kernels are compiled without contraction and write their fused
+    /// multiply-adds (`RKEOPS_GPU_FAST_COMPILE=0`: every kernel optimised at once).
     pub fast_compile: bool,
     /// The 1D scheme always, never chunks of the reduced range (`RKEOPS_GPU_SCHEME=1D`).
     pub force_1d: bool,
@@ -90,7 +84,7 @@ impl Default for Tuning {
             tensor_cores: true,
             unroll: 4,
             group_work: 64,
-            fast_compile: false,
+            fast_compile: true,
             force_1d: false,
             replay: true,
             graphs: false,
@@ -132,7 +126,7 @@ impl Tuning {
             tensor_cores: !var("RKEOPS_GPU_TENSOR").eq_ignore_ascii_case("off"),
             unroll: var("RKEOPS_GPU_UNROLL").parse().unwrap_or(default.unroll),
             group_work: var("RKEOPS_GPU_GROUP_WORK").parse().unwrap_or(default.group_work),
-            fast_compile: var("RKEOPS_GPU_FAST_COMPILE") == "1",
+            fast_compile: var("RKEOPS_GPU_FAST_COMPILE") != "0",
             force_1d: var("RKEOPS_GPU_SCHEME").eq_ignore_ascii_case("1d"),
             replay: var("RKEOPS_GPU_REPLAY") != "0",
             graphs: var("RKEOPS_GPU_GRAPHS") == "1",
@@ -161,7 +155,7 @@ mod tests {
                 "RKEOPS_GPU_TENSOR" => "off",
                 "RKEOPS_GPU_UNROLL" => "1",
                 "RKEOPS_GPU_GROUP_WORK" => "1000",
-                "RKEOPS_GPU_FAST_COMPILE" => "1",
+                "RKEOPS_GPU_FAST_COMPILE" => "0",
                 "RKEOPS_GPU_SCHEME" => "1D",
                 "RKEOPS_GPU_REPLAY" => "0",
                 "RKEOPS_GPU_GRAPHS" => "1",
@@ -178,7 +172,7 @@ mod tests {
             tensor_cores: false,
             unroll: 1,
             group_work: 1000,
-            fast_compile: true,
+            fast_compile: false,
             force_1d: true,
             replay: false,
             graphs: true,

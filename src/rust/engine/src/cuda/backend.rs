@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::builds;
 use super::codegen::{KernelOptions, Selection, Variant};
 use super::device::{Compiled, Device};
 use super::dtype::Dtype;
@@ -12,6 +13,18 @@ use crate::backend::{BackendDevice, Call, Columns, Timings};
 use crate::error::Result;
 use crate::precision::ForPrecision;
 use crate::real::{Real, Stored};
+
+/// The most work (`call_work`) of a call that a kernel's fast build runs. A fast build runs up to
+/// ~40 x slower than the optimised one: about 1-3e11 units of work a second (H200, 2e5 x 2e5 points,
+/// D = 3 to 64, 2026-11-29), so at most ~0.1 s here, against the 0.2-2 s of compilation it saves; a
+/// larger first call compiles the optimised build and runs it.
+const FAST_BUILD_WORK: f64 = 1e10;
+
+/// A call's work: its pairs of rows times the components of the inputs (and 1).
+fn call_work(call: &Call, mean_reduced: f64) -> f64 {
+    let components: usize = call.formula.variables.iter().map(|v| v.dim).sum();
+    call.out_and_reduced().0 as f64 * mean_reduced * (1 + components) as f64
+}
 
 impl Device {
     /// The kernels of `call` on this device (its variant for this device's architecture, its
@@ -29,7 +42,13 @@ impl Device {
             group_work: tuning.group_work,
             ..KernelOptions::new(dtype, options.sum_scheme, variant, selection)
         };
-        self.kernels(formula, kernel, options.cache_dir.as_deref(), tuning.fast_compile)
+        let little = call_work(call, mean_reduced) <= FAST_BUILD_WORK;
+        let compiled = self.kernels(formula, kernel, options.cache_dir.as_deref(), tuning.fast_compile && little)?;
+        if !little && compiled.is_fast_build() {
+            // (a call of much work on a kernel whose optimised build is still compiling waits for it)
+            builds::wait_for_background(std::time::Duration::from_secs(300));
+        }
+        Ok(compiled)
     }
 
     /// `evaluate`, the values written into `kept`'s matrix on this device and its launches only

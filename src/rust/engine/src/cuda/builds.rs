@@ -1,10 +1,11 @@
-//! Kernel binaries from NVRTC. With `Tuning::fast_compile` (off by default: see there), a kernel
-//! new to the process (not in memory, not in the disk cache) is built first with NVRTC's
-//! fast-compile level (`-Ofc=max`, CUDA 12.8+: the 60 probe formulas' first calls 0.074 s median
-//! against 0.49 s, H200, 2026-11-29, bench/RESULTS.md) and launched at once, while its optimised
-//! build compiles on a background thread and replaces it when ready; only optimised builds go to
-//! the disk cache. The background thread takes one kernel at a time, in order, so that a script's
-//! new formulas do not take every core.
+//! Kernel binaries from NVRTC. With `Tuning::fast_compile` (on by default), a kernel new to the
+//! process (not in memory, not in the disk cache) and a first call of little work is built first
+//! with NVRTC's fast-compile level (`-Ofc=max`, CUDA 12.8+: the 60 probe formulas' first calls
+//! 0.074 s median against 0.49 s, H200, 2026-11-29, bench/RESULTS.md) and launched at once, while
+//! its optimised build compiles on a background thread and replaces it when ready; only optimised
+//! builds go to the disk cache. Every build is compiled without contraction (`BASE_OPTIONS`), so
+//! that both compute the same bits. The background thread takes one kernel at a time, in order,
+//! so that a script's new formulas do not take every core.
 
 use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -37,8 +38,7 @@ pub enum Build {
     /// NVRTC's full optimisation: the build kept on disk and run after the first calls.
     Optimised,
     /// NVRTC's fast-compile level: about 4 times quicker to compile, but its kernels run up to ~40
-    /// times slower and may differ in the last bits (see `Tuning::fast_compile`); the first calls
-    /// of a new kernel.
+    /// times slower (the same bits); the first calls of little work of a new kernel.
     Fast,
 }
 
@@ -66,6 +66,12 @@ fn fast_options() -> &'static [String] {
     static OPTIONS: OnceLock<Vec<String>> = OnceLock::new();
     OPTIONS.get_or_init(|| options_from_env("RKEOPS_GPU_FAST_OPTIONS").unwrap_or_else(|| vec!["-Ofc=max".into()]))
 }
+
+/// NVRTC options of every compilation. No contraction of products and sums into fused
+/// multiply-adds: the fast level contracts fewer than full optimisation, so that the two builds of
+/// a kernel gave different bits; the sources write each fused multiply-add (`fma`) instead, so that
+/// every build computes the same numbers (bench/RESULTS.md, 2026-11-30).
+pub(crate) const BASE_OPTIONS: [&str; 3] = ["-default-device", "--std=c++17", "--fmad=false"];
 
 /// NVRTC options added to every compilation (`RKEOPS_GPU_NVRTC_OPTIONS`, space-separated: for
 /// experiments such as `--fmad=false`; part of the caches' keys).
@@ -137,7 +143,8 @@ pub fn compile_cubin_with<S: AsRef<str>>(source: &str, arch: &str, extra: &[S]) 
     guarded("NVRTC compilation", || {
         let src = CString::new(source).map_err(|_| Error::Gpu("the kernel source contains a NUL byte".into()))?;
         let program = nvrtc_result::create_program(&src, Some(c"rkeops.cu")).map_err(|e| driver_error("NVRTC", e))?;
-        let mut options = vec![format!("--gpu-architecture={arch}"), "-default-device".into(), "--std=c++17".into()];
+        let mut options = vec![format!("--gpu-architecture={arch}")];
+        options.extend(BASE_OPTIONS.iter().map(|o| o.to_string()));
         options.extend(extra.iter().map(|o| o.as_ref().to_string()).chain(added_options().iter().cloned()));
         let out = (|| unsafe {
             // SAFETY: `program` is a valid NVRTC program until destroyed below.

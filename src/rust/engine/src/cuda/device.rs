@@ -50,6 +50,8 @@ pub struct Functions {
     pub reduce: CudaFunction,
     pub merge: CudaFunction,
     pub prepare: Option<CudaFunction>,
+    /// Whether these are the fast build's (`builds::Build::Fast`).
+    pub fast: bool,
 }
 
 /// A kernel's loaded functions, shared by the formulas that generate it; a fast build is replaced
@@ -66,6 +68,11 @@ impl Compiled {
     /// The kernel's functions now: the fast build until the optimised one replaces it.
     pub fn functions(&self) -> Functions {
         self.slot.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Whether the kernel still runs its fast build.
+    pub fn is_fast_build(&self) -> bool {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner()).fast
     }
 }
 
@@ -323,7 +330,7 @@ impl Device {
                 merge.join().unwrap_or_else(|_| Err(Error::Gpu("the merge kernel's compilation failed".into())));
             (reduce, merge)
         });
-        let slot = Arc::new(Mutex::new(self.load(kernel, reduce_cubin?, merge_cubin?)?));
+        let slot = Arc::new(Mutex::new(self.load(kernel, reduce_cubin?, merge_cubin?, build)?));
         if let Ok(mut m) = self.functions.lock() {
             m.insert(key.clone(), slot.clone());
         }
@@ -339,20 +346,20 @@ impl Device {
     }
 
     /// The key of a kernel's binary in the caches: its source, this device's architecture, the
-    /// engine's and NVRTC's versions.
+    /// engine's and NVRTC's versions and options.
     fn cache_key(&self, source: &str) -> String {
         let versions = format!(
             "engine {} nvrtc {}.{}{}",
             env!("CARGO_PKG_VERSION"),
             self.nvrtc_version.0,
             self.nvrtc_version.1,
-            builds::added_options().iter().map(|o| format!(" {o}")).collect::<String>()
+            builds::BASE_OPTIONS.iter().copied().chain(builds::added_options().iter().map(String::as_str)).map(|o| format!(" {o}")).collect::<String>()
         );
         cache::key(&[source.as_bytes(), self.arch_name().as_bytes(), versions.as_bytes()])
     }
 
     /// The functions of `kernel` from its binaries, loaded on this device.
-    fn load(&self, kernel: &Kernel, reduce_cubin: Vec<u8>, merge_cubin: Vec<u8>) -> Result<Functions> {
+    fn load(&self, kernel: &Kernel, reduce_cubin: Vec<u8>, merge_cubin: Vec<u8>, build: Build) -> Result<Functions> {
         guarded("loading the compiled kernel", || {
             let load = |cubin| {
                 self.ctx
@@ -372,7 +379,7 @@ impl Device {
             let prepare = kernel.prepare.map(|p| find(p.name)).transpose()?;
             let merge =
                 merge_module.load_function(kernel.merge_name).map_err(|e| driver_error("finding the kernel", e))?;
-            Ok(Functions { reduce, merge, prepare })
+            Ok(Functions { reduce, merge, prepare, fast: build == Build::Fast })
         })
     }
 
@@ -390,7 +397,7 @@ impl Device {
             let (Ok(reduce), Ok(merge)) = (cubin(&kernel.source, &keys.0), cubin(&kernel.merge_source, &keys.1)) else {
                 return;
             };
-            if let Ok(f) = device.load(&kernel, reduce, merge) {
+            if let Ok(f) = device.load(&kernel, reduce, merge, Build::Optimised) {
                 if check_resources(&device, &f.reduce, &kernel).is_ok() {
                     *slot.lock().unwrap_or_else(|p| p.into_inner()) = f;
                     builds::swapped();

@@ -222,14 +222,14 @@ impl DotTile {
              // |x - c|^2 + |y - c|^2 - 2 (x - c).(y - c) from the sum of the norms and the dot, or NaN where\n\
              // the distance is below 1/{RECHECK} of the norms (or NaN): then computed again, term by term.\n\
              __device__ __forceinline__ float rk_distance(float norms, float dot) {{\n\
-             \x20 const float d = fmaxf(norms - 2.f * dot, 0.f);\n\
+             \x20 const float d = fmaxf(fmaf(-2.f, dot, norms), 0.f);\n\
              \x20 return norms <= {RECHECK:.1}f * d ? d : __int_as_float(0x7fffffff);\n\
              }}\n\
              // A squared distance term by term, as the FP32 kernel computes it.\n\
              {recheck_comment}\
              __device__ {recheck_inline} float rk_sqdist(const S* __restrict__ x, const S* __restrict__ y, int n_out, int n_red, int r, int j) {{\n\
              \x20 float s = 0.f;\n\
-             \x20 for (int k = 0; k < {d}; k++) {{ float v = rk_load(x[r + (long long)n_out * k]) - rk_load(y[j + (long long)n_red * k]); s += v * v; }}\n\
+             \x20 for (int k = 0; k < {d}; k++) {{ float v = rk_load(x[r + (long long)n_out * k]) - rk_load(y[j + (long long)n_red * k]); s = fmaf(v, v, s); }}\n\
              \x20 return s;\n\
              }}\n"
         );

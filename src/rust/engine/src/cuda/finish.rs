@@ -77,7 +77,7 @@ pub fn functions(src: &mut String, acc: &Accumulator, t: &str) {
              \x20 double m = fmax(s[0], o[0]);\n\
              \x20 double sa = (s[0] == m) ? 1.0 : exp(s[0] - m), sb = (o[0] == m) ? 1.0 : exp(o[0] - m);\n\
              \x20 s[0] = m;\n\
-             \x20 for (int k = 1; k < {len}; k++) s[k] = s[k] * sa + o[k] * sb;"
+             \x20 for (int k = 1; k < {len}; k++) s[k] = fma(s[k], sa, o[k] * sb);"
         )
     };
     let _ = writeln!(

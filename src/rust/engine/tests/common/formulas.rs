@@ -16,7 +16,7 @@ pub const GPU_ARGS: [&str; 9] = [
 ];
 
 /// Formula bodies that cover every operation of the language.
-pub const OPERATIONS: [&str; 67] = [
+pub const OPERATIONS: [&str; 69] = [
     "x + y",
     "x - y",
     "x * y",
@@ -84,6 +84,10 @@ pub const OPERATIONS: [&str; 67] = [
     "Var(0,3,0) * Var(1,3,1)",
     "p*u + Elem(p, 0)*w",
     "Exp(x) - Exp(y)",
+    // products of one index alone (a term read from the tile, or computed before the loop), and
+    // fused into a sum or not (CUDA: `codegen::operations`, the Sum's accumulation)
+    "w * b",
+    "x * u - y * w + x * y",
 ];
 
 /// Every reduction, with a formula that suits it.

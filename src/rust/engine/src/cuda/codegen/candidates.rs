@@ -82,7 +82,7 @@ impl Filter {
             let scale = (1.0 - Filter::margin(e.dim)) as f32;
             g.line(&format!(
                 "        {{ T s = (T)0;\n\
-                 \x20         for (int k = 0; k < {d}; k++) {{ const T v = tile[({off} + k) * TILE + threadIdx.x] - rk_c[k]; rk_yc[k * TILE + threadIdx.x] = v; s += v * v; }}\n\
+                 \x20         for (int k = 0; k < {d}; k++) {{ const T v = tile[({off} + k) * TILE + threadIdx.x] - rk_c[k]; rk_yc[k * TILE + threadIdx.x] = v; s = fmaf(v, v, s); }}\n\
                  \x20         rk_ny[threadIdx.x] = (s < RK_INF) ? s * {scale:?}f : __int_as_float(0x7fc00000); }}",
                 d = e.dim,
                 off = e.y_offset,
@@ -98,7 +98,7 @@ impl Filter {
                 let x = g.name(e.x);
                 emit(g, &format!(
                     "  T a@[{d}]; T x2@ = (T)0;\n\
-                     \x20 for (int k = 0; k < {d}; k++) {{ const T v = {x}[k] - rk_c[k]; a@[k] = (T)-2 * v; x2@ += v * v; }}\n\
+                     \x20 for (int k = 0; k < {d}; k++) {{ const T v = {x}[k] - rk_c[k]; a@[k] = (T)-2 * v; x2@ = fmaf(v, v, x2@); }}\n\
                      \x20 T thr@ = rk_sift_threshold(worst@[0], full@[0], x2@);",
                     d = e.dim
                 ));
@@ -183,7 +183,7 @@ impl Filter {
                 ));
                 for q in 0..g.layout.rows {
                     g.q = q;
-                    emit(g, &format!("        {{ T e = ny; for (int k = 0; k < {d}; k++) e = a@[k] * yv[k] + e; rk_mark(bits@, e, thr@, 1u << ji); }}"));
+                    emit(g, &format!("        {{ T e = ny; for (int k = 0; k < {d}; k++) e = fmaf(a@[k], yv[k], e); rk_mark(bits@, e, thr@, 1u << ji); }}"));
                 }
             }
         }

@@ -37,4 +37,10 @@ impl Gen<'_> {
     pub(super) fn math(&self, name: &str) -> String {
         self.dtype.math(name)
     }
+
+    /// `a * b + c` rounded once. Kernels are compiled without contraction (`builds`), so that
+    /// every build of a kernel gives the same bits: the source says where a product is fused.
+    pub(super) fn fma(&self, a: &str, b: &str, c: &str) -> String {
+        format!("{}({a}, {b}, {c})", self.math("fma"))
+    }
 }

@@ -59,9 +59,9 @@ impl Gen<'_> {
             | Op::LessOrEqual
             | Op::Clamp
             | Op::IfElse
-            | Op::Mod => self.several_arguments(node, &o),
+            | Op::Mod => self.several_arguments(id, node, &o),
             Op::Sum | Op::SqNorm2 | Op::Dot | Op::Max | Op::Min | Op::ArgMax | Op::ArgMin => {
-                Gen::over_components(node, &o)
+                self.over_components(node, &o)
             }
             Op::Elem(_)
             | Op::ElemT(..)
@@ -139,13 +139,12 @@ impl Gen<'_> {
 
     /// The body of an element-wise operation of two or three arguments (a dimension-1 argument is
     /// broadcast).
-    fn several_arguments(&self, node: &Node, o: &Operands) -> String {
+    fn several_arguments(&self, id: NodeId, node: &Node, o: &Operands) -> String {
         let at = |i: usize, k: &str| o.at(i, k);
         let m = |f: &str| self.math(f);
         let elementwise = |expr: String| o.elementwise(expr);
         match node.op {
-            Op::Add => elementwise(format!("{} + {}", at(0, "k"), at(1, "k"))),
-            Op::Sub => elementwise(format!("{} - {}", at(0, "k"), at(1, "k"))),
+            Op::Add | Op::Sub => elementwise(self.sum_or_difference(id, o)),
             Op::Mul => elementwise(format!("{} * {}", at(0, "k"), at(1, "k"))),
             // A number of the formula that is a power of two (with a normal inverse, in the
             // kernel's type) divides as a multiplication by its inverse, exactly the same number,
@@ -185,22 +184,67 @@ impl Gen<'_> {
         }
     }
 
+    /// Component `k` of an Add or a Sub, a product among its terms fused (`a * b + c` is
+    /// `fma(a, b, c)`, `c - a * b` is `fma(-a, b, c)`), as the compiler's contraction fused it.
+    fn sum_or_difference(&self, id: NodeId, o: &Operands) -> String {
+        let at = |i: usize| o.at(i, "k");
+        let add = self.formula.graph.nodes[id].op == Op::Add;
+        if let Some((a, b)) = self.product_at(id, 0) {
+            let c = if add { at(1) } else { format!("-{}", at(1)) };
+            return self.fma(&a, &b, &c);
+        }
+        if let Some((a, b)) = self.product_at(id, 1) {
+            let a = if add { a } else { format!("-{a}") };
+            return self.fma(&a, &b, &at(0));
+        }
+        format!("{} {} {}", at(0), if add { "+" } else { "-" }, at(1))
+    }
+
+    /// The factors of component `k` of argument `i` of node `id` where that argument is a
+    /// product computed in the same loop as the node (so that its factors are at hand).
+    fn product_at(&self, id: NodeId, i: usize) -> Option<(String, String)> {
+        let arg = self.formula.graph.nodes[id].args[i];
+        let roles = &self.layout.plan.roles;
+        let tensor_cores = self.layout.dots.is_some_and(|dots| dots.node == arg);
+        match !tensor_cores && roles[arg].is_some() && roles[arg] == roles[id] {
+            true => self.factors(arg, "k"),
+            false => None,
+        }
+    }
+
+    /// Component `k` of the two factors of node `id` where it is a product (Mul or Square),
+    /// broadcasting dimension 1.
+    pub(super) fn factors(&self, id: NodeId, k: &str) -> Option<(String, String)> {
+        let graph = &self.formula.graph;
+        let at = |x: NodeId| match graph.dim(x) {
+            1 => format!("{}[0]", self.name(x)),
+            _ => format!("{}[{k}]", self.name(x)),
+        };
+        let node = &graph.nodes[id];
+        match node.op {
+            Op::Mul => Some((at(node.args[0]), at(node.args[1]))),
+            Op::Square => Some((at(node.args[0]), at(node.args[0]))),
+            _ => None,
+        }
+    }
+
     /// The body of a reduction over the components of a vector (of dimension 1).
-    fn over_components(node: &Node, o: &Operands) -> String {
+    fn over_components(&self, node: &Node, o: &Operands) -> String {
         let at = |i: usize, k: &str| o.at(i, k);
         let (out, a) = (&o.out, &o.args);
         match node.op {
             Op::Sum => {
                 format!("{out}[0] = {}; for (int k = 1; k < {}; k++) {out}[0] += {};", at(0, "0"), a[0].1, at(0, "k"))
             }
-            Op::SqNorm2 => {
-                format!("{out}[0] = (T)0; for (int k = 0; k < {}; k++) {out}[0] += {1} * {1};", a[0].1, at(0, "k"))
-            }
+            Op::SqNorm2 => format!(
+                "{out}[0] = (T)0; for (int k = 0; k < {}; k++) {out}[0] = {};",
+                a[0].1,
+                self.fma(&at(0, "k"), &at(0, "k"), &format!("{out}[0]"))
+            ),
             Op::Dot => format!(
-                "{out}[0] = (T)0; for (int k = 0; k < {}; k++) {out}[0] += {} * {};",
+                "{out}[0] = (T)0; for (int k = 0; k < {}; k++) {out}[0] = {};",
                 a[0].1.max(a[1].1),
-                at(0, "k"),
-                at(1, "k")
+                self.fma(&at(0, "k"), &at(1, "k"), &format!("{out}[0]"))
             ),
             Op::Max | Op::Min => {
                 let cmp = if node.op == Op::Max { ">" } else { "<" };
@@ -251,16 +295,14 @@ impl Gen<'_> {
             Op::OneHot(_) => format!("for (int k = 0; k < {d}; k++) {out}[k] = ({}({}) == (T)k) ? (T)1 : (T)0;", m("round"), at(0, "0")),
             Op::SumT(_) => elementwise(at(0, "0")),
             Op::MatVecMult => format!(
-                "for (int k = 0; k < {d}; k++) {{ {out}[k] = (T)0; for (int l = 0; l < {}; l++) {out}[k] += {} * {}; }}",
+                "for (int k = 0; k < {d}; k++) {{ {out}[k] = (T)0; for (int l = 0; l < {}; l++) {out}[k] = {}; }}",
                 a[1].1,
-                at(0, &format!("k + {d} * l")),
-                at(1, "l")
+                self.fma(&at(0, &format!("k + {d} * l")), &at(1, "l"), &format!("{out}[k]"))
             ),
             Op::VecMatMult => format!(
-                "for (int l = 0; l < {d}; l++) {{ {out}[l] = (T)0; for (int k = 0; k < {0}; k++) {out}[l] += {1} * {2}; }}",
+                "for (int l = 0; l < {d}; l++) {{ {out}[l] = (T)0; for (int k = 0; k < {}; k++) {out}[l] = {}; }}",
                 a[0].1,
-                at(0, "k"),
-                at(1, &format!("k + {} * l", a[0].1))
+                self.fma(&at(0, "k"), &at(1, &format!("k + {} * l", a[0].1)), &format!("{out}[l]"))
             ),
             Op::TensorProd => format!(
                 "for (int l = 0; l < {}; l++) for (int k = 0; k < {1}; k++) {out}[k + {1} * l] = {2} * {3};",

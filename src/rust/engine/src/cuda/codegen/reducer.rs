@@ -8,6 +8,7 @@ use super::gen::Gen;
 use super::insertion::{selection_network, sorted_insertion, REGISTER_SELECTION};
 use super::selection::Selection;
 use crate::formula::NodeId;
+use crate::plan::Role;
 use crate::reduction::Accumulator;
 use crate::reduction::{ReductionKind, SumScheme};
 
@@ -99,13 +100,23 @@ impl Reducer<'_> {
     pub(super) fn accumulate(&self, g: &mut Gen) {
         use ReductionKind::*;
         let (d, kk, fv) = (self.fdim, self.acc.k, g.name(self.f));
+        // A product's terms are added fused (as the compiler's contraction did), but for a term of
+        // the reduced index alone, read from the tile without its factors.
+        let in_tile = g.layout.plan.roles[self.f] == Some(Role::Inner);
+        let plus = |sum: &str| match g.factors(self.f, "k").filter(|_| !in_tile) {
+            Some((a, b)) => g.fma(&a, &b, sum),
+            None => format!("{sum} + {fv}[k]"),
+        };
         match self.acc.kind {
             Sum => match self.acc.scheme {
                 SumScheme::KahanScheme => emit(g, &format!(
-                    "        for (int k = 0; k < {d}; k++) {{ T y = {fv}[k] - comp@[k]; T t = acc@[k] + y; comp@[k] = (t - acc@[k]) - y; acc@[k] = t; }}"
+                    "        for (int k = 0; k < {d}; k++) {{ T y = {}; T t = acc@[k] + y; comp@[k] = (t - acc@[k]) - y; acc@[k] = t; }}",
+                    plus("-comp@[k]")
                 )),
-                SumScheme::DirectSum => emit(g, &format!("        for (int k = 0; k < {d}; k++) acc@[k] += {fv}[k];")),
-                SumScheme::Auto | SumScheme::BlockSum => emit(g, &format!("        for (int k = 0; k < {d}; k++) part@[k] += {fv}[k];")),
+                SumScheme::DirectSum => emit(g, &format!("        for (int k = 0; k < {d}; k++) acc@[k] = {};", plus("acc@[k]"))),
+                SumScheme::Auto | SumScheme::BlockSum => {
+                    emit(g, &format!("        for (int k = 0; k < {d}; k++) part@[k] = {};", plus("part@[k]")))
+                }
             },
             Min | ArgMin | MinArgMin | KMin | ArgKMin | KMinArgKMin | Max | ArgMax | MaxArgMax => {
                 let cmp = if self.acc.kind.keeps_maxima() { ">" } else { "<" };
@@ -155,7 +166,7 @@ impl Reducer<'_> {
         let mut add = String::new();
         let mut slot = 0;
         if plain {
-            let _ = write!(grow, "{sums}[0] = {sums}[0] * sc + (T)1; ");
+            let _ = write!(grow, "{sums}[0] = {}; ", g.fma(&format!("{sums}[0]"), "sc", "(T)1"));
             let _ = write!(add, "{sums}[0] += e; ");
             slot = 1;
         }
@@ -163,8 +174,9 @@ impl Reducer<'_> {
             let gv = g.name(gid);
             let w = |c: usize| if gdim == 1 { format!("{gv}[0]") } else { format!("{gv}[{c}]") };
             for c in 0..gdim {
-                let _ = write!(grow, "{sums}[{}] = {sums}[{}] * sc + {}; ", slot + c, slot + c, w(c));
-                let _ = write!(add, "{sums}[{}] += e * {}; ", slot + c, w(c));
+                let sum = format!("{sums}[{}]", slot + c);
+                let _ = write!(grow, "{sum} = {}; ", g.fma(&sum, "sc", &w(c)));
+                let _ = write!(add, "{sum} = {}; ", g.fma("e", &w(c), &sum));
             }
         }
         (e, add, grow)
@@ -183,7 +195,7 @@ impl Reducer<'_> {
                     "      {{\n\
                      \x20       double mn = fmax(m@, (double)mt@);\n\
                      \x20       double so = (m@ == mn) ? 1.0 : exp(m@ - mn), sn = ((double)mt@ == mn) ? 1.0 : exp((double)mt@ - mn);\n\
-                     \x20       for (int k = 0; k < {sums}; k++) s@[k] = s@[k] * so + (double)ts@[k] * sn;\n\
+                     \x20       for (int k = 0; k < {sums}; k++) s@[k] = fma(s@[k], so, (double)ts@[k] * sn);\n\
                      \x20       m@ = mn;\n\
                      \x20     }}"
                 ));

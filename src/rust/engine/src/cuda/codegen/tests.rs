@@ -62,7 +62,7 @@ fn sifted_selections_mark_candidates_then_insert_them() {
             kernel.contains("rk_yc[k * TILE + threadIdx.x] = v;") && kernel.contains("rk_ny[threadIdx.x] ="),
             "{text}: {kernel}"
         );
-        assert!(kernel.contains("e = a_0[k] * yv[k] + e; rk_mark(bits_0, e, thr_0, 1u << ji);"), "{text}: {kernel}");
+        assert!(kernel.contains("e = fmaf(a_0[k], yv[k], e); rk_mark(bits_0, e, thr_0, 1u << ji);"), "{text}: {kernel}");
         assert!(kernel.contains("thr_3 = rk_insert(best_3, best_j_3, v"), "{kernel}");
         // The insertion is not written out in the kernel, and no pair is computed in full before
         // it is marked.
@@ -115,9 +115,9 @@ fn log_sum_exps_take_groups_of_terms_then_check_them() {
     assert!(checks.contains("for (int jb = 0; jb < len - g0; jb++)"), "{checks}");
     // Weights: their sums too; without the plain sum, the largest exponent is checked.
     let src = source("SumSoftMaxWeight_Reduction(-SqDist(x, y), b, 0)");
-    assert!(src.contains("gs_0[0] += e; gs_0[1] += e * v") && src.contains("gs_0[2] += e * v"), "{src}");
+    assert!(src.contains("gs_0[0] += e; gs_0[1] = fmaf(e, v") && src.contains("gs_0[2] = fmaf(e, v"), "{src}");
     let src = source("LogSumExpWeight_Reduction(-SqDist(x, y), b, 0)");
-    assert!(src.contains("T e = rk_exp(dx); gs_0[0] += e * v") && src.contains("gm_0 = fmaxf(gm_0, dx);"), "{src}");
+    assert!(src.contains("T e = rk_exp(dx); gs_0[0] = fmaf(e, v") && src.contains("gm_0 = fmaxf(gm_0, dx);"), "{src}");
     assert!(!src.contains("mtl_0"), "{src}");
     // The exponential that keeps subnormal results squares that of half the exponent.
     assert!(src.contains("const float y = rk_ex2_ftz(x * 0.7213475204444817f); return y * y; }"), "{src}");
@@ -152,6 +152,42 @@ fn long_pairs_of_log_sum_exps_unroll_their_groups_less() {
 
 /// Terms of the reduced index alone are computed where the tile is loaded, once per index, and
 /// the pairs read them from the tile; the rows' terms stay out of the loop too.
+/// Kernels are compiled without contraction (`builds::BASE_OPTIONS`): each product added where
+/// the compiler fused one is a written `fma`, in both precisions, so that the fast and optimised
+/// builds compute the same bits at the optimised build's speed.
+#[test]
+fn products_added_are_written_fused() {
+    use super::{generate_variant, KernelOptions, Variant};
+    use crate::cuda::dtype::Dtype;
+    use crate::reduction::SumScheme;
+    let args = ["x = Vi(3)".to_string(), "y = Vj(3)".to_string(), "b = Vj(1)".to_string()];
+    let text = "Sum_Reduction((b - (x | y) * 2.5) * Exp(-SqDist(x, y)) + MatVecMult(y * y, b), 0)";
+    let f = Formula::parse(text, &args).unwrap();
+    let source = |dtype| generate_variant(&f, &KernelOptions::new(dtype, SumScheme::Auto, Variant::Dense, Selection::Local)).source;
+    let (float, double) = (source(Dtype::F32), source(Dtype::F64));
+    let (load, pairs) = float.split_once("for (int jj = 0; jj < len; jj++)").expect("a loop over the tile");
+    // Dot, SqNorm2, a difference with a product on its right, an Add of a product, and
+    // MatVecMult (a term of the index alone, in the tile's load).
+    for fused in [
+        "v3_0[0] = fmaf(v1_0[k], v2[k], v3_0[0]);",
+        "v8_0[0] = fmaf(v7_0[k], v7_0[k], v8_0[0]);",
+        "v6_0[k] = fmaf(-v3_0[0], v4[0], v0[0]);",
+        "v14_0[k] = fmaf(v6_0[0], v10_0[0], v13[k]);",
+    ] {
+        assert!(pairs.contains(fused), "{fused}: {pairs}");
+    }
+    assert!(load.contains("v13[k] = fmaf(v12[k + 3 * l], v0[0], v13[k]);"), "{load}");
+    assert!(double.contains("v3_0[0] = fma(v1_0[k], v2[k], v3_0[0]);") && !double.contains("fmaf("), "{double}");
+    // The sum of products accumulates fused.
+    let dot = Formula::parse("Sum_Reduction(b * x, 0)", &args).unwrap();
+    let src = generate_variant(&dot, &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::Dense, Selection::Local)).source;
+    assert!(src.contains("part_0[k] = fmaf(v0[0], v1_0[k], part_0[k]);"), "{src}");
+    // A product of the reduced index alone is read from the tile, without its factors.
+    let inner = Formula::parse("Sum_Reduction(b * y, 0)", &args).unwrap();
+    let src = generate_variant(&inner, &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::Dense, Selection::Local)).source;
+    assert!(src.contains("part_0[k] = part_0[k] + v2[k];"), "{src}");
+}
+
 #[test]
 fn terms_of_one_index_are_computed_once_per_index() {
     use super::{generate_variant, KernelOptions, Variant};
