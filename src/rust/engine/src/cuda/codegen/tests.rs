@@ -116,6 +116,9 @@ fn log_sum_exps_take_groups_of_terms_then_check_them() {
     // Weights: their sums too; without the plain sum, the largest exponent is checked.
     let src = source("SumSoftMaxWeight_Reduction(-SqDist(x, y), b, 0)");
     assert!(src.contains("gs_0[0] += e; gs_0[1] = fmaf(e, v") && src.contains("gs_0[2] = fmaf(e, v"), "{src}");
+    // More than 4 weights: a loop (written out, the fast build's source was 5 x longer).
+    let src = source("SumSoftMaxWeight_Reduction(-SqDist(x, y), Concat(y, b), 0)");
+    assert!(src.contains("_Pragma(\"unroll\") for (int c = 0; c < 5; c++) gs_0[1 + c] = fmaf(e, v"), "{src}");
     let src = source("LogSumExpWeight_Reduction(-SqDist(x, y), b, 0)");
     assert!(src.contains("T e = rk_exp(dx); gs_0[0] = fmaf(e, v") && src.contains("gm_0 = fmaxf(gm_0, dx);"), "{src}");
     assert!(!src.contains("mtl_0"), "{src}");
