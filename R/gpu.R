@@ -13,8 +13,8 @@ gpu_status <- function(device = 0L) {
   }
 }
 
-# With RKEOPS_GPU_FAST_COMPILE=1, a new GPU kernel is first built quickly and its optimised build
-# compiles in the background; when R exits, builds still compiling are finished (at most 2
+# A new GPU kernel is first built quickly (unless RKEOPS_GPU_FAST_COMPILE=0, or its first call
+# has much work) and its optimised build compiles in the background; when R exits, builds still compiling are finished (at most 2
 # minutes), so that they reach the kernel cache and the next session loads them.
 kernel_builds <- new.env()
 .onLoad <- function(libname, pkgname) {
