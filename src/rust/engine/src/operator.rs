@@ -27,6 +27,17 @@ impl Operator {
         Ok(Operator { formula, grouped })
     }
 
+    /// Compiles the GPU kernels of dense calls of this operator over each of `reduced_rows` reduced
+    /// rows (a selection's storage depends on it), without running them, so that a later call
+    /// finds them in the kernel cache (`options.cache_dir`); returns the GPU's ordinal, or `None`
+    /// where `options` choose the CPU, which compiles nothing.
+    pub fn precompile(&self, options: &RunOptions, reduced_rows: &[f64]) -> Result<Option<usize>> {
+        match choose(options)? {
+            Chosen::Cpu => Ok(None),
+            Chosen::Gpu(gpu) => gpu.precompile(&self.formula, options, reduced_rows).map(|()| Some(gpu.ordinal())),
+        }
+    }
+
     /// The reduction of `inputs` (each on the host, or kept on a device: see `Values`), on the
     /// backend `options` choose.
     pub fn run(&self, inputs: &[Input], options: &RunOptions) -> Result<Output> {

@@ -376,6 +376,26 @@ fn gpu_release_memory(device: i32) -> Robj {
     })
 }
 
+/// Compiles the GPU kernels of `formula` for dense calls over each of `reduced_rows` reduced rows,
+/// without running them (`rkeops_precompile()`): `list(gpu)`, the GPU's index, or -1 where the
+/// options choose the CPU, which compiles nothing.
+#[extendr]
+fn keops_precompile(formula: &str, args: Robj, reduced_rows: Robj, options: Robj) -> Robj {
+    guarded(|| {
+        if engine::formula::gradient::is_form(formula) {
+            let why = "'formula' must be reductions: compile a gradient's kernels with keops_grad() and one call";
+            return Err(RError::input("formula", why));
+        }
+        let args = strings(&args, "args")?;
+        let rows = reduced_rows
+            .as_real_slice()
+            .filter(|r| !r.is_empty() && r.iter().all(|&n| n.is_finite() && n >= 1.0))
+            .or_input("reduced_rows", "'reduced_rows' must be numbers of rows, at least 1")?;
+        let gpu = operator(formula, &args)?.precompile(&run_options(&options, "auto")?, rows)?;
+        Ok(List::from_names_and_values(["gpu"], [Robj::from(gpu.map_or(-1, |g| g as i32))])?.into())
+    })
+}
+
 /// Waits (at most 2 minutes) for the optimised kernels still compiling in the background; R calls
 /// it as it exits, so that they reach the kernel cache: `list(done)`.
 #[extendr]
@@ -452,6 +472,7 @@ extendr_module! {
     fn keops_device_free;
     fn gpu_release_memory;
     fn wait_for_kernel_builds;
+    fn keops_precompile;
 }
 
 /// Registers the package's `.Call` entries with R (src/entrypoint.c calls it when R loads the

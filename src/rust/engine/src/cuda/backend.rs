@@ -9,8 +9,11 @@ use super::codegen::{KernelOptions, Selection, Variant};
 use super::device::{Compiled, Device};
 use super::dtype::Dtype;
 use super::launch::{self, Kept};
+use crate::api::RunOptions;
 use crate::backend::{BackendDevice, Call, Columns, Timings};
 use crate::error::Result;
+use crate::formula::Formula;
+use crate::ranges::BlockRanges;
 use crate::precision::ForPrecision;
 use crate::real::{Real, Stored};
 
@@ -30,25 +33,48 @@ impl Device {
     /// The kernels of `call` on this device (its variant for this device's architecture, its
     /// storage of selections for the call's mean reduced range), compiled on first use.
     pub fn kernels_for(&self, call: &Call) -> Result<Arc<Compiled>> {
-        let (formula, options) = (call.formula, call.options);
-        let dtype = Dtype::of(options.precision);
         let (_, n_red) = call.out_and_reduced();
         let mean_reduced = call.ranges.map_or(n_red as f64, |b| b.mean_reduced());
-        let tuning = &options.tuning;
-        let selection = Selection::for_rows(formula, mean_reduced, tuning.gpu_selection);
-        let variant = Variant::choose(formula, dtype, call.ranges, self.arch, tuning);
-        let kernel = KernelOptions {
-            unroll: tuning.unroll,
-            group_work: tuning.group_work,
-            ..KernelOptions::new(dtype, options.sum_scheme, variant, selection)
-        };
         let little = call_work(call, mean_reduced) <= FAST_BUILD_WORK;
-        let compiled = self.kernels(formula, kernel, options.cache_dir.as_deref(), tuning.fast_compile && little)?;
+        let fast_first = call.options.tuning.fast_compile && little;
+        let compiled = self.kernels_of(call.formula, call.options, mean_reduced, call.ranges, fast_first)?;
         if !little && compiled.is_fast_build() {
             // (a call of much work on a kernel whose optimised build is still compiling waits for it)
             builds::wait_for_background(std::time::Duration::from_secs(300));
         }
         Ok(compiled)
+    }
+
+    /// The kernels of `formula` with `options` for a mean reduced range of `mean_reduced` rows (and
+    /// `ranges`, if block-sparse), compiled on first use (a fast build first where `fast_first`).
+    fn kernels_of(
+        &self,
+        formula: &Formula,
+        options: &RunOptions,
+        mean_reduced: f64,
+        ranges: Option<&BlockRanges>,
+        fast_first: bool,
+    ) -> Result<Arc<Compiled>> {
+        let dtype = Dtype::of(options.precision);
+        let tuning = &options.tuning;
+        let selection = Selection::for_rows(formula, mean_reduced, tuning.gpu_selection);
+        let variant = Variant::choose(formula, dtype, ranges, self.arch, tuning);
+        let kernel = KernelOptions {
+            unroll: tuning.unroll,
+            group_work: tuning.group_work,
+            ..KernelOptions::new(dtype, options.sum_scheme, variant, selection)
+        };
+        self.kernels(formula, kernel, options.cache_dir.as_deref(), fast_first)
+    }
+
+    /// Compiles the optimised kernels of dense calls of `formula` with `options` over each of
+    /// `reduced_rows` reduced rows (which choose how a selection is kept), into the disk cache,
+    /// without running them (`rkeops_precompile()`); those already built are loaded.
+    pub fn precompile(&self, formula: &Formula, options: &RunOptions, reduced_rows: &[f64]) -> Result<()> {
+        for &rows in reduced_rows {
+            self.kernels_of(formula, options, rows.max(1.0), None, false)?;
+        }
+        Ok(())
     }
 
     /// `evaluate`, the values written into `kept`'s matrix on this device and its launches only

@@ -8,8 +8,10 @@ use std::sync::Arc;
 use super::device::{self, Device};
 use super::several::Several;
 use super::OnDevice;
+use crate::api::RunOptions;
 use crate::backend::{evaluate_in_precision, BackendDevice, Call, Columns, Timings};
 use crate::error::Result;
+use crate::formula::Formula;
 use crate::precision::Precision;
 
 pub struct Gpu(Arc<Device>);
@@ -31,6 +33,16 @@ impl Gpu {
             Some(several) => Ok((evaluate_in_precision(&several, call, timings)?, several.describe())),
             None => Ok((evaluate_in_precision(&*self.0, call, timings)?, self.0.describe())),
         }
+    }
+
+    /// Compiles the kernels of dense calls of `formula` (`Device::precompile`) on this GPU and the
+    /// other GPUs of `options.gpus` (a call may share them).
+    pub fn precompile(&self, formula: &Formula, options: &RunOptions, reduced_rows: &[f64]) -> Result<()> {
+        self.0.precompile(formula, options, reduced_rows)?;
+        for &g in options.gpus.iter().filter(|&&g| g != self.0.ordinal) {
+            device::device(g)?.precompile(formula, options, reduced_rows)?;
+        }
+        Ok(())
     }
 
     /// A loop's matrices kept on this GPU in `precision`'s storage (`crate::buffers::Buffers`).
