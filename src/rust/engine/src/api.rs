@@ -123,6 +123,11 @@ pub struct RunOptions {
     pub progress: Option<fn(done: u64, total: u64)>,
     /// Block-sparse reduction: only these blocks of the matrix are visited (`ranges`).
     pub ranges: Option<Ranges>,
+    /// The reduced ranges of each block of `ranges` may come in any order (still disjoint), for
+    /// K-selections on the CPU only (elsewhere they must be sorted): the K-nearest-neighbour
+    /// search there lists the cells nearest to a block's first, so that its rows' K-th best falls
+    /// sooner and fewer terms are inserted (10-NN of 10^6 points, 2 cores: 1.21 -> 0.80 s).
+    pub ranges_in_any_order: bool,
     /// How the engine computes (never what): read from the environment by the caller
     /// (`Tuning::from_env`), the engine's defaults otherwise.
     pub tuning: Tuning,

@@ -79,6 +79,8 @@ pub struct KnnPlan {
     pub largest: f64,
     /// What was subtracted from every point, data and queries (a value per column).
     pub centre: Vec<f64>,
+    /// Whether each block's ranges list the nearest data first, not in order (`CellSettings`).
+    pub nearest_first: bool,
 }
 
 /// The centre of the bounding box `bounds` (`column_bounds`), which the search subtracts from the
@@ -95,6 +97,25 @@ const MOST_KEPT_CELLS: usize = 4096;
 /// with the cells between them: 10-NN of 10^6 points, 2 cores, evaluation 1.30 -> 1.21 s).
 const MERGE_GAP_CELLS: f64 = 8.0;
 
+/// The grid's cells of a plan.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CellSettings {
+    /// Data points per cell, about.
+    pub points: f64,
+    /// Each query cell's ranges list the data nearest to it first, not in order: for a search on
+    /// the CPU (`RunOptions::ranges_in_any_order`), where its rows' K-th best then falls sooner.
+    pub nearest_first: bool,
+}
+
+/// How the data cells a query cell searches become its ranges.
+#[derive(Clone, Copy)]
+struct Listing {
+    /// Runs of cells less than this many rows apart are one range (`MERGE_GAP_CELLS`).
+    merge_gap: usize,
+    /// The runs nearest to the query cell first (`CellSettings::nearest_first`).
+    nearest_first: bool,
+}
+
 /// The plan for the `k` nearest rows of `data` to each row of `queries`, with cells of about
 /// `cell_points` data points; `None` where pruning would not pay (no cell with `k` points, a
 /// query cell keeping too many cells, or most pairs kept unless `force`).
@@ -103,10 +124,11 @@ pub fn knn_plan(
     queries: Points,
     k: usize,
     metric: Metric,
-    cell_points: f64,
+    cells: CellSettings,
     search: Search,
     force: bool,
 ) -> Result<Option<KnnPlan>> {
+    let cell_points = cells.points;
     if data.d != queries.d || data.d == 0 || k == 0 || k > data.n || cell_points.is_nan() || cell_points <= 0.0 {
         return Err(Error::Invalid("knn: data and queries of one dimension, 1 <= k <= rows of data".into()));
     }
@@ -142,8 +164,8 @@ pub fn knn_plan(
     if !full.iter().any(|&f| f) {
         return Ok(None);
     }
-    let merge_gap = (MERGE_GAP_CELLS * cell_points) as usize;
-    let Some(searched) = searched_ranges(&data_cells, queried, &full, metric, search, merge_gap) else { return Ok(None) };
+    let listing = Listing { merge_gap: (MERGE_GAP_CELLS * cell_points) as usize, nearest_first: cells.nearest_first };
+    let Some(searched) = searched_ranges(&data_cells, queried, &full, metric, search, listing) else { return Ok(None) };
     if !force && searched.pairs > 0.5 * data.n as f64 * queries.n as f64 {
         return Ok(None);
     }
@@ -174,6 +196,7 @@ pub fn knn_plan(
         reach,
         largest,
         centre,
+        nearest_first: cells.nearest_first,
     }))
 }
 
@@ -221,7 +244,7 @@ fn searched_ranges(
     full: &[bool],
     metric: Metric,
     search: Search,
-    merge_gap: usize,
+    listing: Listing,
 ) -> Option<Searched> {
     const GROUP: usize = 64;
     let cells = query_cells.rows.len();
@@ -229,7 +252,7 @@ fn searched_ranges(
     // (a cell's search costs about as much as converting a few hundred numbers)
     parallel::for_each_block_of_work(&mut groups, 1, cells * 256, |g, group| {
         let cells = g * GROUP..(g * GROUP + GROUP).min(cells);
-        group[0] = search_cells(data_cells, query_cells, cells, full, metric, search, merge_gap);
+        group[0] = search_cells(data_cells, query_cells, cells, full, metric, search, listing);
     });
     let mut searched = Searched::default();
     for group in groups {
@@ -243,8 +266,7 @@ fn searched_ranges(
     Some(searched)
 }
 
-/// `searched_ranges` of the query cells `cells`, runs of data less than `merge_gap` rows apart
-/// searched as one.
+/// `searched_ranges` of the query cells `cells`.
 fn search_cells(
     data_cells: &Cells,
     query_cells: &Cells,
@@ -252,10 +274,10 @@ fn search_cells(
     full: &[bool],
     metric: Metric,
     search: Search,
-    merge_gap: usize,
+    listing: Listing,
 ) -> Option<Searched> {
     let mut searched = Searched { slices: Vec::with_capacity(cells.len()), ..Searched::default() };
-    let mut kept = Vec::new();
+    let (mut kept, mut runs) = (Vec::new(), Vec::new());
     for a in cells {
         let (lo, hi) = (query_cells.lo(a), query_cells.hi(a));
         kept.clear();
@@ -270,19 +292,42 @@ fn search_cells(
             return None;
         }
         let rows = query_cells.rows[a].len() as f64;
-        let reduced = &mut searched.reduced;
-        let first = reduced.len();
-        for &b in &kept {
-            let r = data_cells.rows[b].clone();
-            match reduced[first..].last_mut() {
-                Some(last) if r.start < last.end + merge_gap => last.end = r.end,
-                _ => reduced.push(r),
-            }
-        }
+        let first = searched.reduced.len();
+        list_runs(data_cells, &kept, (lo, hi), listing, &mut runs);
+        searched.reduced.extend(runs.iter().map(|(r, _)| r.clone()));
+        let reduced = &searched.reduced;
         searched.pairs += rows * reduced[first..].iter().map(|r| r.len() as f64).sum::<f64>();
         searched.slices.push(reduced.len());
     }
     Some(searched)
+}
+
+/// The runs of the data cells `kept` (in the order of their rows) that the query cell `lo..hi`
+/// searches, each with the squared distance from the query cell's centre to its nearest cell's,
+/// nearest first where `listing` says so.
+fn list_runs(data_cells: &Cells, kept: &[usize], (lo, hi): (&[f64], &[f64]), listing: Listing, runs: &mut Vec<(Range<usize>, f64)>) {
+    runs.clear();
+    for &b in kept {
+        let r = data_cells.rows[b].clone();
+        let near = match listing.nearest_first {
+            true => {
+                let (blo, bhi) = (data_cells.lo(b), data_cells.hi(b));
+                (0..lo.len()).map(|c| (blo[c] + bhi[c] - lo[c] - hi[c]).powi(2)).sum()
+            }
+            false => 0.0,
+        };
+        match runs.last_mut() {
+            Some((last, nearest)) if r.start < last.end + listing.merge_gap => {
+                last.end = r.end;
+                *nearest = nearest.min(near);
+            }
+            _ => runs.push((r, near)),
+        }
+    }
+    if listing.nearest_first {
+        // (stable: runs as near as each other stay in order)
+        runs.sort_by(|a, b| a.1.total_cmp(&b.1));
+    }
 }
 
 /// The data cells that may hold one of the K nearest neighbours of a point of the box `lo..hi`.

@@ -9,10 +9,10 @@
 
 use std::time::Instant;
 
-use crate::api::{Input, Output, RunOptions};
+use crate::api::{Backend, Input, Output, RunOptions};
 use crate::clustering::{column_bounds, Points};
 use crate::error::{Error, Result};
-use crate::knn::{centre, knn_plan, KnnPlan, Metric, Search};
+use crate::knn::{centre, knn_plan, CellSettings, KnnPlan, Metric, Search};
 use crate::operator::Operator;
 use crate::parallel;
 use crate::precision::Precision;
@@ -124,13 +124,13 @@ impl KnnSearch<'_> {
             return Err(Error::Invalid("knn: data and queries of one dimension, 1 <= k <= rows of data".into()));
         }
         let op = self.operator()?;
-        let cell_points = match self.cell_points {
-            Some(points) => points,
-            None if crate::choose::choose(options)?.gpu().is_some() => CELL_POINTS.0,
-            None => CELL_POINTS.1,
+        let on_gpu = crate::choose::choose(options)?.gpu().is_some();
+        let cells = CellSettings {
+            points: self.cell_points.unwrap_or(if on_gpu { CELL_POINTS.0 } else { CELL_POINTS.1 }),
+            nearest_first: !on_gpu,
         };
         let mut timings = Vec::new();
-        let mut plan = self.plan(queries, Search::Neighbourhood, self.pruning, cell_points, &mut timings)?;
+        let mut plan = self.plan(queries, Search::Neighbourhood, self.pruning, cells, &mut timings)?;
         let pruned = plan.is_some();
         // (what certifies the results, taken before the search consumes the plan)
         let bounds = plan.as_mut().map(|p| (std::mem::take(&mut p.reach), p.largest));
@@ -147,7 +147,7 @@ impl KnnSearch<'_> {
             false => {
                 let points = queries.rows_in_order(&redone);
                 let redo = Points::new(&points, redone.len(), queries.d)?;
-                let plan = self.plan(redo, Search::Bounded, Pruning::Always, cell_points, &mut timings)?;
+                let plan = self.plan(redo, Search::Bounded, Pruning::Always, cells, &mut timings)?;
                 let again = self.find(&op, redo, plan, options)?;
                 add_timings(&mut timings, &again.output.timings);
                 Some(again)
@@ -170,20 +170,20 @@ impl KnnSearch<'_> {
         )
     }
 
-    /// The plan of a search of `queries` with cells of `cell_points` points, if pruning is asked and pays.
+    /// The plan of a search of `queries` with `cells`, if pruning is asked and pays.
     fn plan(
         &self,
         queries: Points,
         search: Search,
         pruning: Pruning,
-        cell_points: f64,
+        cells: CellSettings,
         timings: &mut Vec<(&'static str, f64)>,
     ) -> Result<Option<KnnPlan>> {
         if pruning == Pruning::Never {
             return Ok(None);
         }
         let start = Instant::now();
-        let plan = knn_plan(self.data, queries, self.k, self.metric, cell_points, search, pruning == Pruning::Always)?;
+        let plan = knn_plan(self.data, queries, self.k, self.metric, cells, search, pruning == Pruning::Always)?;
         add_timings(timings, &[("plan", start.elapsed().as_secs_f64())]);
         Ok(plan)
     }
@@ -203,7 +203,10 @@ impl KnnSearch<'_> {
             return Found::new(op.run(&inputs, options)?, None, None);
         };
         let none = BlockRanges { blocks: Vec::new(), slices: Vec::new(), reduced: Vec::new() };
-        let options = RunOptions { ranges: Some(Ranges { i: plan.ranges, j: none }), ..options.clone() };
+        // (ranges listing the nearest data first run on the CPU: `RunOptions::ranges_in_any_order`)
+        let backend = if plan.nearest_first { Backend::Cpu } else { options.backend };
+        let ranges = Some(Ranges { i: plan.ranges, j: none });
+        let options = RunOptions { ranges, ranges_in_any_order: plan.nearest_first, backend, ..options.clone() };
         // (the queries being the data, sorted the same way: one copy for both)
         let sorted_queries = plan.queries.as_ref().unwrap_or(&plan.data);
         let inputs = [Input::host(&sorted_queries.values, queries.n, d), Input::host(&plan.data.values, data.n, d)];

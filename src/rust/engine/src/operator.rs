@@ -1,7 +1,7 @@
 //! The public entry point: an `Operator` is a parsed formula; `run` checks the inputs against the
 //! declared variables, evaluates the reduction and returns column-major results, as R stores them.
 
-use crate::api::{Input, Output, RunOptions, Values};
+use crate::api::{Backend, Input, Output, RunOptions, Values};
 use crate::backend::{Call, Operation, Timings};
 use crate::choose::{choose, Chosen};
 use crate::error::{Error, Result};
@@ -194,7 +194,10 @@ impl Operator {
 
     /// Checks the block-sparse ranges of `options`, if any, against the sizes of the i and j ranges.
     fn check_ranges(&self, (n_i, n_j): (usize, usize), options: &RunOptions) -> Result<()> {
-        options.ranges.as_ref().map_or(Ok(()), |ranges| ranges.validate(n_i, n_j))
+        let any_order = options.ranges_in_any_order
+            && options.backend == Backend::Cpu
+            && self.formula.reduction.kind.is_k_selection();
+        options.ranges.as_ref().map_or(Ok(()), |ranges| ranges.validate_in_order(n_i, n_j, !any_order))
     }
 
     /// The call of `inputs` checked (`check_inputs`, of `sizes`, and `check_ranges`).

@@ -45,8 +45,14 @@ impl Ranges {
 
     /// Checks both parts against the sizes of i and j; the error names the part and what is wrong.
     pub fn validate(&self, n_i: usize, n_j: usize) -> Result<()> {
-        self.i.validate(n_i, n_j, ("ranges_i", "slices_i", "redranges_j"))?;
-        self.j.validate(n_j, n_i, ("ranges_j", "slices_j", "redranges_i"))
+        self.validate_in_order(n_i, n_j, true)
+    }
+
+    /// `validate`, with the reduced ranges of each block in any order (still disjoint) where not
+    /// `sorted` (`RunOptions::ranges_in_any_order`).
+    pub fn validate_in_order(&self, n_i: usize, n_j: usize, sorted: bool) -> Result<()> {
+        self.i.validate(n_i, n_j, ("ranges_i", "slices_i", "redranges_j"), sorted)?;
+        self.j.validate(n_j, n_i, ("ranges_j", "slices_j", "redranges_i"), sorted)
     }
 }
 
@@ -118,7 +124,7 @@ impl BlockRanges {
         Ok(BlockRanges { blocks: blocks.to_vec(), slices, reduced })
     }
 
-    fn validate(&self, n_out: usize, n_red: usize, (blocks, slices, reduced): (&str, &str, &str)) -> Result<()> {
+    fn validate(&self, n_out: usize, n_red: usize, (blocks, slices, reduced): (&str, &str, &str), sorted: bool) -> Result<()> {
         let invalid = |what: String| Err(Error::Invalid(format!("ranges: {what}")));
         if self.slices.len() != self.blocks.len() {
             return invalid(format!(
@@ -128,7 +134,7 @@ impl BlockRanges {
             ));
         }
         check_sorted(&self.blocks, 0, n_out, &|| format!("`{blocks}`"))?;
-        let mut start = 0;
+        let (mut start, mut in_order) = (0, Vec::new());
         for (b, &end) in self.slices.iter().enumerate() {
             if end < start || end > self.reduced.len() {
                 return invalid(format!(
@@ -139,7 +145,15 @@ impl BlockRanges {
             }
             // (the name is written only for an error: a batch checks thousands of blocks per call)
             let name = || format!("`{reduced}` (a range of block {} of `{blocks}`)", b + 1);
-            check_sorted(&self.reduced[start..end], start, n_red, &name)?;
+            let ranges = &self.reduced[start..end];
+            if sorted {
+                check_sorted(ranges, start, n_red, &name)?;
+            } else {
+                in_order.clear();
+                in_order.extend_from_slice(ranges);
+                in_order.sort_by_key(|r| r.start);
+                check_sorted(&in_order, start, n_red, &name)?;
+            }
             start = end;
         }
         if start != self.reduced.len() {

@@ -329,3 +329,30 @@ fn invalid_ranges_are_named_errors() {
         assert!(err.contains(message), "{err}\n  does not say: {message}");
     }
 }
+
+/// `RunOptions::ranges_in_any_order` (the K-NN search on the CPU lists the nearest cells first):
+/// a K-selection on the CPU takes a block's ranges in any order, with the results of the sorted
+/// ranges; overlapping ranges are still refused, and so are unsorted ones for a sum or on a GPU.
+#[test]
+fn k_selections_on_the_cpu_take_ranges_in_any_order() {
+    let problem = Problem::new(0, 53, 47);
+    let inputs: Vec<Input> = problem.vars.iter().map(|(d, n, c, _)| Input::host(d, *n, *c)).collect();
+    let sorted = BlockRanges { blocks: vec![0..20, 20..53], slices: vec![3, 5], reduced: vec![0..9, 12..30, 33..47, 0..20, 25..47] };
+    let shuffled = BlockRanges { reduced: vec![33..47, 0..9, 12..30, 25..47, 0..20], ..sorted.clone() };
+    let any_order = |part: BlockRanges| RunOptions { ranges_in_any_order: true, ..options(Precision::F64, Some(on_axis(0, part))) };
+    let knn = Operator::new("ArgKMin_Reduction(SqDist(x, y), 5, 0)", &problem.args).unwrap();
+    let want = knn.run(&inputs, &options(Precision::F64, Some(on_axis(0, sorted.clone())))).unwrap();
+    assert_eq!(knn.run(&inputs, &any_order(shuffled.clone())).unwrap().indices, want.indices);
+    // Refused: without the option, overlapping, for a sum, or where the backend is not the CPU.
+    let unsorted = knn.run(&inputs, &options(Precision::F64, Some(on_axis(0, shuffled.clone())))).unwrap_err().to_string();
+    assert!(unsorted.contains("ranges must be sorted and disjoint"), "{unsorted}");
+    let overlapping = BlockRanges { reduced: vec![33..47, 0..9, 5..30, 25..47, 0..20], ..sorted.clone() };
+    let err = knn.run(&inputs, &any_order(overlapping)).unwrap_err().to_string();
+    assert!(err.contains("overlaps or precedes"), "{err}");
+    let sum = Operator::new("Sum_Reduction(SqDist(x, y), 0)", &problem.args).unwrap();
+    let err = sum.run(&inputs, &any_order(shuffled.clone())).unwrap_err().to_string();
+    assert!(err.contains("ranges must be sorted and disjoint"), "{err}");
+    let auto = RunOptions { backend: Backend::Auto, ..any_order(shuffled) };
+    let err = knn.run(&inputs, &auto).unwrap_err().to_string();
+    assert!(err.contains("ranges must be sorted and disjoint"), "{err}");
+}

@@ -224,6 +224,7 @@ pub(crate) fn run_options(settings: &Robj, sum_scheme_name: &str) -> Fallible<Ru
         interrupt: Some(interrupt_pending),
         progress: progress::start(progress),
         ranges: None,
+        ranges_in_any_order: false,
         // Read at each call, so that Sys.setenv() in the session takes effect (README, Options).
         tuning: engine::Tuning::from_env(),
     })
