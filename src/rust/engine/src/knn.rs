@@ -303,8 +303,8 @@ fn search_cells(
 }
 
 /// The runs of the data cells `kept` (in the order of their rows) that the query cell `lo..hi`
-/// searches, each with the squared distance from the query cell's centre to its nearest cell's,
-/// nearest first where `listing` says so.
+/// searches, each with how far its nearest cell's centre is from the query cell's (the squared
+/// offset of the boxes' sums: an order), nearest first where `listing` says so.
 fn list_runs(data_cells: &Cells, kept: &[usize], (lo, hi): (&[f64], &[f64]), listing: Listing, runs: &mut Vec<(Range<usize>, f64)>) {
     runs.clear();
     for &b in kept {
