@@ -12,6 +12,15 @@ env_str <- function(name, default) {
 }
 env_num <- function(name, default) as.numeric(env_str(name, default))
 
+# After a warm-up: waits for the optimised builds of the kernels it compiled (a new kernel's first
+# call of little work runs a fast build, up to ~40 x slower, until its optimised build, compiled in
+# the background, replaces it); nothing for a library without fast builds.
+optimised_kernels <- function() {
+  wait <- get0("wait_for_kernel_builds", envir = asNamespace("rkeops"), inherits = FALSE)
+  if (!is.null(wait)) wait()
+  invisible()
+}
+
 # Selects the backend that BACKEND names (CPU or GPU; `default` when unset), in float32, and returns
 # its name: GPU stops where no GPU can be used.
 use_backend <- function(default) {

@@ -77,6 +77,7 @@ measure <- function(f, predicted = NA, warmup = NULL) {
     return(list(skipped = sprintf("skipped: predicted %.0f s > BUDGET", predicted)))
   }
   warm <- timed(if (is.null(warmup)) f else warmup)
+  optimised_kernels()
   runs <- list()
   spent <- warm$total
   while (length(runs) < max_reps && (length(runs) == 0L || spent + warm$total <= budget)) {
