@@ -13,8 +13,8 @@ use crate::api::RunOptions;
 use crate::backend::{BackendDevice, Call, Columns, Timings};
 use crate::error::Result;
 use crate::formula::Formula;
-use crate::ranges::BlockRanges;
 use crate::precision::ForPrecision;
+use crate::ranges::BlockRanges;
 use crate::real::{Real, Stored};
 
 /// The most work (`call_work`) of a call that a kernel's fast build runs. A fast build runs up to
