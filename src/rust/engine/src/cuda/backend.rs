@@ -39,8 +39,9 @@ impl Device {
         let fast_first = call.options.tuning.fast_compile && little;
         let compiled = self.kernels_of(call.formula, call.options, mean_reduced, call.ranges, fast_first)?;
         if !little && compiled.is_fast_build() {
-            // (a call of much work on a kernel whose optimised build is still compiling waits for it)
-            builds::wait_for_background(std::time::Duration::from_secs(300));
+            // (a call of much work on a kernel whose optimised build is still compiling waits for it,
+            // or for the builds queued to end if it could not be swapped in)
+            builds::wait_until(std::time::Duration::from_secs(300), || !compiled.is_fast_build());
         }
         Ok(compiled)
     }

@@ -218,11 +218,17 @@ pub fn in_background(job: impl FnOnce() + Send + 'static) {
 /// passed; returns whether none is left (tests; R calls it as it exits, so that the builds reach
 /// the disk cache). A forked child has none of its own.
 pub fn wait_for_background(limit: std::time::Duration) -> bool {
+    wait_until(limit, || false)
+}
+
+/// Waits until `done()`, no build is left, or `limit` has passed; returns whether no build is left
+/// or `done()`.
+pub fn wait_until(limit: std::time::Duration, done: impl Fn() -> bool) -> bool {
     if own_queue().is_none() {
         return true;
     }
     let clock = std::time::Instant::now();
-    while PENDING.load(Ordering::SeqCst) > 0 {
+    while PENDING.load(Ordering::SeqCst) > 0 && !done() {
         if clock.elapsed() > limit {
             return false;
         }
