@@ -79,7 +79,7 @@ SIZES ?=
 ITER_BUDGET ?= $(if $(filter command line,$(origin BUDGET)),$(BUDGET),60)
 ITER_REPS ?= $(if $(filter command line,$(origin REPS)),$(REPS),3)
 
-.PHONY: bench-kmeans-seeding bench-gmm-start bench-old-new bench-compile bench-fast-builds
+.PHONY: bench-kmeans-seeding bench-gmm-start bench-old-new bench-compile bench-soak bench-fast-builds
 .PHONY: all deps install vignettes demo test fuzz check doc site site-check clean distclean bench-cpu bench-iterative bench-program bench-program-r-side bench-fusion bench-algorithms bench-ranges bench-solve bench-batch bench-future bench-gpus bench-tensor vendor
 
 all: install
@@ -200,6 +200,10 @@ KNN_N ?= $(RANGES_N)
 # make bench-compile: the first call of 60 new formulas from a fresh kernel cache (GPU only).
 bench-compile: install
 	R_LIBS=$(LIB_DIR) Rscript bench/compile_time.R
+
+# make bench-soak: 100 random plain reductions' first calls from a fresh kernel cache (GPU only).
+bench-soak: install
+	R_LIBS=$(LIB_DIR) Rscript bench/soak_compile.R
 
 # make bench-fast-builds: fast builds' run time and bits against optimised builds on 2e5 x 2e5
 # reductions (GPU only; N, RKEOPS_GPU_FAST_OPTIONS, RKEOPS_GPU_NVRTC_OPTIONS in the environment).
