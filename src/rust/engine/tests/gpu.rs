@@ -438,26 +438,31 @@ fn a_new_kernel_runs_fast_built_then_optimised() {
     let data = Data::new(1031, 517);
     let inputs = data.inputs();
     let tuning = engine::Tuning { fast_compile: true, ..Default::default() };
-    let on_gpu = |op: &Operator, precision| {
+    let sifted = engine::Tuning { gpu_selection: Some(engine::tuning::SelectionOverride::Filtered), ..tuning.clone() };
+    let on_gpu = |op: &Operator, precision, tuning: &engine::Tuning| {
         let options = RunOptions { precision, backend: Backend::Gpu(0), tuning: tuning.clone(), ..Default::default() };
         op.run(&inputs, &options).unwrap_or_else(|e| panic!("{}: {e}", op.formula.text))
     };
-    // Formulas no other test uses, so that their kernels are new to this process.
+    // Formulas no other test uses, so that their kernels are new to this process. A fast build
+    // runs the kernel written for one row per thread (`codegen::generate_one_row`), an optimised
+    // one that of several rows: the same bits all the same.
     let formulas = [
-        "Sum_Reduction(Exp(-SqDist(x,y) * Sqrt(SqNorm2(x) + IntCst(3))) * b, 0)",
-        "LogSumExp_Reduction(Sin((x|y)) - SqDist(x,y) * Abs(w) * IntCst(7), 1)",
-        "Min_ArgMin_Reduction(SqDist(x * IntCst(5), y) + Cos(u * w), 0)",
+        ("Sum_Reduction(Exp(-SqDist(x,y) * Sqrt(SqNorm2(x) + IntCst(3))) * b, 0)", &tuning),
+        ("LogSumExp_Reduction(Sin((x|y)) - SqDist(x,y) * Abs(w) * IntCst(7), 1)", &tuning),
+        ("Min_ArgMin_Reduction(SqDist(x * IntCst(5), y) + Cos(u * w), 0)", &tuning),
+        ("SumSoftMaxWeight_Reduction(u - SqDist(x,y) * IntCst(3), b, 0)", &tuning),
+        ("KMin_ArgKMin_Reduction(SqDist(x,y) * IntCst(3), 4, 0)", &sifted),
     ];
-    for text in formulas {
+    for (text, tuning) in formulas {
         let op = Operator::new(text, &args()).unwrap();
         for precision in [Precision::F32, Precision::F64] {
             let swaps = builds::optimised_swaps();
-            let fast = on_gpu(&op, precision);
+            let fast = on_gpu(&op, precision, tuning);
             assert!(builds::wait_for_background(std::time::Duration::from_secs(300)), "{text}: builds still pending");
             if Build::first(true) == Build::Fast {
                 assert!(builds::optimised_swaps() > swaps, "{text}: no optimised build replaced a fast one");
             }
-            let optimised = on_gpu(&op, precision);
+            let optimised = on_gpu(&op, precision, tuning);
             let cpu = run(&op, &inputs, precision, Backend::Cpu, SumScheme::Auto);
             compare(text, &fast, &cpu, precision);
             compare(text, &optimised, &cpu, precision);
@@ -473,7 +478,7 @@ fn a_new_kernel_runs_fast_built_then_optimised() {
     let op = Operator::new("Sum_Reduction(Exp(-SqDist(x,y) * IntCst(11)) * b + (x|y) * b, 0)", &args()).unwrap();
     let options = RunOptions { precision: Precision::F32, backend: Backend::Gpu(0), tuning: tuning.clone(), ..Default::default() };
     let swaps = builds::optimised_swaps();
-    on_gpu(&op, Precision::F32);
+    on_gpu(&op, Precision::F32, &tuning);
     op.run(&big_inputs, &options).unwrap();
     if Build::first(true) == Build::Fast {
         assert!(builds::optimised_swaps() > swaps, "the call of much work did not wait for the optimised build");

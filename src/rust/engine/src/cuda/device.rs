@@ -50,6 +50,9 @@ pub struct Functions {
     pub reduce: CudaFunction,
     pub merge: CudaFunction,
     pub prepare: Option<CudaFunction>,
+    /// Output rows per thread of the reduction as compiled (a fast build's may be 1: see
+    /// `codegen::generate_one_row`); its launches cover `tile * rows` rows a block.
+    pub rows: usize,
     /// Whether these are the fast build's (`builds::Build::Fast`).
     pub fast: bool,
 }
@@ -254,7 +257,9 @@ impl Device {
                 codegen::generate_variant(formula, &KernelOptions { variant: Variant::StreamedDotTiles, ..options });
         }
         let cache = cache_dir.map(DiskCache::open).transpose().map_err(Error::Cache)?;
-        let slot = self.functions(&kernel, cache.as_ref(), fast_first)?;
+        // (a fast build compiles the kernel written for one row per thread, where there is one)
+        let one_row = fast_first.then(|| codegen::generate_one_row(formula, &options)).flatten();
+        let slot = self.functions(&kernel, one_row.as_ref(), cache.as_ref(), fast_first)?;
         let compiled = Arc::new(Compiled { kernel, slot });
         check_resources(self, &compiled.functions().reduce, &compiled.kernel)?;
         if let Ok(mut m) = self.compiled.lock() {
@@ -313,9 +318,16 @@ impl Device {
     }
 
     /// The compiled kernels: from memory, else from the disk cache, else compiled now (the
-    /// reduction's program and the merge's on two threads) in `Build::first(fast_first)`; a fast
-    /// build is replaced in its slot by the optimised one, compiled in the background (`builds`).
-    pub fn functions(&self, kernel: &Kernel, cache: Option<&DiskCache>, fast_first: bool) -> Result<Slot> {
+    /// reduction's program and the merge's on two threads) in `Build::first(fast_first)`, a fast
+    /// build from `one_row`'s program where given (`codegen::generate_one_row`); a fast build is
+    /// replaced in its slot by the optimised one, compiled in the background (`builds`).
+    pub fn functions(
+        &self,
+        kernel: &Kernel,
+        one_row: Option<&Kernel>,
+        cache: Option<&DiskCache>,
+        fast_first: bool,
+    ) -> Result<Slot> {
         let (key, merge_key) = (self.cache_key(&kernel.source), self.cache_key(&kernel.merge_source));
         if let Some(f) = self.functions.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok(f);
@@ -323,14 +335,18 @@ impl Device {
         let cached = cache.and_then(|c| c.load(&key));
         let build = if cached.is_some() { Build::Optimised } else { Build::first(fast_first) };
         let arch = self.arch_name();
+        let built = match (build, one_row) {
+            (Build::Fast, Some(one_row)) => one_row,
+            _ => kernel,
+        };
         let (reduce_cubin, merge_cubin) = std::thread::scope(|s| {
             let merge = s.spawn(|| load_or_compile(&kernel.merge_source, &arch, build, cache, &merge_key));
-            let reduce = cached.map_or_else(|| compile_and_store(&kernel.source, &arch, build, cache, &key), Ok);
+            let reduce = cached.map_or_else(|| compile_and_store(&built.source, &arch, build, cache, &key), Ok);
             let merge =
                 merge.join().unwrap_or_else(|_| Err(Error::Gpu("the merge kernel's compilation failed".into())));
             (reduce, merge)
         });
-        let slot = Arc::new(Mutex::new(self.load(kernel, reduce_cubin?, merge_cubin?, build)?));
+        let slot = Arc::new(Mutex::new(self.load(built, reduce_cubin?, merge_cubin?, build)?));
         if let Ok(mut m) = self.functions.lock() {
             m.insert(key.clone(), slot.clone());
         }
@@ -379,7 +395,7 @@ impl Device {
             let prepare = kernel.prepare.map(|p| find(p.name)).transpose()?;
             let merge =
                 merge_module.load_function(kernel.merge_name).map_err(|e| driver_error("finding the kernel", e))?;
-            Ok(Functions { reduce, merge, prepare, fast: build == Build::Fast })
+            Ok(Functions { reduce, merge, prepare, rows: kernel.rows, fast: build == Build::Fast })
         })
     }
 

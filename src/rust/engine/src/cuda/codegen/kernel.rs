@@ -53,7 +53,29 @@ pub fn generate(formula: &Formula, dtype: Dtype, scheme: SumScheme) -> Kernel {
 /// index `rk_red[2r] .. rk_red[2r + 1]` for `r` in `rk_work[4b + 2] .. rk_work[4b + 3]`, and
 /// finalises them (the 1D scheme).
 pub fn generate_variant(formula: &Formula, options: &KernelOptions) -> Kernel {
-    let layout = Layout::new(formula, options);
+    written(formula, options, Layout::new(formula, options))
+}
+
+/// The dense kernel of `options` written for one output row per thread, where it would take
+/// several (`None` otherwise): the program of a fast build (`cuda::builds`), which compiles in less
+/// than half the time of the several rows' (each row's code is written out once per row) and
+/// computes each row with the same operations in the same order, so the same bits. Its launches
+/// cover `tile` rows a block; everything else (the chunks of the reduced range, the merge) is the
+/// same as for the kernel of several rows.
+pub fn generate_one_row(formula: &Formula, options: &KernelOptions) -> Option<Kernel> {
+    if options.variant != Variant::Dense {
+        return None;
+    }
+    let mut layout = Layout::new(formula, options);
+    if layout.rows == 1 {
+        return None;
+    }
+    layout.rows = 1;
+    Some(written(formula, options, layout))
+}
+
+/// The kernel of `layout`.
+fn written(formula: &Formula, options: &KernelOptions, layout: Layout) -> Kernel {
     let (acc, dots) = (&layout.acc, layout.dots);
     let ranged = matches!(options.variant, Variant::Ranged | Variant::RangedNarrow);
     let constant_nodes = number_nodes(formula, &layout.plan);

@@ -36,6 +36,6 @@ mod variant;
 #[cfg(test)]
 mod tests;
 
-pub use kernel::{generate, generate_variant, Kernel, KERNEL_NAME};
+pub use kernel::{generate, generate_one_row, generate_variant, Kernel, KERNEL_NAME};
 pub use selection::Selection;
 pub use variant::{KernelOptions, Variant};

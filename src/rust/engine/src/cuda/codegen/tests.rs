@@ -290,3 +290,44 @@ fn large_dot_products_go_to_the_tensor_cores() {
         generate_variant(&gauss, &KernelOptions::new(Dtype::F32, SumScheme::Auto, Variant::DotTiles, Selection::Local));
     assert_eq!(kernel.static_shared, (128 + 64) * 4);
 }
+
+/// Fast builds compile the dense kernel written for one row per thread (`generate_one_row`): the
+/// same per-row code as the kernel of several rows, once; none where the kernel already takes one
+/// row (wide rows, tensor-core dots) or for block-sparse kernels, whose blocks of rows are planned.
+#[test]
+fn fast_builds_take_the_kernel_of_one_row_per_thread() {
+    use super::{generate_one_row, generate_variant, KernelOptions, Variant};
+    use crate::cuda::dtype::Dtype;
+    use crate::reduction::SumScheme;
+    let args = |d: usize| [format!("x = Vi({d})"), format!("y = Vj({d})"), "b = Vj(1)".to_string()];
+    let options = |variant, selection| KernelOptions::new(Dtype::F32, SumScheme::Auto, variant, selection);
+    for (text, d, selection) in [
+        ("Sum_Reduction(Exp(-SqDist(x, y)) * b, 0)", 3, Selection::Local),
+        ("LogSumExp_Reduction(b - Norm2(x - y), 1)", 2, Selection::Local),
+        ("SumSoftMaxWeight_Reduction(b - SqDist(x, y), y, 0)", 3, Selection::Local),
+        ("KMin_ArgKMin_Reduction(SqDist(x, y), 10, 0)", 3, Selection::Filtered),
+        ("Max_ArgMax_Reduction((x | y), 1)", 4, Selection::Local),
+    ] {
+        let f = Formula::parse(text, &args(d)).unwrap();
+        let several = generate_variant(&f, &options(Variant::Dense, selection));
+        assert!(several.rows > 1, "{text}: {} rows", several.rows);
+        let one = generate_one_row(&f, &options(Variant::Dense, selection)).unwrap_or_else(|| panic!("{text}"));
+        assert_eq!(one.rows, 1, "{text}");
+        assert!(one.source.contains("#define ROWS 1\n"), "{text}");
+        // (written once: the source of several rows less the other rows' copies)
+        assert!(one.source.len() * 3 < several.source.len() * 2, "{text}: {} vs {}", one.source.len(), several.source.len());
+        // Everything but the rows per block is the same: the launches' chunks, the merge, the numbers.
+        assert_eq!(
+            (one.tile, one.state_len, one.width, &one.merge_source, &one.constants, one.static_shared),
+            (several.tile, several.state_len, several.width, &several.merge_source, &several.constants, several.static_shared),
+            "{text}"
+        );
+        assert!(generate_one_row(&f, &options(Variant::Ranged, selection)).is_none(), "{text}");
+    }
+    // A kernel of one row already, and the tensor cores' (one row per thread), have no other.
+    let f = Formula::parse("Sum_Reduction(Exp(-SqDist(x, y)) * b, 0)", &args(64)).unwrap();
+    for variant in [Variant::Dense, Variant::DotTiles] {
+        assert_eq!(generate_variant(&f, &options(variant, Selection::Local)).rows, 1);
+        assert!(generate_one_row(&f, &options(variant, Selection::Local)).is_none());
+    }
+}

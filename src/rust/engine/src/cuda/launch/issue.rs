@@ -125,7 +125,8 @@ impl Issue<'_> {
                 pointers.extend([self.at(regions.work), self.at(regions.red)]);
                 ranged.blocks()
             }
-            None => rows_out.div_ceil(kernel.tile * kernel.rows),
+            // (the build launched may cover fewer rows a block than the chunks were planned for)
+            None => rows_out.div_ceil(kernel.tile * functions.rows),
         };
         if let (Some(prepare), Some(function)) = (kernel.prepare, &functions.prepare) {
             // Two ints, the two inputs as the reduction reads them, and the regions sized for
