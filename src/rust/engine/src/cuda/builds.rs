@@ -1,7 +1,8 @@
 //! Kernel binaries from NVRTC. With `Tuning::fast_compile` (on by default), a kernel new to the
 //! process (not in memory, not in the disk cache) whose first call has little work is built first
-//! with NVRTC's fast-compile level (`-Ofc=max`, CUDA 12.8+: the 60 probe formulas' first calls
-//! 0.043 s median against 0.49 s, H200, 2026-11-30, bench/RESULTS.md) and launched at once, while
+//! with NVRTC's fast-compile level (`-Ofc=max`, CUDA 12.8+), from its source written for one row
+//! per thread where it has one (`codegen::generate_one_row`: the 60 probe formulas' first calls
+//! 0.036 s median against 0.49 s, H200, 2026-11-30, bench/RESULTS.md) and launched at once, while
 //! its optimised build compiles on a background thread and replaces it when ready; only optimised
 //! builds go to the disk cache. Every build is compiled without contraction (`BASE_OPTIONS`), so
 //! that both compute the same bits. The background thread takes one kernel at a time, in order,
