@@ -80,7 +80,7 @@ ITER_BUDGET ?= $(if $(filter command line,$(origin BUDGET)),$(BUDGET),60)
 ITER_REPS ?= $(if $(filter command line,$(origin REPS)),$(REPS),3)
 
 .PHONY: bench-kmeans-seeding bench-gmm-start bench-old-new bench-compile bench-soak bench-fast-builds
-.PHONY: all deps install vignettes demo test fuzz check doc site site-check clean distclean bench-cpu bench-iterative bench-program bench-program-r-side bench-fusion bench-algorithms bench-ranges bench-solve bench-batch bench-future bench-gpus bench-tensor vendor
+.PHONY: all deps install vignettes demo test fuzz check doc site site-check clean distclean bench-cpu bench-iterative bench-program bench-program-r-side bench-fusion bench-algorithms bench-ranges bench-solve bench-batch bench-future bench-kmeans-future bench-gpus bench-tensor vendor
 
 all: install
 
@@ -240,6 +240,11 @@ LOOP_BUDGET ?=
 bench-batch: install
 	BACKEND='$(BACKEND)' SIZES='$(SIZES)' B='$(B)' REPS=$(ITER_REPS) LOOP_BUDGET='$(LOOP_BUDGET)' \
 		BENCH_OUT='$(BENCH_OUT)' R_LIBS=$(LIB_DIR) Rscript bench/batch.R
+
+# make bench-kmeans-future: keops_kmeans() with its points kept on plan(multisession) workers
+# against one process with as many threads (bench/kmeans_future.R; KM_N=4e6, KM_D=2, KM_K=50).
+bench-kmeans-future: install
+	WORKERS=$(WORKERS) R_LIBS=$(LIB_DIR) Rscript bench/kmeans_future.R
 
 # make bench-future: the future path (bench/future.R).
 FUTURE_N ?= 1e5

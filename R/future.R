@@ -48,8 +48,10 @@
 #' batches. A gradient of [keops_grad()] that needs forward passes (of
 #' `LogSumExp`, `Min`, ..., or a gradient in a parameter) runs each of its
 #' reductions this way in turn, the intermediate results coming back here
-#' in between. [keops_iterate()] runs in this process (its loop keeps its
-#' states in the engine), and so do inputs kept on a GPU of this process
+#' in between. [keops_kmeans()] keeps its points on the workers for all its
+#' passes (each shard of rows sent once; see its help). [keops_iterate()] and
+#' the other programs run in this process (their loops keep their states in
+#' the engine), and so do inputs kept on a GPU of this process
 #' ([keops_device()]), which are an error here.
 #'
 #' **Options on the workers.** Each block runs with this process's options
@@ -265,10 +267,22 @@ future_block_fun <- function(shared, progress) {
 # Operators rebuilt from their formula by the workers, by formula, declarations and sum scheme.
 .future_ops <- new.env(parent = emptyenv())
 
-# Runs one block on the worker (or in this process under plan(sequential)): with the caller's
-# options, the worker's threads, and the future path off, so that the block is computed here
-# whatever the state of the package in this process.
+# Runs one block on the worker (or in this process under plan(sequential)), as the caller would.
 future_block_run <- function(task, shared) {
+  future_as_caller(shared, function() {
+    op <- memoised(.future_ops, c(shared$formula, shared$args, shared$sum_scheme),
+                   function() make_kernel(shared$formula, shared$args, shared$sum_scheme))
+    value <- op(task$inputs, ranges = task$ranges)
+    ncore <- .rkeops_env$options$ncore
+    list(value = value, backend = .rkeops_env$last_run$backend, timings = .rkeops_env$last_run$timings,
+         process = Sys.getpid(), ncore = if (is.null(ncore)) NA_integer_ else ncore)
+  })
+}
+
+# `f()` with the caller's options of `shared` (its `options`, and on another process its `ncore`
+# or the worker's cores) and the future path off, so that a block or a shard is computed here
+# whatever the state of the package in this process; the state restored after.
+future_as_caller <- function(shared, f) {
   saved <- list(options = .rkeops_env$options, future = .rkeops_env$future)
   on.exit({
     .rkeops_env$options <- saved$options
@@ -280,11 +294,7 @@ future_block_run <- function(task, shared) {
   }
   .rkeops_env$options <- opts
   .rkeops_env$future <- NULL
-  op <- memoised(.future_ops, c(shared$formula, shared$args, shared$sum_scheme),
-                 function() make_kernel(shared$formula, shared$args, shared$sum_scheme))
-  value <- op(task$inputs, ranges = task$ranges)
-  list(value = value, backend = .rkeops_env$last_run$backend, timings = .rkeops_env$last_run$timings,
-       process = Sys.getpid(), ncore = if (is.null(opts$ncore)) NA_integer_ else opts$ncore)
+  f()
 }
 
 # This process, on this machine: a block evaluated where it was made (plan(sequential)) keeps the

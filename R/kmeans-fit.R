@@ -33,6 +33,77 @@ kmeans_lloyd <- function(x, start, iter.max) {
        ifault = if (!converged) 2L)
 }
 
+# Lloyd's iterations from each of `starts` with the points `x` kept on the workers of the future
+# plan (`settings` of rkeops_use_future(); `future-shards.R`): its rows cut into one shard per
+# worker (or `settings$blocks`), each sent once for all the starts; a pass sends the centres and gets back each shard's
+# sums and counts by cluster and its labels changed, added here in the shards' order (the same
+# centres as in one process up to the order of the sums).
+kmeans_on_workers <- function(x, starts, iter.max, settings) {
+  future_packages_check()
+  shards <- shards_open(list(x = x), settings)
+  fits <- lapply(seq_along(starts), function(s) {
+    kmeans_lloyd_shards(shards, starts[[s]], iter.max, drop = s == length(starts))
+  })
+  # (for tests and benchmarks: how many shards were sent, in how many steps)
+  .rkeops_env$last_shards <- list(shards = shards_count(shards), sent = shards$sent, steps = shards$steps)
+  fits
+}
+
+# Lloyd's iterations on the shards of `shards` from the centres `start`: what kmeans_lloyd()
+# returns. The passes go one at a time; the loop stops after a pass that changed no label (as in one
+# process), a pass whose shard went to a worker that had not labelled it counting as a change.
+# `drop`: the last start, whose last step drops the shards from the workers.
+kmeans_lloyd_shards <- function(shards, start, iter.max, drop) {
+  d <- ncol(start)
+  ops <- kmeans_operators(d)
+  j <- as.double(seq_len(nrow(start)))
+  centres <- start
+  converged <- FALSE
+  progress <- if (requireNamespace("progressr", quietly = TRUE)) progressr::progressor(steps = iter.max)
+  for (pass in seq_len(iter.max)) {
+    previous <- centres
+    steps <- shards_map(shards, "kmeans_shard_pass", list(centres = centres, j = j, pass = pass))
+    sc <- Reduce(`+`, lapply(steps, `[[`, "sc"))
+    changed <- sum(vapply(steps, `[[`, 0, "changed"))
+    centres <- ops$c(list(sc, centres))
+    if (!is.null(progress)) progress()
+    if (!is.na(changed) && changed < 0.5) {
+      converged <- TRUE
+      break
+    }
+  }
+  ends <- shards_map(shards, "kmeans_shard_end",
+                     list(centres = centres, previous = previous, j = j, pass = pass, converged = converged,
+                          drop = drop))
+  list(cluster = unlist(lapply(ends, `[[`, "labels")), centers = centres,
+       withinss = Reduce(`+`, lapply(ends, `[[`, "withinss")), size = as.integer(round(sc[, d + 1L])),
+       iter = if (converged) pass else pass + 1L, ifault = if (!converged) 2L)
+}
+
+# On a worker, a pass of Lloyd's iterations over its shard: the labels against `args$centres`
+# (kept for the next pass), how many changed since the pass before (NA when this worker did not
+# make them) and the clusters' sums and counts.
+kmeans_shard_pass <- function(shard, args) {
+  x <- shard$rows$x
+  ops <- kmeans_operators(ncol(x))
+  labels <- ops$labels(list(x, args$centres))
+  changed <- if (identical(shard$pass, args$pass - 1L)) as.double(sum(labels != shard$labels)) else NA_real_
+  shard$labels <- labels
+  shard$pass <- args$pass
+  list(sc = ops$sc(list(labels, x, args$j)), changed = changed)
+}
+
+# On a worker, the end of the iterations over its shard: its labels of the last pass (made again
+# from the centres of that pass if this worker did not keep them) and the clusters' sums of squares
+# around the last centres.
+kmeans_shard_end <- function(shard, args) {
+  x <- shard$rows$x
+  labels <- if (identical(shard$pass, args$pass)) shard$labels else kmeans_operators(ncol(x))$labels(list(x, args$previous))
+  shard$pass <- NULL
+  if (args$drop) shard_drop(shard)
+  list(labels = as.integer(labels), withinss = kmeans_withinss(x, labels, args$centres, args$converged))
+}
+
 # The clusters' sums of squares of the points `x` labelled `labels` around the centres `centers`.
 # Once converged, each point's label is its nearest centre: its squared distance is the nearest
 # one's (the engine's nearest-centre path, O(N K) at a few instructions per pair), added by cluster

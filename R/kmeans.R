@@ -19,6 +19,16 @@
 #' equally near centres (in float32, distances that differ by less than its precision may break a tie
 #' differently; `rkeops_use_float64()` to match exactly).
 #'
+#' **On the workers of a `future` plan.** After [rkeops_use_future()], the points are cut into one
+#' shard of rows per worker of the plan (or `blocks`), each sent once to a worker, which keeps it
+#' (and its labels) for all the passes and all the starts of the call: a pass sends the K centres
+#' and gets back each shard's sums and counts by cluster, which this process adds up; the labels
+#' come back once, at the end. The seeding runs in this process. The clusters, sizes and iterations
+#' are those of one process; the centres too, up to the order of the float sums. Any plan works
+#' (`multisession`, `cluster`, ...); a worker that lost its shard is sent it again (with `multicore`,
+#' whose workers are new forks each time, every pass sends the points). With `progressr`, each pass
+#' is a step of a progress bar.
+#'
 #' @param x A numeric matrix or data frame of N points, one per row, or a numeric vector (one
 #'   column), as for [stats::kmeans()].
 #' @param centers A K x D matrix (or data frame; a vector when D = 1) of starting centres, or a
@@ -45,6 +55,11 @@
 #' predict(fit, rbind(c(0, 0), c(4, 4)))
 keops_kmeans <- function(x, centers, iter.max = 10, nstart = 1, algorithm = "Lloyd") {
   fun <- "keops_kmeans"
+  # (under rkeops_use_future(), only Lloyd's passes go to the workers, where the points stay: the
+  # seeding's and the sums of squares' reductions run here, not as futures sending the points)
+  on_workers <- .rkeops_env$future
+  .rkeops_env$future <- NULL
+  on.exit(.rkeops_env$future <- on_workers)
   vector_names <- if (is.null(dim(x))) names(x)
   x <- check_points(x, "x", fun)
   if (!is.null(vector_names)) rownames(x) <- vector_names  # as as.matrix() does in stats::kmeans()
@@ -76,7 +91,11 @@ keops_kmeans <- function(x, centers, iter.max = 10, nstart = 1, algorithm = "Llo
     }
     starts <- list(centers - rep(means, each = nrow(centers)))
   }
-  fits <- lapply(starts, function(start) kmeans_lloyd(xc, start, iter.max))
+  fits <- if (is.null(on_workers)) {
+    lapply(starts, function(start) kmeans_lloyd(xc, start, iter.max))
+  } else {
+    kmeans_on_workers(xc, starts, iter.max, on_workers)
+  }
   best <- fits[[which.min(vapply(fits, function(f) sum(f$withinss), 0))]]
   if (any(best$size == 0L)) rkeops_warn("empty cluster: try a better set of initial centers", kind = "empty_cluster")
   if (!is.null(best$ifault)) {

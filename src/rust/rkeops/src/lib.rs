@@ -13,6 +13,7 @@ mod program;
 mod progress;
 mod results;
 mod seeding;
+mod shards;
 mod sitrep;
 
 use std::collections::HashMap;
@@ -462,6 +463,7 @@ extendr_module! {
     use plan;
     use program;
     use seeding;
+    use shards;
     fn keops_parse;
     fn keops_run;
     fn gpu_status;

@@ -26,6 +26,15 @@ impl RElement for f64 {
     }
 }
 
+impl RElement for u8 {
+    fn r_vector(len: usize) -> Robj {
+        Robj::alloc_vector(SEXPTYPE::RAWSXP, len)
+    }
+    fn elements(x: &mut Robj) -> Option<&mut [u8]> {
+        x.as_raw_slice_mut()
+    }
+}
+
 impl RElement for i32 {
     fn r_vector(len: usize) -> Robj {
         Robj::alloc_vector(SEXPTYPE::INTSXP, len)
