@@ -40,6 +40,14 @@
 #' each value and the one of largest BIC (mclust's sign) is returned, the BIC of each in `BIC`; fits
 #' at the variance floor have `NA` there (as mclust's) and are kept only when all are.
 #'
+#' **On the workers of a `future` plan.** After [rkeops_use_future()], the standardised points are
+#' cut into one shard of rows per worker of the plan (or `blocks`), sent once to the workers, which
+#' keep them for all the EM iterations of a value of `G` (and once more for its K-means start, which
+#' runs there too): an iteration sends the G components' parameters and gets back each shard's
+#' log-likelihood and M-step sums, added up here; the classification comes back once, at the end.
+#' The iterations, classification and parameters are those of one process, up to the order of the
+#' float sums (see [keops_kmeans()] for the plans and the cost).
+#'
 #' Costs: two reductions over N x G pairs of dimension D per iteration (for `"VVV"`, formulas of D^2
 #' terms), two more for the returned log-likelihood and classification, and `nstart` K-means fits
 #' (of at most 10 iterations); memory O(N + G D^2) beyond `x` (the N x G responsibilities are never
@@ -96,12 +104,28 @@ keops_gmm <- function(x, G, model = "VVI", iter.max = 100, tol = 1e-6, init = NU
   if (!is.null(init) && length(G) > 1L) {
     rkeops_abort(arg_label("init", fun), " must be NULL when 'G' has several values", kind = "input", arg = "init")
   }
+  # (under rkeops_use_future(), the K-means start and the EM iterations keep the points on the
+  # workers, each sending them once; the other reductions run here, not as futures sending them)
+  on_workers <- .rkeops_env$future
+  .rkeops_env$future <- NULL
+  on.exit(.rkeops_env$future <- on_workers)
   scaling <- gmm_scaling(x)
   z <- gmm_standardise(x, scaling)
   fits <- lapply(G, function(g) {
-    start <- if (is.null(init)) gmm_from_kmeans(z, g, model == "VVV", nstart) else
+    start <- if (is.null(init)) gmm_from_kmeans(z, g, model == "VVV", nstart, on_workers) else
       gmm_standardise_parameters(gmm_init(init, ncol(x), g, model == "VVV"), scaling)
-    fit <- if (model == "VVV") gmm_vvv(z, start, iter.max, tol, scaling) else gmm_vvi(z, start, iter.max, tol, scaling)
+    shards <- if (!is.null(on_workers)) shards_open(list(x = z), on_workers)
+    fit <- if (model == "VVV") {
+      gmm_vvv(z, start, iter.max, tol, scaling, shards)
+    } else if (is.null(shards)) {
+      gmm_vvi(z, start, iter.max, tol, scaling)
+    } else {
+      gmm_vvi_shards(shards, nrow(z), start, iter.max, tol, scaling)
+    }
+    if (!is.null(shards)) {
+      # (for tests and benchmarks: how many shards were sent, in how many steps)
+      .rkeops_env$last_shards <- list(shards = shards_count(shards), sent = shards$sent, steps = shards$steps)
+    }
     new_keops_gmm(fit, scaling, model)
   })
   bic <- vapply(fits, function(f) if (f$degenerate) NA_real_ else f$bic, 0)
@@ -160,6 +184,76 @@ gmm_vvi <- function(z, start, iter.max, tol, scaling) {
        classification = final$classification, iterations = attr(res, "iterations"), n = nrow(z))
 }
 
+# EM with diagonal covariances (model VVI) with the standardised points (`n` of them) kept on the
+# workers of the future plan in `shards` (`future-shards.R`): the steps of gmm_program() in R, each
+# iteration's E-step and M-step sums on the shards (one step each, added here in the shards' order),
+# the parameters' updates by the program's own maps. The same iterations as the program up to the
+# order of the float sums of the log-likelihood (its relative change is the stopping rule).
+gmm_vvi_shards <- function(shards, n, start, iter.max, tol, scaling) {
+  d <- ncol(start$mu)
+  ops <- gmm_operators(d)
+  shift <- sum(log(scaling$scale))
+  c0 <- d / 2 * log(2 * pi) + shift
+  mu <- start$mu
+  is2 <- 1 / start$var
+  cst <- matrix(gmm_vvi_constant(start$pro, start$var, shift))
+  trace <- numeric(0)
+  llold <- 0
+  for (t in seq_len(iter.max)) {
+    m <- gmm_moments(list(cst, is2, NULL, mu), "VVI", shards)
+    trace[t] <- m$ll
+    delta <- abs(m$ll - llold) / (1 + abs(m$ll))
+    mu <- ops$mu(list(m$stats, mu))
+    is2 <- ops$is2(list(m$stats))
+    cst <- ops$cst(list(m$stats, is2, n, c0))
+    if (delta < tol) break
+    llold <- m$ll
+  }
+  final <- gmm_final(list(cst, is2, NULL, mu), "VVI", shards)
+  var <- 1 / is2
+  list(pro = exp(as.vector(cst) + 0.5 * rowSums(log(var)) + c0), mu = mu, var = var,
+       loglik = final$loglik, loglik_trace = c(trace, final$loglik),
+       classification = final$classification, iterations = length(trace), n = n)
+}
+
+# An EM iteration's sums for the operators' `inputs` of `model` (the points third): the
+# log-likelihood `ll` and the M-step's sums by component `stats`, here, or on the `shards` (the
+# points left out of what is sent: each worker has its own).
+gmm_moments <- function(inputs, model, shards = NULL) {
+  if (is.null(shards)) return(gmm_shard_moments(inputs, model))
+  inputs[3L] <- list(NULL)
+  parts <- shards_map(shards, "gmm_shard_step", list(inputs = inputs, model = model, last = FALSE))
+  list(ll = sum(vapply(parts, `[[`, 0, "ll")), stats = Reduce(`+`, lapply(parts, `[[`, "stats")))
+}
+
+# The final E-step for the operators' `inputs` of `model`: the log-likelihood and each point's
+# most likely component, here or on the `shards` (whose last step it is: it drops them).
+gmm_final <- function(inputs, model, shards = NULL) {
+  ops <- if (model == "VVV") gmm_vvv_operators(ncol(inputs[[4L]])) else gmm_operators(ncol(inputs[[4L]]))
+  if (is.null(shards)) return(list(loglik = sum(ops$lse(inputs)), classification = as.integer(ops$best(inputs))))
+  inputs[3L] <- list(NULL)
+  parts <- shards_map(shards, "gmm_shard_step", list(inputs = inputs, model = model, last = TRUE))
+  list(loglik = sum(vapply(parts, `[[`, 0, "ll")), classification = unlist(lapply(parts, `[[`, "classification")))
+}
+
+# The log-likelihood and the M-step's sums of the points of `inputs` (third).
+gmm_shard_moments <- function(inputs, model) {
+  ops <- if (model == "VVV") gmm_vvv_operators(ncol(inputs[[4L]])) else gmm_operators(ncol(inputs[[4L]]))
+  lse <- ops$lse(inputs)
+  list(ll = sum(lse), stats = ops$stats(c(inputs, list(lse))))
+}
+
+# On a worker, an EM step over its shard: the sums of gmm_shard_moments(), or with `args$last` the
+# final E-step (the shard then dropped).
+gmm_shard_step <- function(shard, args) {
+  inputs <- args$inputs
+  inputs[[3L]] <- shard$rows$x
+  if (!args$last) return(gmm_shard_moments(inputs, args$model))
+  shard_drop(shard)
+  ops <- if (args$model == "VVV") gmm_vvv_operators(ncol(inputs[[3L]])) else gmm_operators(ncol(inputs[[3L]]))
+  list(ll = sum(ops$lse(inputs)), classification = as.integer(ops$best(inputs)))
+}
+
 # Each component's log-density constant for weights `pro` and standardised variances `var` (G x D):
 # log(pro) - log(det(2 pi diag(var))) / 2 - `shift` (the log-Jacobian of the standardisation; the
 # program's `cst` map computes the same in the engine).
@@ -214,7 +308,10 @@ gmm_init <- function(init, d, G, full = FALSE) {
 # `nstart` seedings): each component a cluster's share, mean and (co)variances, these from the
 # deviations to its mean and at least a thousandth of the column's variance (1), so that a
 # cluster of one point has a density.
-gmm_from_kmeans <- function(z, G, full = FALSE, nstart = 1L) {
+gmm_from_kmeans <- function(z, G, full = FALSE, nstart = 1L, on_workers = NULL) {
+  # (on the future workers too, if `on_workers` holds the settings of rkeops_use_future())
+  .rkeops_env$future <- on_workers
+  on.exit(.rkeops_env$future <- NULL)
   km <- tryCatch(suppressWarnings(keops_kmeans(z, G, nstart = nstart)), rkeops_error_input = function(e) {
     rkeops_abort("keops_gmm(): 'G' (", G, ") must be at most the number of distinct points of 'x'",
                  kind = "input", arg = "G")
@@ -291,19 +388,18 @@ gmm_cache <- new.env(parent = emptyenv())
 # sigma D x D x G): per iteration, the E-step's log-sum-exp and the M-step's sums (weights, sums of
 # the deviations x - mu to the current means and of their outer products) as two reductions, the
 # covariances (eigenvalues floored) inverted in R. The same counts and stopping rule as the VVI
-# program.
-gmm_vvv <- function(z, start, iter.max, tol, scaling) {
+# program. With `shards`, the two reductions run on the workers that keep the points
+# (gmm_moments()).
+gmm_vvv <- function(z, start, iter.max, tol, scaling, shards = NULL) {
   d <- ncol(z)
   G <- length(start$pro)
   shift <- sum(log(scaling$scale))
-  ops <- gmm_vvv_operators(d)
   theta <- list(pro = start$pro, mu = start$mu, sigma = start$sigma)
   trace <- numeric(0)
   for (t in seq_len(iter.max)) {
-    inputs <- gmm_vvv_inputs(z, theta, shift)
-    lse <- ops$lse(inputs)
-    trace[t] <- sum(lse)
-    stats <- ops$stats(c(inputs, list(lse)))
+    moments <- gmm_moments(gmm_vvv_inputs(z, theta, shift), "VVV", shards)
+    trace[t] <- moments$ll
+    stats <- moments$stats
     size <- stats[, 1L]
     m <- stats[, 1L + seq_len(d), drop = FALSE] / pmax(size, 1e-30)      # mean deviation (0 for no points)
     sigma <- array(0, c(d, d, G))
@@ -314,10 +410,10 @@ gmm_vvv <- function(z, start, iter.max, tol, scaling) {
     theta <- list(pro = size / nrow(z), mu = theta$mu + m, sigma = sigma)
     if (t > 1L && abs(trace[t] - trace[t - 1L]) / (1 + abs(trace[t])) < tol) break
   }
-  inputs <- gmm_vvv_inputs(z, theta, shift)
-  loglik <- sum(ops$lse(inputs))
-  list(pro = theta$pro, mu = theta$mu, sigma = theta$sigma, loglik = loglik, loglik_trace = c(trace, loglik),
-       classification = as.integer(ops$best(inputs)), iterations = length(trace), n = nrow(z))
+  final <- gmm_final(gmm_vvv_inputs(z, theta, shift), "VVV", shards)
+  list(pro = theta$pro, mu = theta$mu, sigma = theta$sigma, loglik = final$loglik,
+       loglik_trace = c(trace, final$loglik), classification = final$classification, iterations = length(trace),
+       n = nrow(z))
 }
 
 # A covariance matrix whose eigenvalues below the floor are raised to it (unchanged otherwise).

@@ -1,8 +1,9 @@
-# keops_kmeans() under rkeops_use_future(): the points cut into shards kept on the workers across the
-# passes (each sent once), the passes' sums added in this process. Its results are those of one
-# process (labels, sizes and iterations identical, centres and sums of squares up to the order of
-# the float sums) and of stats::kmeans() from the same start; on two multisession workers (what CI
-# runs), on plan(sequential) with unequal shards, and with a worker that lost its shard.
+# keops_kmeans() and keops_gmm() under rkeops_use_future(): the points cut into shards kept on the
+# workers across the iterations (each sent once), the iterations' sums added in this process. Their
+# results are those of one process (labels, sizes, classifications and iterations identical,
+# centres, parameters and log-likelihoods up to the order of the float sums), and K-means' those of
+# stats::kmeans() from the same start; on two multisession workers (what CI runs), on
+# plan(sequential) with unequal shards, and with a worker that lost its shard.
 
 skip_without_future <- function() {
   skip_if_not_installed("future")
@@ -18,11 +19,11 @@ kmf_truth <- sample(5, 3001, replace = TRUE)
 kmf_x <- kmf_blobs[kmf_truth, ] + matrix(rnorm(2 * 3001), ncol = 2)
 kmf_start <- kmf_x[match(1:5, kmf_truth), ]
 
-# keops_kmeans(...) with the future path on (`blocks` shards; NULL: one per worker), the path then off.
-kmeans_split <- function(..., blocks = NULL) {
+# fit(...) with the future path on (`blocks` shards; NULL: one per worker), the path then off.
+on_workers <- function(fit, ..., blocks = NULL) {
   old <- rkeops_use_future(blocks = blocks)
   on.exit(do.call(rkeops_use_future, old))
-  keops_kmeans(...)
+  fit(...)
 }
 
 expect_same_fit <- function(split, one, tolerance) {
@@ -43,7 +44,7 @@ test_that("keops_kmeans() on two multisession workers sends each shard once and 
   options(old_opt)
   on.exit(future::plan(future::sequential), add = TRUE)
   one <- keops_kmeans(kmf_x, kmf_start, iter.max = 20)
-  split <- kmeans_split(kmf_x, kmf_start, iter.max = 20)
+  split <- on_workers(keops_kmeans, kmf_x, kmf_start, iter.max = 20)
   expect_same_fit(split, one, 1e-12)
   # one shard per worker, sent with the first pass only, then kept (the passes, and the end)
   shards <- rkeops:::.rkeops_env$last_shards
@@ -60,10 +61,10 @@ test_that("keops_kmeans() on two multisession workers sends each shard once and 
   set.seed(3)
   one <- keops_kmeans(kmf_x, 5, iter.max = 20, nstart = 3)
   set.seed(3)
-  split <- kmeans_split(kmf_x, 5, iter.max = 20, nstart = 3)
+  split <- on_workers(keops_kmeans, kmf_x, 5, iter.max = 20, nstart = 3)
   expect_same_fit(split, one, 1e-12)
   expect_identical(rkeops:::.rkeops_env$last_shards$sent, 2L)
-  # the future path on again after the call, off after kmeans_split()
+  # the future path on again after the call, off after on_workers(keops_kmeans, )
   expect_null(rkeops:::.rkeops_env$future)
   old <- rkeops_use_future(blocks = 2)
   expect_error(keops_kmeans(kmf_x, "a"), class = "rkeops_error_input")
@@ -75,13 +76,13 @@ test_that("keops_kmeans() on plan(sequential) with unequal shards, float32 and u
   future::plan(future::sequential)
   on.exit(future::plan(future::sequential), add = TRUE)
   one <- keops_kmeans(kmf_x, kmf_start, iter.max = 20)
-  split <- kmeans_split(kmf_x, kmf_start, iter.max = 20, blocks = 3)
+  split <- on_workers(keops_kmeans, kmf_x, kmf_start, iter.max = 20, blocks = 3)
   expect_same_fit(split, one, 1e-5)
   expect_identical(rkeops:::.rkeops_env$last_shards[c("shards", "sent")], list(shards = 3L, sent = 3L))
   # stopped before convergence: the same warning, iterations and labels of the last pass
   far <- kmf_start + 1.5
   expect_warning(one <- keops_kmeans(kmf_x, far, iter.max = 1), class = "rkeops_warning_convergence")
-  expect_warning(split <- kmeans_split(kmf_x, far, iter.max = 1, blocks = 3), class = "rkeops_warning_convergence")
+  expect_warning(split <- on_workers(keops_kmeans, kmf_x, far, iter.max = 1, blocks = 3), class = "rkeops_warning_convergence")
   expect_identical(split$ifault, 2L)
   expect_same_fit(split, one, 1e-5)
   # the shards dropped from this process (the "worker" here) after the loop
@@ -148,4 +149,53 @@ test_that("a shard's rows travel as the bytes of their doubles, or of their floa
   expect_error(rkeops:::rust_result(pack("a", 0L, 1L, 8L)), "'x' must be a double matrix")
   expect_error(rkeops:::rust_result(unpack(1:3, 1L, 1L, 8L)), "'bytes' must be a raw vector")
   expect_error(rkeops:::rust_result(unpack(raw(7), 1L, 1L, 8L)), "7 bytes are not 1 x 1 numbers of 8 bytes")
+})
+
+# Four correlated blobs of 5003 points in D = 2 for keops_gmm().
+set.seed(57)
+gmf_x <- matrix(c(0, 0, 6, 0, 0, 6, 6, 6), 4, 2, byrow = TRUE)[sample(4, 5003, TRUE), ] +
+  matrix(rnorm(10006), ncol = 2) %*% matrix(c(1, 0.3, 0, 0.8), 2)
+
+expect_same_gmm <- function(split, one, tolerance) {
+  expect_identical(split$classification, one$classification)
+  expect_identical(split$iterations, one$iterations)
+  expect_equal(split$loglik, one$loglik, tolerance = tolerance)
+  expect_equal(split$loglik_trace, one$loglik_trace, tolerance = tolerance)
+  expect_equal(split$parameters, one$parameters, tolerance = tolerance)
+  expect_equal(split$BIC, one$BIC, tolerance = tolerance)
+}
+
+test_that("keops_gmm() on two multisession workers (its K-means start too) fits as one process", {
+  skip_without_future()
+  local_precision("float64")
+  old_opt <- options(socketOptions = "no-delay")
+  future::plan(future::multisession, workers = 2)
+  options(old_opt)
+  on.exit(future::plan(future::sequential), add = TRUE)
+  for (model in c("VVI", "VVV")) {
+    set.seed(4)
+    one <- keops_gmm(gmf_x, 4, model = model, tol = 1e-10, iter.max = 30)
+    set.seed(4)
+    split <- on_workers(keops_gmm, gmf_x, 4, model = model, tol = 1e-10, iter.max = 30)
+    expect_same_gmm(split, one, 1e-10)
+    expect_gt(split$iterations, 3L)
+    # the EM's shards sent once (after the K-means start's own), one step per iteration and the end
+    expect_identical(rkeops:::.rkeops_env$last_shards,
+                     list(shards = 2L, sent = 2L, steps = split$iterations + 1L))
+  }
+})
+
+test_that("keops_gmm() on plan(sequential) with unequal shards, float32, fits as one process", {
+  skip_without_future()
+  future::plan(future::sequential)
+  on.exit(future::plan(future::sequential), add = TRUE)
+  for (model in c("VVI", "VVV")) {
+    set.seed(5)
+    one <- keops_gmm(gmf_x, 3:4, model = model)
+    set.seed(5)
+    split <- on_workers(keops_gmm, gmf_x, 3:4, model = model, blocks = 3)
+    expect_same_gmm(split, one, 1e-5)
+    expect_identical(rkeops:::.rkeops_env$last_shards$sent, 3L)
+  }
+  expect_length(ls(rkeops:::.rkeops_shards), 0L)
 })
