@@ -1,8 +1,9 @@
-# Rows kept on the workers of a `future` plan across the iterations of a loop (keops_kmeans() under
-# rkeops_use_future()). The points are cut into shards of rows; each shard is sent once, with the
-# first step of the loop, to the worker that computes it, and kept there (in the worker's rkeops
-# namespace, under the loop's token), so that each later step sends only the loop's small state
-# (the centres) and gets back small sums, which this process adds up in the shards' order.
+# Rows kept on the workers of a `future` plan across the iterations of a loop (keops_kmeans() and
+# keops_gmm() under rkeops_use_future()). The points are cut into shards of rows; each shard is sent
+# once, with the first step of the loop, to the worker that computes it, and kept there (in the
+# worker's rkeops namespace, under the loop's token), so that each later step sends only the loop's
+# small state (centres, a mixture's parameters) and gets back small sums, which this process adds up
+# in the shards' order.
 #
 # `future` does not say which worker evaluates a future. With the shards' futures made in the same
 # order at each step, the workers of a multisession or cluster plan take the same shards each time

@@ -35,9 +35,9 @@ kmeans_lloyd <- function(x, start, iter.max) {
 
 # Lloyd's iterations from each of `starts` with the points `x` kept on the workers of the future
 # plan (`settings` of rkeops_use_future(); `future-shards.R`): its rows cut into one shard per
-# worker (or `settings$blocks`), each sent once for all the starts; a pass sends the centres and gets back each shard's
-# sums and counts by cluster and its labels changed, added here in the shards' order (the same
-# centres as in one process up to the order of the sums).
+# worker (or `settings$blocks`), each sent once for all the starts; a pass sends the centres and
+# gets back each shard's sums and counts by cluster and its labels changed, added here in the
+# shards' order (the same centres as in one process up to the order of the sums).
 kmeans_on_workers <- function(x, starts, iter.max, settings) {
   future_packages_check()
   shards <- shards_open(list(x = x), settings)
@@ -98,7 +98,8 @@ kmeans_shard_pass <- function(shard, args) {
 # around the last centres.
 kmeans_shard_end <- function(shard, args) {
   x <- shard$rows$x
-  labels <- if (identical(shard$pass, args$pass)) shard$labels else kmeans_operators(ncol(x))$labels(list(x, args$previous))
+  labels <- shard$labels
+  if (!identical(shard$pass, args$pass)) labels <- kmeans_operators(ncol(x))$labels(list(x, args$previous))
   shard$pass <- NULL
   if (args$drop) shard_drop(shard)
   list(labels = as.integer(labels), withinss = kmeans_withinss(x, labels, args$centres, args$converged))

@@ -82,7 +82,8 @@ test_that("keops_kmeans() on plan(sequential) with unequal shards, float32 and u
   # stopped before convergence: the same warning, iterations and labels of the last pass
   far <- kmf_start + 1.5
   expect_warning(one <- keops_kmeans(kmf_x, far, iter.max = 1), class = "rkeops_warning_convergence")
-  expect_warning(split <- on_workers(keops_kmeans, kmf_x, far, iter.max = 1, blocks = 3), class = "rkeops_warning_convergence")
+  expect_warning(split <- on_workers(keops_kmeans, kmf_x, far, iter.max = 1, blocks = 3),
+                 class = "rkeops_warning_convergence")
   expect_identical(split$ifault, 2L)
   expect_same_fit(split, one, 1e-5)
   # the shards dropped from this process (the "worker" here) after the loop
@@ -98,7 +99,9 @@ test_that("a worker that does not hold its shard gets its rows again, and the pa
   on.exit(do.call(rkeops_use_future, old), add = TRUE)
   shards <- rkeops:::shards_open(list(x = kmf_x), list(blocks = 2L))
   j <- as.double(1:5)
-  pass <- function(p, centres) rkeops:::shards_map(shards, "kmeans_shard_pass", list(centres = centres, j = j, pass = p))
+  pass <- function(p, centres) {
+    rkeops:::shards_map(shards, "kmeans_shard_pass", list(centres = centres, j = j, pass = p))
+  }
   first <- pass(1L, kmf_start)
   expect_identical(shards$sent, 2L)
   expect_true(all(is.na(vapply(first, `[[`, 0, "changed"))))   # no labels before the first pass
@@ -136,7 +139,8 @@ test_that("a shard's rows travel as the bytes of their doubles, or of their floa
   # float32: R's own rounding to 4 bytes (1e300 overflows to Inf, -1e-300 underflows to -0)
   packed <- rkeops:::shard_pack(m, 0L, 10L, 4L)
   expect_identical(packed$bytes, writeBin(as.vector(m), raw(), size = 4, endian = "little"))
-  expect_identical(rkeops:::shard_unpack(packed), matrix(readBin(packed$bytes, "double", 30, size = 4, endian = "little"), 10, 3))
+  float32 <- readBin(packed$bytes, "double", 30, size = 4, endian = "little")
+  expect_identical(rkeops:::shard_unpack(packed), matrix(float32, 10, 3))
   expect_identical(dim(rkeops:::shard_unpack(rkeops:::shard_pack(m, 5L, 5L, 4L))), c(0L, 3L))
   # integers go as doubles
   expect_identical(rkeops:::shard_unpack(rkeops:::shard_pack(matrix(1:6, 3), 1L, 3L, 8L)), matrix(c(2, 3, 5, 6), 2))
