@@ -19,6 +19,14 @@ kmf_truth <- sample(5, 3001, replace = TRUE)
 kmf_x <- kmf_blobs[kmf_truth, ] + matrix(rnorm(2 * 3001), ncol = 2)
 kmf_start <- kmf_x[match(1:5, kmf_truth), ]
 
+# Two multisession workers until the calling test ends (sockets without TCP's delays).
+local_workers <- function(workers, env = parent.frame()) {
+  old <- options(socketOptions = "no-delay")
+  on.exit(options(old))
+  future::plan(future::multisession, workers = workers)
+  do.call(on.exit, list(quote(future::plan(future::sequential)), add = TRUE), envir = env)
+}
+
 # fit(...) with the future path on (`blocks` shards; NULL: one per worker), the path then off.
 on_workers <- function(fit, ..., blocks = NULL) {
   old <- rkeops_use_future(blocks = blocks)
@@ -39,10 +47,7 @@ expect_same_fit <- function(split, one, tolerance) {
 test_that("keops_kmeans() on two multisession workers sends each shard once and fits as one process", {
   skip_without_future()
   local_precision("float64")
-  old_opt <- options(socketOptions = "no-delay")
-  future::plan(future::multisession, workers = 2)
-  options(old_opt)
-  on.exit(future::plan(future::sequential), add = TRUE)
+  local_workers(2)
   one <- keops_kmeans(kmf_x, kmf_start, iter.max = 20)
   split <- on_workers(keops_kmeans, kmf_x, kmf_start, iter.max = 20)
   expect_same_fit(split, one, 1e-12)
@@ -172,10 +177,7 @@ expect_same_gmm <- function(split, one, tolerance) {
 test_that("keops_gmm() on two multisession workers (its K-means start too) fits as one process", {
   skip_without_future()
   local_precision("float64")
-  old_opt <- options(socketOptions = "no-delay")
-  future::plan(future::multisession, workers = 2)
-  options(old_opt)
-  on.exit(future::plan(future::sequential), add = TRUE)
+  local_workers(2)
   for (model in c("VVI", "VVV")) {
     set.seed(4)
     one <- keops_gmm(gmf_x, 4, model = model, tol = 1e-10, iter.max = 30)
