@@ -55,7 +55,8 @@ shards_map <- function(handle, step, args) {
     if (with_rows) handle$sent <- handle$sent + length(shards)
     futures <- lapply(shards, function(s) {
       work <- task(s, with_rows)
-      future::future(rkeops:::shard_task(work, shared), globals = list(work = work, shared = shared),
+      # (the function travels as a reference to this namespace, which the worker loads)
+      future::future(run_task(work, shared), globals = list(run_task = shard_task, work = work, shared = shared),
                      packages = "rkeops", seed = FALSE)
     })
     lapply(futures, future::value)
