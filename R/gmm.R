@@ -229,16 +229,18 @@ gmm_moments <- function(inputs, model, shards = NULL) {
 # The final E-step for the operators' `inputs` of `model`: the log-likelihood and each point's
 # most likely component, here or on the `shards` (whose last step it is: it drops them).
 gmm_final <- function(inputs, model, shards = NULL) {
-  ops <- if (model == "VVV") gmm_vvv_operators(ncol(inputs[[4L]])) else gmm_operators(ncol(inputs[[4L]]))
-  if (is.null(shards)) return(list(loglik = sum(ops$lse(inputs)), classification = as.integer(ops$best(inputs))))
+  if (is.null(shards)) {
+    ops <- gmm_model_operators(model, ncol(inputs[[4L]]))
+    return(list(loglik = sum(ops$lse(inputs)), classification = as.integer(ops$best(inputs))))
+  }
   inputs[3L] <- list(NULL)
   parts <- shards_map(shards, "gmm_shard_step", list(inputs = inputs, model = model, last = TRUE))
-  list(loglik = sum(vapply(parts, `[[`, 0, "ll")), classification = unlist(lapply(parts, `[[`, "classification")))
+  list(loglik = sum(vapply(parts, `[[`, 0, "loglik")), classification = unlist(lapply(parts, `[[`, "classification")))
 }
 
 # The log-likelihood and the M-step's sums of the points of `inputs` (third).
 gmm_shard_moments <- function(inputs, model) {
-  ops <- if (model == "VVV") gmm_vvv_operators(ncol(inputs[[4L]])) else gmm_operators(ncol(inputs[[4L]]))
+  ops <- gmm_model_operators(model, ncol(inputs[[4L]]))
   lse <- ops$lse(inputs)
   list(ll = sum(lse), stats = ops$stats(c(inputs, list(lse))))
 }
@@ -250,9 +252,11 @@ gmm_shard_step <- function(shard, args) {
   inputs[[3L]] <- shard$rows$x
   if (!args$last) return(gmm_shard_moments(inputs, args$model))
   shard_drop(shard)
-  ops <- if (args$model == "VVV") gmm_vvv_operators(ncol(inputs[[3L]])) else gmm_operators(ncol(inputs[[3L]]))
-  list(ll = sum(ops$lse(inputs)), classification = as.integer(ops$best(inputs)))
+  gmm_final(inputs, args$model)
 }
+
+# The operators of EM for `model` in dimension `d`.
+gmm_model_operators <- function(model, d) if (model == "VVV") gmm_vvv_operators(d) else gmm_operators(d)
 
 # Each component's log-density constant for weights `pro` and standardised variances `var` (G x D):
 # log(pro) - log(det(2 pi diag(var))) / 2 - `shift` (the log-Jacobian of the standardisation; the
