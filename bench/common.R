@@ -12,6 +12,22 @@ env_str <- function(name, default) {
 }
 env_num <- function(name, default) as.numeric(env_str(name, default))
 
+# A fresh kernel cache for this process (or `cache`, to reuse one) and, unless KEEP_HOME=1, a fresh
+# HOME: NVRTC (12.9 and later) keeps compilations of its own under $HOME/.nv, across processes (a
+# source compiled before comes back in ~20 ms, H200 host, 2026-11-29), so that every compilation is
+# timed. Then, on a machine without a GPU, the script ends: the CPU compiles nothing.
+fresh_kernel_cache <- function(cache = "") {
+  if (Sys.getenv("KEEP_HOME") != "1") Sys.setenv(HOME = tempfile("home-"))
+  if (!nzchar(cache)) cache <- tempfile("rkeops-cache-")
+  dir.create(cache, showWarnings = FALSE, recursive = TRUE)
+  Sys.setenv(RKEOPS_CACHE_DIR = cache)
+  if (!isTRUE(suppressWarnings(rkeops_use_gpu()))) {
+    cat("no GPU here: nothing is compiled on the CPU, nothing to time\n")
+    quit(status = 0)
+  }
+  cache
+}
+
 # After a warm-up: waits for the optimised builds of the kernels it compiled (a new kernel's first
 # call of little work runs a fast build, up to ~40 x slower, until its optimised build, compiled in
 # the background, replaces it); nothing for a library without fast builds.

@@ -6,24 +6,14 @@
 # NVRTC time of each kernel alone: examples/compile_probe (a binary for the GPU host).
 # GPU only (the CPU compiles nothing). Usage: R_LIBS=lib Rscript bench/compile_time.R
 # [ONLY=<regex on the formula label>, CACHE=<dir> to reuse a cache]
-# NVRTC (12.9 and later) keeps compilations of its own under $HOME/.nv, across processes: a source
-# compiled before comes back in ~20 ms (H200 host, 2026-11-29). A fresh HOME for this process, so
-# that every compilation is timed (KEEP_HOME=1 keeps it).
-if (Sys.getenv("KEEP_HOME") != "1") Sys.setenv(HOME = tempfile("home-"))
-cache <- Sys.getenv("CACHE", "")
-if (!nzchar(cache)) cache <- tempfile("rkeops-cache-")
-dir.create(cache, showWarnings = FALSE, recursive = TRUE)
-Sys.setenv(RKEOPS_CACHE_DIR = cache)
+# A fresh kernel cache and HOME (KEEP_HOME=1 keeps HOME: see common.R's fresh_kernel_cache()).
 suppressPackageStartupMessages(library(rkeops))
 rkeops_disable_verbosity()
 source(file.path(local({
   f <- sub("^--file=", "", grep("^--file=", commandArgs(FALSE), value = TRUE))
   if (length(f)) dirname(f) else "bench"
 }), "common.R"))
-if (!isTRUE(suppressWarnings(rkeops_use_gpu()))) {
-  cat("no GPU here: nothing is compiled on the CPU, nothing to time\n")
-  quit(status = 0)
-}
+cache <- fresh_kernel_cache(Sys.getenv("CACHE", ""))
 
 kinds <- list(
   gaussian = "Sum_Reduction(Exp(-SqDist(x, y)) * b, %d)",

@@ -8,20 +8,13 @@
 # GPU only. Usage: R_LIBS=lib Rscript bench/soak_compile.R [DRAWS=100 SEED=55; RKEOPS_GPU_FAST_COMPILE=0
 # for optimised builds only; WAIT=1 waits, untimed, for the background's optimised builds before
 # each draw, to see what they cost the next draws]
-if (Sys.getenv("KEEP_HOME") != "1") Sys.setenv(HOME = tempfile("home-"))   # NVRTC's own cache
-cache <- tempfile("rkeops-cache-")
-dir.create(cache, recursive = TRUE)
-Sys.setenv(RKEOPS_CACHE_DIR = cache)
 suppressPackageStartupMessages(library(rkeops))
 rkeops_disable_verbosity()
 source(file.path(local({
   f <- sub("^--file=", "", grep("^--file=", commandArgs(FALSE), value = TRUE))
   if (length(f)) dirname(f) else "bench"
 }), "common.R"))
-if (!isTRUE(suppressWarnings(rkeops_use_gpu()))) {
-  cat("no GPU here: nothing is compiled on the CPU, nothing to time\n")
-  quit(status = 0)
-}
+cache <- fresh_kernel_cache()
 draws <- env_num("DRAWS", 100)
 wait <- env_str("WAIT", "0") == "1"
 set.seed(env_num("SEED", 55))
