@@ -56,7 +56,8 @@ shards_map <- function(handle, step, args) {
     futures <- lapply(shards, function(s) {
       work <- task(s, with_rows)
       # (the function travels as a reference to this namespace, which the worker loads)
-      future::future(run_task(work, shared), globals = list(run_task = shard_task, work = work, shared = shared),
+      run_task <- shard_task
+      future::future(run_task(work, shared), globals = list(run_task = run_task, work = work, shared = shared),
                      packages = "rkeops", seed = FALSE)
     })
     lapply(futures, future::value)
