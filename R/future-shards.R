@@ -34,15 +34,13 @@ shards_open <- function(rows, settings) {
   handle
 }
 
-# The number of shards of `handle`.
-shards_count <- function(handle) length(handle$bounds) - 1L
-
 # Runs the step `step` (the name of a function of this namespace, called on the worker as
 # `step(shard, args)` with `shard` the environment that holds the shard's `rows` and whatever the
-# steps keep there) on every shard; returns the steps' values in the shards' order.
+# steps keep there) on every shard; returns the steps' values in the shards' order. The shards sent
+# so far and the steps run are kept for tests and benchmarks (`.rkeops_env$last_shards`).
 shards_map <- function(handle, step, args) {
   shared <- c(handle$shared, list(step = step, args = args))
-  count <- shards_count(handle)
+  count <- length(handle$bounds) - 1L
   # (in float32 the rows go as the float32 numbers that the engine computes with: half the bytes)
   size <- if (identical(handle$shared$options$precision, "float32")) 4L else 8L
   task <- function(s, with_rows) {
@@ -67,8 +65,13 @@ shards_map <- function(handle, step, args) {
   missing <- which(vapply(done, function(d) isTRUE(d$missing), NA))
   if (length(missing) > 0L) done[missing] <- run(missing, with_rows = TRUE)
   handle$steps <- handle$steps + 1L
+  .rkeops_env$last_shards <- list(shards = count, sent = handle$sent, steps = handle$steps)
   lapply(done, `[[`, "value")
 }
+
+# The sum of the component `name` of the steps' values `parts`, added in the shards' order (so that
+# a loop's sums do not depend on which worker answers first).
+shards_total <- function(parts, name) Reduce(`+`, lapply(parts, `[[`, name))
 
 # A shard's future: its step run as the caller would (future_as_caller()).
 shard_task <- function(task, shared) future_as_caller(shared, function() shard_run(task, shared))

@@ -48,8 +48,9 @@
 #' batches. A gradient of [keops_grad()] that needs forward passes (of
 #' `LogSumExp`, `Min`, ..., or a gradient in a parameter) runs each of its
 #' reductions this way in turn, the intermediate results coming back here
-#' in between. [keops_kmeans()] keeps its points on the workers for all its
-#' passes (each shard of rows sent once; see its help). [keops_iterate()] and
+#' in between. [keops_kmeans()] and [keops_gmm()] keep their points on the
+#' workers for all their iterations (each shard of rows sent once; see their
+#' help). [keops_iterate()] and
 #' the other programs run in this process (their loops keep their states in
 #' the engine), and so do inputs kept on a GPU of this process
 #' ([keops_device()]), which are an error here.
@@ -295,6 +296,16 @@ future_as_caller <- function(shared, f) {
   .rkeops_env$options <- opts
   .rkeops_env$future <- NULL
   f()
+}
+
+# Turns the future path off until the calling function returns (then back as it was) and returns
+# its settings: an algorithm that keeps its points on the workers (future-shards.R) runs its other
+# reductions here rather than as futures that would send the points with each.
+local_future_off <- function(env = parent.frame()) {
+  settings <- .rkeops_env$future
+  .rkeops_env$future <- NULL
+  do.call(on.exit, list(substitute(.rkeops_env$future <- s, list(s = settings)), add = TRUE), envir = env)
+  settings
 }
 
 # This process, on this machine: a block evaluated where it was made (plan(sequential)) keeps the

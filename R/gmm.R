@@ -106,9 +106,7 @@ keops_gmm <- function(x, G, model = "VVI", iter.max = 100, tol = 1e-6, init = NU
   }
   # (under rkeops_use_future(), the K-means start and the EM iterations keep the points on the
   # workers, each sending them once; the other reductions run here, not as futures sending them)
-  on_workers <- .rkeops_env$future
-  .rkeops_env$future <- NULL
-  on.exit(.rkeops_env$future <- on_workers)
+  on_workers <- local_future_off()
   scaling <- gmm_scaling(x)
   z <- gmm_standardise(x, scaling)
   fits <- lapply(G, function(g) {
@@ -121,10 +119,6 @@ keops_gmm <- function(x, G, model = "VVI", iter.max = 100, tol = 1e-6, init = NU
       gmm_vvi(z, start, iter.max, tol, scaling)
     } else {
       gmm_vvi_shards(shards, nrow(z), start, iter.max, tol, scaling)
-    }
-    if (!is.null(shards)) {
-      # (for tests and benchmarks: how many shards were sent, in how many steps)
-      .rkeops_env$last_shards <- list(shards = shards_count(shards), sent = shards$sent, steps = shards$steps)
     }
     new_keops_gmm(fit, scaling, model)
   })
@@ -223,7 +217,7 @@ gmm_moments <- function(inputs, model, shards = NULL) {
   if (is.null(shards)) return(gmm_shard_moments(inputs, model))
   inputs[3L] <- list(NULL)
   parts <- shards_map(shards, "gmm_shard_step", list(inputs = inputs, model = model, last = FALSE))
-  list(ll = sum(vapply(parts, `[[`, 0, "ll")), stats = Reduce(`+`, lapply(parts, `[[`, "stats")))
+  list(ll = shards_total(parts, "ll"), stats = shards_total(parts, "stats"))
 }
 
 # The final E-step for the operators' `inputs` of `model`: the log-likelihood and each point's
@@ -235,7 +229,7 @@ gmm_final <- function(inputs, model, shards = NULL) {
   }
   inputs[3L] <- list(NULL)
   parts <- shards_map(shards, "gmm_shard_step", list(inputs = inputs, model = model, last = TRUE))
-  list(loglik = sum(vapply(parts, `[[`, 0, "loglik")), classification = unlist(lapply(parts, `[[`, "classification")))
+  list(loglik = shards_total(parts, "loglik"), classification = unlist(lapply(parts, `[[`, "classification")))
 }
 
 # The log-likelihood and the M-step's sums of the points of `inputs` (third).

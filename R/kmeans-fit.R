@@ -41,12 +41,9 @@ kmeans_lloyd <- function(x, start, iter.max) {
 kmeans_on_workers <- function(x, starts, iter.max, settings) {
   future_packages_check()
   shards <- shards_open(list(x = x), settings)
-  fits <- lapply(seq_along(starts), function(s) {
+  lapply(seq_along(starts), function(s) {
     kmeans_lloyd_shards(shards, starts[[s]], iter.max, drop = s == length(starts))
   })
-  # (for tests and benchmarks: how many shards were sent, in how many steps)
-  .rkeops_env$last_shards <- list(shards = shards_count(shards), sent = shards$sent, steps = shards$steps)
-  fits
 }
 
 # Lloyd's iterations on the shards of `shards` from the centres `start`: what kmeans_lloyd()
@@ -63,8 +60,8 @@ kmeans_lloyd_shards <- function(shards, start, iter.max, drop) {
   for (pass in seq_len(iter.max)) {
     previous <- centres
     steps <- shards_map(shards, "kmeans_shard_pass", list(centres = centres, j = j, pass = pass))
-    sc <- Reduce(`+`, lapply(steps, `[[`, "sc"))
-    changed <- sum(vapply(steps, `[[`, 0, "changed"))
+    sc <- shards_total(steps, "sc")
+    changed <- shards_total(steps, "changed")
     centres <- ops$c(list(sc, centres))
     if (!is.null(progress)) progress()
     if (!is.na(changed) && changed < 0.5) {
@@ -76,7 +73,7 @@ kmeans_lloyd_shards <- function(shards, start, iter.max, drop) {
                      list(centres = centres, previous = previous, j = j, pass = pass, converged = converged,
                           drop = drop))
   list(cluster = unlist(lapply(ends, `[[`, "labels")), centers = centres,
-       withinss = Reduce(`+`, lapply(ends, `[[`, "withinss")), size = as.integer(round(sc[, d + 1L])),
+       withinss = shards_total(ends, "withinss"), size = as.integer(round(sc[, d + 1L])),
        iter = if (converged) pass else pass + 1L, ifault = if (!converged) 2L)
 }
 

@@ -57,9 +57,7 @@ keops_kmeans <- function(x, centers, iter.max = 10, nstart = 1, algorithm = "Llo
   fun <- "keops_kmeans"
   # (under rkeops_use_future(), only Lloyd's passes go to the workers, where the points stay: the
   # seeding's and the sums of squares' reductions run here, not as futures sending the points)
-  on_workers <- .rkeops_env$future
-  .rkeops_env$future <- NULL
-  on.exit(.rkeops_env$future <- on_workers)
+  on_workers <- local_future_off()
   vector_names <- if (is.null(dim(x))) names(x)
   x <- check_points(x, "x", fun)
   if (!is.null(vector_names)) rownames(x) <- vector_names  # as as.matrix() does in stats::kmeans()

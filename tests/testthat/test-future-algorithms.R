@@ -5,10 +5,6 @@
 # stats::kmeans() from the same start; on two multisession workers (what CI runs), on
 # plan(sequential) with unequal shards, and with a worker that lost its shard.
 
-skip_without_future <- function() {
-  skip_if_not_installed("future")
-  skip_if_not_installed("future.apply")
-}
 assign("socket_noted", TRUE, envir = rkeops:::.rkeops_env)
 
 # Five well-separated blobs of 3001 points in D = 2 (an odd number: unequal shards) far from the
@@ -19,14 +15,6 @@ kmf_truth <- sample(5, 3001, replace = TRUE)
 kmf_x <- kmf_blobs[kmf_truth, ] + matrix(rnorm(2 * 3001), ncol = 2)
 kmf_start <- kmf_x[match(1:5, kmf_truth), ]
 
-# Two multisession workers until the calling test ends (sockets without TCP's delays).
-local_workers <- function(workers, env = parent.frame()) {
-  old <- options(socketOptions = "no-delay")
-  on.exit(options(old))
-  future::plan(future::multisession, workers = workers)
-  do.call(on.exit, list(quote(future::plan(future::sequential)), add = TRUE), envir = env)
-}
-
 # fit(...) with the future path on (`blocks` shards; NULL: one per worker), the path then off.
 on_workers <- function(fit, ..., blocks = NULL) {
   old <- rkeops_use_future(blocks = blocks)
@@ -34,23 +22,25 @@ on_workers <- function(fit, ..., blocks = NULL) {
   fit(...)
 }
 
-expect_same_fit <- function(split, one, tolerance) {
-  expect_identical(split$cluster, one$cluster)
-  expect_identical(split$size, one$size)
-  expect_identical(split$iter, one$iter)
-  expect_identical(split$ifault, one$ifault)
-  expect_equal(split$centers, one$centers, tolerance = tolerance)
-  expect_equal(split$withinss, one$withinss, tolerance = tolerance)
-  expect_equal(split$totss, one$totss, tolerance = tolerance)
+# The components of fit `split` (on the workers) against those of `one` (one process): `same`
+# identical, `close` equal within `tolerance`.
+expect_same_fit <- function(split, one, same, close, tolerance) {
+  for (name in same) expect_identical(split[[name]], one[[name]], label = name)
+  for (name in close) expect_equal(split[[name]], one[[name]], tolerance = tolerance, label = name)
 }
+kmeans_same <- c("cluster", "size", "iter", "ifault")
+kmeans_close <- c("centers", "withinss", "totss")
+gmm_same <- c("classification", "iterations")
+gmm_close <- c("loglik", "loglik_trace", "parameters", "BIC")
 
 test_that("keops_kmeans() on two multisession workers sends each shard once and fits as one process", {
   skip_without_future()
   local_precision("float64")
-  local_workers(2)
+  start_plan(future::multisession, workers = 2)
+  on.exit(future::plan(future::sequential), add = TRUE)
   one <- keops_kmeans(kmf_x, kmf_start, iter.max = 20)
   split <- on_workers(keops_kmeans, kmf_x, kmf_start, iter.max = 20)
-  expect_same_fit(split, one, 1e-12)
+  expect_same_fit(split, one, kmeans_same, kmeans_close, 1e-12)
   # one shard per worker, sent with the first pass only, then kept (the passes, and the end)
   shards <- rkeops:::.rkeops_env$last_shards
   expect_identical(shards$shards, 2L)
@@ -67,7 +57,7 @@ test_that("keops_kmeans() on two multisession workers sends each shard once and 
   one <- keops_kmeans(kmf_x, 5, iter.max = 20, nstart = 3)
   set.seed(3)
   split <- on_workers(keops_kmeans, kmf_x, 5, iter.max = 20, nstart = 3)
-  expect_same_fit(split, one, 1e-12)
+  expect_same_fit(split, one, kmeans_same, kmeans_close, 1e-12)
   expect_identical(rkeops:::.rkeops_env$last_shards$sent, 2L)
   # the future path on again after the call, off after on_workers(keops_kmeans, )
   expect_null(rkeops:::.rkeops_env$future)
@@ -82,7 +72,7 @@ test_that("keops_kmeans() on plan(sequential) with unequal shards, float32 and u
   on.exit(future::plan(future::sequential), add = TRUE)
   one <- keops_kmeans(kmf_x, kmf_start, iter.max = 20)
   split <- on_workers(keops_kmeans, kmf_x, kmf_start, iter.max = 20, blocks = 3)
-  expect_same_fit(split, one, 1e-5)
+  expect_same_fit(split, one, kmeans_same, kmeans_close, 1e-5)
   expect_identical(rkeops:::.rkeops_env$last_shards[c("shards", "sent")], list(shards = 3L, sent = 3L))
   # stopped before convergence: the same warning, iterations and labels of the last pass
   far <- kmf_start + 1.5
@@ -90,7 +80,7 @@ test_that("keops_kmeans() on plan(sequential) with unequal shards, float32 and u
   expect_warning(split <- on_workers(keops_kmeans, kmf_x, far, iter.max = 1, blocks = 3),
                  class = "rkeops_warning_convergence")
   expect_identical(split$ifault, 2L)
-  expect_same_fit(split, one, 1e-5)
+  expect_same_fit(split, one, kmeans_same, kmeans_close, 1e-5)
   # the shards dropped from this process (the "worker" here) after the loop
   expect_length(ls(rkeops:::.rkeops_shards), 0L)
 })
@@ -165,25 +155,17 @@ set.seed(57)
 gmf_x <- matrix(c(0, 0, 6, 0, 0, 6, 6, 6), 4, 2, byrow = TRUE)[sample(4, 5003, TRUE), ] +
   matrix(rnorm(10006), ncol = 2) %*% matrix(c(1, 0.3, 0, 0.8), 2)
 
-expect_same_gmm <- function(split, one, tolerance) {
-  expect_identical(split$classification, one$classification)
-  expect_identical(split$iterations, one$iterations)
-  expect_equal(split$loglik, one$loglik, tolerance = tolerance)
-  expect_equal(split$loglik_trace, one$loglik_trace, tolerance = tolerance)
-  expect_equal(split$parameters, one$parameters, tolerance = tolerance)
-  expect_equal(split$BIC, one$BIC, tolerance = tolerance)
-}
-
 test_that("keops_gmm() on two multisession workers (its K-means start too) fits as one process", {
   skip_without_future()
   local_precision("float64")
-  local_workers(2)
+  start_plan(future::multisession, workers = 2)
+  on.exit(future::plan(future::sequential), add = TRUE)
   for (model in c("VVI", "VVV")) {
     set.seed(4)
     one <- keops_gmm(gmf_x, 4, model = model, tol = 1e-10, iter.max = 30)
     set.seed(4)
     split <- on_workers(keops_gmm, gmf_x, 4, model = model, tol = 1e-10, iter.max = 30)
-    expect_same_gmm(split, one, 1e-10)
+    expect_same_fit(split, one, gmm_same, gmm_close, 1e-10)
     expect_gt(split$iterations, 3L)
     # the EM's shards sent once (after the K-means start's own), one step per iteration and the end
     expect_identical(rkeops:::.rkeops_env$last_shards,
@@ -200,7 +182,7 @@ test_that("keops_gmm() on plan(sequential) with unequal shards, float32, fits as
     one <- keops_gmm(gmf_x, 3:4, model = model)
     set.seed(5)
     split <- on_workers(keops_gmm, gmf_x, 3:4, model = model, blocks = 3)
-    expect_same_gmm(split, one, 1e-5)
+    expect_same_fit(split, one, gmm_same, gmm_close, 1e-5)
     expect_identical(rkeops:::.rkeops_env$last_shards$sent, 3L)
   }
   expect_length(ls(rkeops:::.rkeops_shards), 0L)

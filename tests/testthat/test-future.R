@@ -17,23 +17,10 @@ fut_xy <- fut_x %*% t(fut_y)
 fut_K <- exp(-fut_s * fut_D)
 on_j <- function(v) matrix(v, fut_N, fut_M, byrow = TRUE)   # a j-variable on the N x M grid
 
-# The tests that run futures need the Suggests packages future and future.apply (CI installs them
-# and fails when a test is skipped: tools/run-tests.R).
-# The note on socket options (tested below) is not for the other tests' plans.
+# The tests that run futures skip without future and future.apply (helper-future.R), which CI
+# installs (it fails when a test is skipped). The note on socket options (tested below) is not for
+# the other tests' plans.
 assign("socket_noted", TRUE, envir = rkeops:::.rkeops_env)
-
-skip_without_future <- function() {
-  skip_if_not_installed("future")
-  skip_if_not_installed("future.apply")
-}
-
-# Sets the plan, its sockets made with TCP_NODELAY (the option socketOptions, read when plan()
-# starts the workers): without it each call waits for TCP's delayed acknowledgements (~0.2 s here).
-start_plan <- function(strategy, ...) {
-  old <- options(socketOptions = "no-delay")
-  on.exit(options(old))
-  future::plan(strategy, ...)
-}
 
 # formula, declarations, inputs, and the plain-R float64 reference.
 fut_cases <- list(
