@@ -89,6 +89,7 @@ pub struct Columns {
 /// What a loop in the engine asks of a step's operator (`crate::operator::Operator`): a plain run,
 /// or its checked call, for a backend that evaluates it into its own matrices.
 pub trait Operation {
+    fn formula(&self) -> &Formula;
     fn run(&self, inputs: &[Input], options: &RunOptions) -> Result<Output>;
     /// The checked reduction of `inputs` with `options` (its ranges validated).
     fn call<'c>(&'c self, inputs: &'c [Input<'c>], options: &'c RunOptions) -> Result<Call<'c>>;

@@ -23,6 +23,19 @@ pub(crate) trait ForBuffers<'a> {
     fn run<B: Buffers<'a>>(self, buffers: B) -> Self::Output;
 }
 
+/// Work that runs with a loop's rows spread over several devices (`Chosen::with_spread`): given
+/// the devices' relative speeds, what computes, and `open(t)`, device t's memory for the thread
+/// that calls it.
+pub(crate) trait ForSpread<'a> {
+    type Output;
+    fn run<B: Buffers<'a>>(
+        self,
+        weights: &[f64],
+        description: &str,
+        open: &(dyn Fn(usize) -> Result<B> + Sync),
+    ) -> Self::Output;
+}
+
 /// The backend `options` choose: the GPU asked for, or an error saying why it cannot be used;
 /// with `Backend::Auto`, the option's device where one can be used, the CPU otherwise.
 pub(crate) fn choose(options: &RunOptions) -> Result<Chosen> {
@@ -49,6 +62,16 @@ impl Chosen {
             Chosen::Cpu => Ok((evaluate_in_precision(&Cpu, call, timings)?, Cpu.describe())),
             Chosen::Gpu(gpu) => gpu.evaluate(call, timings),
         }
+    }
+
+    /// `work` over the GPUs of `options.gpus` (this one first) in the precision's storage; None
+    /// where the options name one device (the CPU, or one GPU).
+    pub(crate) fn with_spread<'a, W: ForSpread<'a>>(&self, options: &RunOptions, work: W) -> Result<Option<W::Output>> {
+        let Chosen::Gpu(gpu) = self else { return Ok(None) };
+        let Some(several) = gpu.several(&options.gpus)? else { return Ok(None) };
+        let precision = options.precision;
+        let open = |t: usize| several.buffers(t, precision);
+        Ok(Some(work.run(&several.weights(), &several.describe(), &open)))
     }
 
     /// `work` with a loop's matrices on this GPU when `on_device` (in `precision`'s storage),

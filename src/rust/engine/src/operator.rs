@@ -250,6 +250,10 @@ fn run_grouped(g: &GroupedSum, map: &Operator, inputs: &[Input], options: &RunOp
 }
 
 impl Operation for Operator {
+    fn formula(&self) -> &Formula {
+        &self.formula
+    }
+
     fn run(&self, inputs: &[Input], options: &RunOptions) -> Result<Output> {
         Operator::run(self, inputs, options)
     }

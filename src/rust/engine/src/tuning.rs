@@ -73,6 +73,11 @@ pub struct Tuning {
     /// everywhere (`RKEOPS_LATE_CHECKS=1`: the tests' way to run it on the CPU); `false` never
     /// (`RKEOPS_LATE_CHECKS=0`: the host waits for each iteration it checks).
     pub late_checks: Option<bool>,
+    /// The fewest rows each GPU gets when a program's rows are spread over the GPUs of
+    /// `RunOptions::gpus` (`crate::spread`; `RKEOPS_SPREAD_ROWS=n`): fewer, and it runs on the
+    /// first GPU, where one exchange between the devices per iteration would cost more than it
+    /// saves.
+    pub spread_rows: usize,
 }
 
 impl Default for Tuning {
@@ -90,6 +95,7 @@ impl Default for Tuning {
             graphs: false,
             fuse_steps: true,
             late_checks: None,
+            spread_rows: 1 << 16,
         }
     }
 }
@@ -136,6 +142,7 @@ impl Tuning {
                 "0" => Some(false),
                 _ => None,
             },
+            spread_rows: var("RKEOPS_SPREAD_ROWS").parse().unwrap_or(default.spread_rows),
         }
     }
 }
@@ -161,6 +168,7 @@ mod tests {
                 "RKEOPS_GPU_GRAPHS" => "1",
                 "RKEOPS_FUSE_STEPS" => "0",
                 "RKEOPS_LATE_CHECKS" => "0",
+                "RKEOPS_SPREAD_ROWS" => "1000",
                 _ => return None,
             };
             Some(value.to_string())
@@ -178,6 +186,7 @@ mod tests {
             graphs: true,
             fuse_steps: false,
             late_checks: Some(false),
+            spread_rows: 1000,
         };
         assert_eq!(Tuning::from_vars(set), want);
         // Values not understood keep the defaults.

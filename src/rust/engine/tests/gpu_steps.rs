@@ -265,3 +265,87 @@ fn gpu_long_reductions_stop_when_interrupted() {
         compare(&format!("{what}: after an interrupt"), &g, &c, Precision::F64);
     }
 }
+
+/// A program spread over several GPUs (`engine::spread`: the points' rows shared out, the sums over
+/// them merged) equals the same on one GPU: K-means (labels on each GPU's rows, sums and counts
+/// merged, the centres' map on each) and Sinkhorn (log-sum-exps over the split rows merged), in
+/// float64 and float32, the same bits from run to run.
+#[test]
+fn programs_spread_over_gpus_equal_one_gpu() {
+    use engine::program::{self, Buffer, Program, Step};
+    use engine::Tuning;
+    let _gpu = sharing_the_gpu();
+    if let Err(why) = device::availability(0) {
+        println!("NO GPU: programs spread over GPUs are not compared with one here ({why})");
+        return;
+    }
+    let gpus = several_gpus();
+    let (n, m, d, k) = (100_003usize, 4_099usize, 3usize, 37usize);
+    let x = random(n * d, 31);
+    let y = random(m * d, 32);
+    let c0: Vec<f64> = (0..d).flat_map(|a| x[a * n..a * n + k].to_vec()).collect();
+    let j: Vec<f64> = (1..=k).map(|v| v as f64).collect();
+    let op = |f: &str, args: &[&str]| Operator::new(f, &args.iter().map(|a| a.to_string()).collect::<Vec<_>>()).unwrap();
+    let labels = op("ArgMin_Reduction(SqDist(x, c), 0)", &["x = Vi(3)", "c = Vj(3)"]);
+    let sums = op("Sum_Reduction(Equal(l, j) * Concat(x, IntCst(1)), 1)", &["l = Vi(1)", "x = Vi(3)", "j = Vj(1)"]);
+    let centres = op("Sum_Reduction(IfElse(Elem(s, 3) - 0.5, Extract(s, 0, 3) / Elem(s, 3), c), 1)", &["s = Vj(4)", "c = Vj(3)"]);
+    let f_op = op("LogSumExp_Reduction(-g - SqDist(x, y) * 4, 0)", &["x = Vi(3)", "y = Vj(3)", "g = Vj(1)"]);
+    let g_op = op("LogSumExp_Reduction(-f - SqDist(x, y) * 4, 1)", &["x = Vi(3)", "y = Vj(3)", "f = Vi(1)"]);
+    let (f0, g0) = (vec![0.0; n], vec![0.0; m]);
+    let buffer = |name: &str, initial| Buffer { name: name.into(), initial, schedule: None };
+    let step = |operator, inputs: &[usize], output| Step {
+        name: "step".into(),
+        operator,
+        inputs: inputs.to_vec(),
+        output,
+        sum_scheme: SumScheme::Auto,
+        ranges: None,
+    };
+    let kmeans = Program {
+        buffers: vec![
+            buffer("x", Some(Input::host(&x, n, d))),
+            buffer("c", Some(Input::host(&c0, k, d))),
+            buffer("labels", None),
+            buffer("j", Some(Input::host(&j, k, 1))),
+            buffer("sums", None),
+        ],
+        steps: vec![step(&labels, &[0, 1], 2), step(&sums, &[2, 0, 3], 4), step(&centres, &[4, 1], 1)],
+        iterations: 6,
+        stop: None,
+        trace: vec![],
+        outputs: vec![2, 1],
+    };
+    let sinkhorn = Program {
+        buffers: vec![
+            buffer("x", Some(Input::host(&x, n, d))),
+            buffer("y", Some(Input::host(&y, m, d))),
+            buffer("f", Some(Input::host(&f0, n, 1))),
+            buffer("g", Some(Input::host(&g0, m, 1))),
+        ],
+        steps: vec![step(&g_op, &[0, 1, 2], 3), step(&f_op, &[0, 1, 3], 2)],
+        iterations: 5,
+        stop: None,
+        trace: vec![],
+        outputs: vec![2, 3],
+    };
+    let spread_rows = Tuning { spread_rows: 1000, ..Tuning::default() };
+    for precision in [Precision::F64, Precision::F32] {
+        let one = RunOptions { precision, backend: Backend::Gpu(0), tuning: spread_rows.clone(), ..Default::default() };
+        let several = RunOptions { gpus: gpus.clone(), ..one.clone() };
+        for (name, p) in [("K-means", &kmeans), ("Sinkhorn", &sinkhorn)] {
+            let alone = program::run(p, &one).unwrap();
+            let shared = program::run(p, &several).unwrap();
+            let again = program::run(p, &several).unwrap();
+            let what = format!("{name} on GPUs {gpus:?}, {precision:?}");
+            assert!(shared.backend.starts_with("GPUs"), "{what}: ran on {}", shared.backend);
+            assert_eq!(shared.outputs, again.outputs, "{what}: the same bits from run to run");
+            let tolerance = if precision == Precision::F64 { 1e-10 } else { 2e-3 };
+            for (o, (a, b)) in alone.outputs.iter().zip(&shared.outputs).enumerate() {
+                let differ = a.iter().zip(b).filter(|(u, v)| (*u - *v).abs() > tolerance * (1.0 + u.abs())).count();
+                // (float32 labels: a point at nearly equal distances of two centres may change)
+                let allowed = if name == "K-means" && o == 0 && precision == Precision::F32 { n / 1000 } else { 0 };
+                assert!(differ <= allowed, "{what}: output {o}: {differ} of {} values differ", a.len());
+            }
+        }
+    }
+}

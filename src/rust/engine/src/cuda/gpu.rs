@@ -53,9 +53,16 @@ impl Gpu {
     /// The GPUs of `RunOptions::gpus` (this one first) when they can share `call`: its inputs
     /// from the host, not empty.
     fn shared_gpus(&self, call: &Call) -> Result<Option<Several>> {
-        let gpus = &call.options.gpus;
         let alone = call.inputs.iter().any(|x| x.kept().is_some()) || call.sizes.0 == 0 || call.sizes.1 == 0;
-        if gpus.len() <= 1 || alone {
+        match alone {
+            true => Ok(None),
+            false => self.several(&call.options.gpus),
+        }
+    }
+
+    /// The GPUs of `gpus` (this one first), where it lists more than one.
+    pub fn several(&self, gpus: &[usize]) -> Result<Option<Several>> {
+        if gpus.len() <= 1 {
             return Ok(None);
         }
         let mut ordinals = vec![self.0.ordinal];

@@ -5,17 +5,20 @@
 //! merges its chunks, with the reduction's own merge (`Accumulator`).
 //! Ctrl-C is asked on the calling thread (R's) and passed to the devices, which stop between steps.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::device::{self, Compiled, Device};
 use super::launch;
+use super::OnDevice;
 use crate::api::RunOptions;
 use crate::backend::{BackendDevice, Call, Columns, Part, Timings};
 use crate::error::{Error, Result};
 use crate::formula::Formula;
 use crate::memory;
+use crate::precision::Precision;
 use crate::schedule::devices::{plan, Split};
 use crate::real::Real;
 use crate::real::Stored;
@@ -30,6 +33,18 @@ impl Several {
     /// The GPUs `ordinals`, opened.
     pub fn open(ordinals: &[usize]) -> Result<Several> {
         Ok(Several { devices: ordinals.iter().map(|&d| device::device(d)).collect::<Result<_>>()? })
+    }
+
+    /// Each device's relative speed: its multiprocessors.
+    pub fn weights(&self) -> Vec<f64> {
+        self.devices.iter().map(|d| d.multiprocessors as f64).collect()
+    }
+
+    /// A loop's matrices on device `t` in `precision`'s storage, for this thread (its context bound).
+    pub fn buffers(&self, t: usize, precision: Precision) -> Result<OnDevice> {
+        let device = &self.devices[t];
+        device.ctx.bind_to_thread().map_err(|e| Error::Gpu(format!("binding the CUDA context: {e:?}")))?;
+        Ok(OnDevice { device: device.clone(), precision, spare: RefCell::new(Vec::new()) })
     }
 }
 

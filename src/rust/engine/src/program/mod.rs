@@ -18,16 +18,17 @@ use std::time::{Duration, Instant};
 use crate::api::{Input, RunOptions};
 use crate::backend::Timings;
 use crate::error::{Error, Result};
-use crate::choose::{choose, ForBuffers};
+use crate::choose::{choose, ForBuffers, ForSpread};
 use crate::buffers::Buffers;
 use crate::operator::Operator;
 use crate::precision::Precision;
 use crate::ranges::Ranges;
 use crate::reduction::SumScheme;
+use crate::spread;
 
 mod forward;
 mod fuse;
-pub(crate) use forward::{Forward, State};
+pub(crate) use forward::{run as forward_run, Forward, State};
 use fuse::Fusion;
 
 /// A named matrix of the program: its value before the first step that reads it (none when a step
@@ -113,7 +114,16 @@ fn run_checked(program: &Program, shapes: &[(usize, usize)], options: &RunOption
     // so does a program of one iteration, which has nothing to keep on the device from one iteration
     // to the next (its steps are plain calls, which reuse the device's buffers).
     let on_device = options.precision != Precision::F16 && program.iterations > 1;
-    choose(options)?.with_buffers(options.precision, on_device, Looped(&run))
+    let chosen = choose(options)?;
+    if on_device && options.gpus.len() > 1 {
+        let part_options = spread::part_options(options);
+        let part_steps = program.step_options(&part_options);
+        let quiet = CheckedRun { options: &part_options, step_options: &part_steps, ..run };
+        if let Some(result) = chosen.with_spread(options, Spread(&run, &quiet))?.transpose()?.flatten() {
+            return Ok(result);
+        }
+    }
+    chosen.with_buffers(options.precision, on_device, Looped(&run))
 }
 
 /// `f` of the checked program `p`, fused where the options allow (`fuse`; `keep`: buffers read
@@ -156,6 +166,28 @@ impl<'a> ForBuffers<'a> for Looped<'_, 'a> {
 
     fn run<B: Buffers<'a>>(self, memory: B) -> Result<ProgramResult> {
         forward::run(self.0, memory)
+    }
+}
+
+/// A checked program, spread over several devices where it can be (`crate::spread`), and the same
+/// with the options of the devices' threads.
+struct Spread<'r, 'a>(&'r CheckedRun<'a>, &'r CheckedRun<'a>);
+
+impl<'a> ForSpread<'a> for Spread<'_, 'a> {
+    type Output = Result<Option<ProgramResult>>;
+
+    fn run<B: Buffers<'a>>(
+        self,
+        weights: &[f64],
+        description: &str,
+        open: &(dyn Fn(usize) -> Result<B> + Sync),
+    ) -> Result<Option<ProgramResult>> {
+        let run = self.0;
+        let min_rows = run.options.tuning.spread_rows;
+        match spread::split_rows(run.program, run.shapes, weights, min_rows) {
+            Some(split) => spread::run((run, self.1), &split, description, open).map(Some),
+            None => Ok(None),
+        }
     }
 }
 

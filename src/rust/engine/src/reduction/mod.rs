@@ -145,6 +145,36 @@ impl ReductionKind {
     }
 }
 
+impl crate::formula::Reduction {
+    /// How the finished results of two parts of the reduced range make the result of both, where
+    /// they can (a program spread over devices, `crate::spread`, adds its parts' sums so): a sum's
+    /// sum, a minimum's or maximum's, log-sum-exp's log of the sum of the exponentials. None for
+    /// the others: an index is a part's own, a weighted log-sum-exp may be the log of a negative
+    /// part, a soft-max weight has lost its normalisation, a K-selection its K best of the other.
+    pub fn merges_results(&self) -> Option<fn(f64, f64) -> f64> {
+        match (self.kind, self.g) {
+            (ReductionKind::Sum, _) => Some(|a, b| a + b),
+            (ReductionKind::Min, _) => Some(|a, b| if b < a { b } else { a }),
+            (ReductionKind::Max, _) => Some(|a, b| if b > a { b } else { a }),
+            (ReductionKind::LogSumExp, None) => Some(log_add_exp),
+            _ => None,
+        }
+    }
+}
+
+/// ln(e^a + e^b), with no overflow.
+fn log_add_exp(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        return f64::NAN;
+    }
+    let m = a.max(b);
+    match m.is_finite() {
+        true => m + (-(a - b).abs()).exp().ln_1p(),
+        // (+inf, or -inf: no terms in either part)
+        false => m,
+    }
+}
+
 /// How sums are accumulated. `Auto` is `BlockSum`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum SumScheme {

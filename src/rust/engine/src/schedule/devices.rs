@@ -74,7 +74,7 @@ pub fn plan(
 
 /// `0..n` in consecutive ranges in proportion to `weights`, their ends multiples of `granule`
 /// (but the last).
-fn proportional(n: usize, weights: &[f64], granule: usize) -> Vec<Range<usize>> {
+pub(crate) fn proportional(n: usize, weights: &[f64], granule: usize) -> Vec<Range<usize>> {
     let total: f64 = weights.iter().sum();
     let granule = granule.max(1);
     let mut sum = 0.0;
