@@ -388,7 +388,21 @@ rkeops_use_cpu <- function(ncore = NULL) {
 #' fill the GPUs (fewer than a few hundred thousand), parts of the reduced
 #' range, whose partial results are merged in order as one GPU merges its own
 #' chunks. Results equal those of one GPU up to the order of the floating point
-#' sums. Every GPU receives its part of the inputs at each call. Loops
+#' sums. Every GPU receives its part of the inputs at each call.
+#'
+#' A program ([keops_program()], and the functions that run one:
+#' [keops_kmeans()], [keops_gmm()] with `modelName = "VVI"`,
+#' [keops_sinkhorn()] without `scaling` ranges) is spread over the GPUs: the
+#' rows of its points (its largest i-axis) are shared out once, each GPU
+#' keeping its part for the whole program, with one host thread per GPU; each
+#' computes the steps over its rows, and the sums over all the rows (a
+#' log-sum-exp's, a minimum's) are merged between the GPUs at each iteration,
+#' in the GPUs' order: the results equal one GPU's up to the order of those
+#' sums, the same from run to run. A program stays on the first GPU when each
+#' GPU would get fewer than 65536 rows (the environment variable
+#' `RKEOPS_SPREAD_ROWS` sets that number), when a step over those rows is
+#' block-sparse or reduces them to indices, soft-max weights or K best, or
+#' when an input is kept on a GPU. Program gradients, loops
 #' ([keops_iterate()]) and matrices kept on a GPU ([keops_device()]) use the
 #' first GPU of the list. Ctrl-C stops a long computation within a second on
 #' every GPU.

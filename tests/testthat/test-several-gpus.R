@@ -3,7 +3,9 @@
 # shared by several GPUs (RKEOPS_TEST_GPUS, e.g. "0,0,0,0"; else every GPU found, or GPU 0 twice
 # where there is one: its parts then share it, split and merged the same way) equal plain R in
 # float64, for long outputs (blocks of rows) and short ones (parts of the reduced range, merged),
-# both axes, block-sparse ones and batches.
+# both axes, block-sparse ones and batches; programs spread over them (their points' rows shared
+# out, sums over them merged) equal plain R and the same on one GPU, and so do the algorithm
+# functions that run programs (K-means, EM, Sinkhorn).
 
 gpu <- rkeops:::gpu_status(0L)
 
@@ -116,4 +118,64 @@ test_that("reductions shared by several GPUs equal plain R (rows split, reduced 
                exp(-D2) %*% by, tolerance = 1e-12)
   expect_match(rkeops:::last_run()$backend, paste0("^GPU ", gpus[1], " "))
   keops_device_free(xd)
+})
+
+test_that("programs and the algorithm functions spread over several GPUs equal plain R and one GPU", {
+  if (!isTRUE(gpu$available)) {
+    message("NO GPU (", gpu$message, "): programs spread over GPUs are not run here (the engine's ",
+            "tests spread them over parts in host memory)")
+    expect_false(gpu$available)
+    return(invisible())
+  }
+  count <- rkeops:::rust_result(.Call(rkeops:::wrap__gpu_count))$count
+  listed <- Sys.getenv("RKEOPS_TEST_GPUS")
+  gpus <- if (nzchar(listed)) as.integer(strsplit(listed, ",")[[1]]) else
+    if (count >= 2L) seq_len(count) - 1L else c(0L, 0L)
+  old <- get_rkeops_options()
+  on.exit(do.call(set_rkeops_options, old))
+  Sys.setenv(RKEOPS_SPREAD_ROWS = "1000")   # (spread at these sizes)
+  on.exit(Sys.unsetenv("RKEOPS_SPREAD_ROWS"), add = TRUE)
+  set_rkeops_options(backend = "GPU", precision = "float64", device = gpus)
+  set.seed(43)
+  # Sinkhorn between two clouds of 5003 and 2999 points (the rows of x split; g's log-sum-exps over
+  # them merged), against plain R
+  n <- 5003L; m <- 2999L
+  x <- matrix(runif(n)); y <- matrix(runif(m))
+  lmu <- matrix(log(rep(1 / n, n))); lnu <- matrix(log(rep(1 / m, m)))
+  f_op <- keops_kernel("LogSumExp_Reduction(lnu - g - SqDist(x, y) * s, 0)",
+                       c("x = Vi(1)", "y = Vj(1)", "lnu = Vj(1)", "g = Vj(1)", "s = Pm(1)"))
+  g_op <- keops_kernel("LogSumExp_Reduction(lmu - f - SqDist(x, y) * s, 1)",
+                       c("x = Vi(1)", "y = Vj(1)", "lmu = Vi(1)", "f = Vi(1)", "s = Pm(1)"))
+  prog <- keops_program(list(g = g_op, f = f_op), iterations = 4)
+  input <- list(x = x, y = y, lmu = lmu, lnu = lnu, f = matrix(0, n), g = matrix(0, m), s = 20)
+  res <- prog(input)
+  expect_match(rkeops:::last_run()$backend, paste0("^GPUs ", paste(gpus, collapse = ", "), " "))
+  lse <- function(v) max(v) + log(sum(exp(v - max(v))))
+  C <- outer(x[, 1], y[, 1], "-")^2
+  f <- rep(0, n); g <- rep(0, m)
+  for (t in 1:4) {
+    g <- vapply(1:m, function(j) lse(lmu - f - C[, j] * 20), 1)
+    f <- vapply(1:n, function(i) lse(lnu - g - C[i, ] * 20), 1)
+  }
+  expect_equal(res$f, matrix(f), tolerance = 1e-10)
+  expect_equal(res$g, matrix(g), tolerance = 1e-10)
+  expect_identical(prog(input)$g, res$g)   # the same bits from run to run
+
+  # the functions, on several GPUs and on the first alone
+  xs <- matrix(rnorm(3 * 20011L), ncol = 3) + sample(0:3, 20011L, replace = TRUE)
+  both <- function(f) {
+    set_rkeops_options(device = gpus)
+    spread <- f()
+    set_rkeops_options(device = gpus[1])
+    list(spread = spread, one = f())
+  }
+  km <- both(function() suppressWarnings(keops_kmeans(xs, xs[c(1, 5, 9, 13, 17), ], iter.max = 8)))
+  expect_identical(km$spread$cluster, km$one$cluster)
+  expect_equal(km$spread$centers, km$one$centers, tolerance = 1e-10)
+  init <- list(pro = rep(0.25, 4), mean = t(xs[c(2, 4, 6, 8), ]), variance = list(sigma = array(diag(3), c(3, 3, 4))))
+  em <- both(function() keops_gmm(xs, 4, init = init, iter.max = 6, tol = 0))
+  expect_equal(em$spread$loglik, em$one$loglik, tolerance = 1e-10)
+  expect_equal(em$spread$parameters$mean, em$one$parameters$mean, tolerance = 1e-10)
+  ot <- both(function() keops_sinkhorn(xs[1:3001, ], xs[3002:7000, ] + 1, multiscale = FALSE, tol = NULL))
+  expect_equal(as.vector(ot$spread), as.vector(ot$one), tolerance = 1e-10)
 })

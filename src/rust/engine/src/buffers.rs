@@ -8,6 +8,7 @@
 
 use std::borrow::Cow;
 use std::cell::RefCell;
+use std::ops::Range;
 use std::rc::Rc;
 
 use crate::api::{Input, KeptMatrix, RunOptions};
@@ -27,6 +28,17 @@ pub trait Buffers<'a> {
     /// The matrix `data`, `nrow x ncol` (borrowed where the backend reads it in place).
     fn put(&self, data: &'a [f64], nrow: usize, ncol: usize) -> Result<Self::Buffer>;
     fn zeros(&self, nrow: usize, ncol: usize) -> Result<Self::Buffer>;
+    /// The rows `rows` of the column-major `nrow x ncol` matrix `data`, as a matrix of their own
+    /// (a device's part of a program spread over several: `crate::spread`).
+    fn put_rows(&self, (data, nrow, ncol): (&[f64], usize, usize), rows: Range<usize>) -> Result<Self::Buffer> {
+        let mut values = Vec::with_capacity(rows.len() * ncol);
+        for c in 0..ncol {
+            values.extend_from_slice(&data[c * nrow + rows.start..c * nrow + rows.end]);
+        }
+        let part = self.zeros(rows.len(), ncol)?;
+        self.write(&part, &values)?;
+        Ok(part)
+    }
     /// Whether the backend can read `kept` (not: a matrix on another device).
     fn reads(&self, kept: &dyn KeptMatrix) -> bool;
     /// A copy of `kept` (one that `reads` accepts) that the loop may write.

@@ -3,6 +3,7 @@
 //! asked, to be issued again), copies and sums by the utility kernels (`elementwise`).
 
 use std::cell::RefCell;
+use std::ops::Range;
 use std::sync::Arc;
 
 use super::device::Device;
@@ -39,6 +40,10 @@ impl<'a> Buffers<'a> for OnDevice {
 
     fn zeros(&self, nrow: usize, ncol: usize) -> Result<DeviceMatrix> {
         DeviceMatrix::zeros(self.device.clone(), nrow.max(1), ncol.max(1), self.precision)
+    }
+
+    fn put_rows(&self, matrix: (&[f64], usize, usize), rows: Range<usize>) -> Result<DeviceMatrix> {
+        DeviceMatrix::from_rows(self.device.clone(), matrix, rows, self.precision)
     }
 
     fn reads(&self, kept: &dyn KeptMatrix) -> bool {

@@ -5,6 +5,7 @@
 //! It is a value the user holds (as candle's device storage is), not a cache keyed by the host
 //! data: its contents are fixed when it is made, so a result can never come from a stale copy.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use cudarc::driver::{result, sys};
@@ -42,25 +43,45 @@ impl DeviceMatrix {
     /// Copies the column-major `nrow x ncol` matrix `data` to `device`, rounded to `precision`'s
     /// storage type (float16 bits, float32 or float64).
     pub fn new(device: Arc<Device>, data: &[f64], nrow: usize, ncol: usize, precision: Precision) -> Result<Self> {
-        if data.len() != nrow.saturating_mul(ncol) {
+        DeviceMatrix::from_rows(device, (data, nrow, ncol), 0..nrow, precision)
+    }
+
+    /// Copies the rows `rows` of the column-major `nrow x ncol` matrix `data` to `device` (a
+    /// `rows.len() x ncol` matrix, a GPU's part of a spread program's points), rounded to
+    /// `precision`'s storage type: each column's rows converted on every core, with no copy of them
+    /// in float64 first.
+    pub fn from_rows(
+        device: Arc<Device>,
+        (data, nrow, ncol): (&[f64], usize, usize),
+        rows: Range<usize>,
+        precision: Precision,
+    ) -> Result<Self> {
+        if data.len() != nrow.saturating_mul(ncol) || rows.end > nrow || rows.start > rows.end {
             return Err(Error::Invalid(format!(
-                "a {nrow} x {ncol} matrix needs {} values, not {}",
-                nrow * ncol,
+                "rows {rows:?} of a {nrow} x {ncol} matrix of {} values",
                 data.len()
             )));
         }
-        let matrix = DeviceMatrix::allocate(device, nrow, ncol, precision)?;
+        let matrix = DeviceMatrix::allocate(device, rows.len(), ncol, precision)?;
         guarded("copying a matrix to the GPU", || {
-            fn upload<S: Stored>(ptr: sys::CUdeviceptr, data: &[f64]) -> std::result::Result<(), result::DriverError> {
-                let mut host = vec![S::from_f64(0.0); data.len()];
-                crate::parallel::map(data, &mut host, S::from_f64);
-                // SAFETY: `ptr` holds `data.len()` values of S; the copy completes before returning.
+            fn upload<S: Stored>(
+                ptr: sys::CUdeviceptr,
+                (data, nrow): (&[f64], usize),
+                rows: &Range<usize>,
+                ncol: usize,
+            ) -> std::result::Result<(), result::DriverError> {
+                let n = rows.len();
+                let mut host = vec![S::from_f64(0.0); n * ncol];
+                for (c, column) in host.chunks_mut(n.max(1)).enumerate() {
+                    crate::parallel::map(&data[c * nrow + rows.start..c * nrow + rows.end], column, S::from_f64);
+                }
+                // SAFETY: `ptr` holds `n * ncol` values of S; the copy completes before returning.
                 unsafe { result::memcpy_htod_sync(ptr, &host) }
             }
             match precision {
-                Precision::F16 => upload::<u16>(matrix.ptr, data),
-                Precision::F32 => upload::<f32>(matrix.ptr, data),
-                Precision::F64 => upload::<f64>(matrix.ptr, data),
+                Precision::F16 => upload::<u16>(matrix.ptr, (data, nrow), &rows, ncol),
+                Precision::F32 => upload::<f32>(matrix.ptr, (data, nrow), &rows, ncol),
+                Precision::F64 => upload::<f64>(matrix.ptr, (data, nrow), &rows, ncol),
             }
             .map_err(|e| Error::Gpu(format!("copying a matrix to {}: {e:?}", matrix.where_())))
         })?;

@@ -77,7 +77,7 @@ impl<'a, M: Buffers<'a>> PartMemory<'_, M> {
         PartMatrix { nrow, ncol, initial: Cell::new(Some(initial)), whole: Form::new(), rows: Form::new() }
     }
 
-    /// Makes `form` of `m` (`nrow` rows) if it is not yet: zeros, or its initial values when given.
+    /// Makes `form` of `m` (`nrow` rows) if it is not yet, of zeros.
     fn make(&self, m: &PartMatrix<'a, M::Buffer>, form: &Form<M::Buffer>, nrow: usize) -> Result<()> {
         if form.matrix.borrow().is_none() {
             *form.matrix.borrow_mut() = Some(self.inner.zeros(nrow, m.ncol)?);
@@ -91,15 +91,8 @@ impl<'a, M: Buffers<'a>> PartMemory<'_, M> {
             return Ok(());
         }
         match m.initial.get() {
-            Some(Some(data)) if m.whole.matrix.borrow().is_none() => {
-                *m.whole.matrix.borrow_mut() = Some(self.inner.put(data, m.nrow, m.ncol)?);
-            }
-            Some(initial) => {
-                self.make(m, &m.whole, m.nrow)?;
-                if let Some(data) = initial {
-                    self.inner.write(&m.whole.get(), data)?;
-                }
-            }
+            Some(Some(data)) => *m.whole.matrix.borrow_mut() = Some(self.inner.put(data, m.nrow, m.ncol)?),
+            Some(None) => self.make(m, &m.whole, m.nrow)?,
             None => {
                 let mine = self.inner.read(&m.rows.get())?;
                 let all = self.exchange.swap(self.part, mine)?;
@@ -125,15 +118,11 @@ impl<'a, M: Buffers<'a>> PartMemory<'_, M> {
         }
         let range = self.my_rows();
         let n = range.len();
-        self.make(m, &m.rows, n)?;
         match m.initial.get() {
-            Some(None) => {}
-            Some(Some(data)) => {
-                let values: Vec<f64> =
-                    (0..m.ncol).flat_map(|c| &data[c * m.nrow + range.start..c * m.nrow + range.end]).copied().collect();
-                self.inner.write(&m.rows.get(), &values)?;
-            }
+            Some(Some(data)) => *m.rows.matrix.borrow_mut() = Some(self.inner.put_rows((data, m.nrow, m.ncol), range)?),
+            Some(None) => self.make(m, &m.rows, n)?,
             None => {
+                self.make(m, &m.rows, n)?;
                 self.whole(m)?;
                 for c in 0..m.ncol {
                     self.inner.copy((&m.whole.get(), c * m.nrow + range.start), (&m.rows.get(), c * n), n)?;
