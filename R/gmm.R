@@ -165,8 +165,10 @@ gmm_vvi <- function(z, start, iter.max, tol, scaling) {
   d <- ncol(z)
   shift <- sum(log(scaling$scale))
   c0 <- d / 2 * log(2 * pi) + shift
-  # On a GPU the points go there once for the program and the last E-step's two reductions.
-  points <- if (gpu_in_use()) keops_device(z) else z
+  # On a GPU the points go there once for the program and the last E-step's two reductions. On
+  # several, the program spreads them over the GPUs itself (a matrix kept on one would keep the
+  # program there).
+  points <- if (gpu_in_use() && length(get_rkeops_options("device")) == 1L) keops_device(z) else z
   if (inherits(points, "keops_device_matrix")) on.exit(keops_device_free(points), add = TRUE)   # not left to gc
   input <- list(x = points, n = nrow(z), c0 = c0, mu = start$mu, is2 = 1 / start$var,
                 cst = matrix(gmm_vvi_constant(start$pro, start$var, shift)), ll = 0)

@@ -271,3 +271,11 @@ test_that("the finiteness check of points sees every NA, NaN and infinite value,
   expect_no_warning(keops_kmeans(matrix(c(.Machine$integer.max, 1L, 2L, 3L), 2), 1))
   expect_identical(keops_kmeans(matrix(1e308, 3, 1), 1)$size, 3L)  # (its sum overflows)
 })
+
+test_that("float32 sees the points centred only when their means are beyond their spread", {
+  near <- cbind(rnorm(5003), rnorm(5003, 0.5))
+  expect_identical(rkeops:::kmeans_shift(near), c(0, 0))
+  far <- near + rep(c(0, 3), each = 5003)
+  expect_identical(rkeops:::kmeans_shift(far), colMeans(far))
+  expect_identical(rkeops:::kmeans_shift(far[1, , drop = FALSE]), colMeans(far[1, , drop = FALSE]))
+})

@@ -130,7 +130,8 @@ impl DeviceMatrix {
                 data: &[f64],
                 stream: sys::CUstream,
             ) -> std::result::Result<(), result::DriverError> {
-                let host: Vec<S> = data.iter().map(|&x| S::from_f64(x)).collect();
+                let mut host = vec![S::from_f64(0.0); data.len()];
+                crate::parallel::map(data, &mut host, S::from_f64);
                 // SAFETY: `ptr` holds `data.len()` values of S; from ordinary memory, the driver
                 // stages the bytes before returning, so `host` may be freed at once.
                 unsafe { result::memcpy_htod_async(ptr, &host, stream) }

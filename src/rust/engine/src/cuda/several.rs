@@ -190,7 +190,7 @@ fn run_parts<S: Stored, T: Real>(
 
 /// The results of blocks of output rows, column-major, into those of all the rows.
 fn stack_rows(parts: &[Part], columns: Vec<Columns>, n_out: usize, width: usize) -> Result<Columns> {
-    fn stack<X: Copy + Default + Send>(
+    fn stack<X: Copy + Default + Send + Sync>(
         parts: &[Part],
         got: Vec<Option<Vec<X>>>,
         n: usize,
@@ -199,13 +199,15 @@ fn stack_rows(parts: &[Part], columns: Vec<Columns>, n_out: usize, width: usize)
         if got.iter().any(Option::is_none) {
             return Ok(None);
         }
+        let got: Vec<Vec<X>> = got.into_iter().flatten().collect();
         let mut all = memory::zeros(n * width, "the results")?;
-        for (part, got) in parts.iter().zip(got.into_iter().flatten()) {
-            let rows = part.out.len();
-            for c in 0..width {
-                all[c * n + part.out.start..c * n + part.out.end].copy_from_slice(&got[c * rows..(c + 1) * rows]);
+        // (a column per thread: 10-NN of 1e7 points, 0.34 s of copies on one)
+        crate::parallel::for_each_block(&mut all, n.max(1), |c, column| {
+            for (part, got) in parts.iter().zip(&got) {
+                let rows = part.out.len();
+                column[part.out.clone()].copy_from_slice(&got[c * rows..(c + 1) * rows]);
             }
-        }
+        });
         Ok(Some(all))
     }
     let (values, indices): (Vec<_>, Vec<_>) = columns.into_iter().map(|c| (c.values, c.indices)).unzip();

@@ -94,21 +94,27 @@ impl<'a, M: Buffers<'a>> PartMemory<'_, M> {
             Some(Some(data)) => *m.whole.matrix.borrow_mut() = Some(self.inner.put(data, m.nrow, m.ncol)?),
             Some(None) => self.make(m, &m.whole, m.nrow)?,
             None => {
-                let mine = self.inner.read(&m.rows.get())?;
-                let all = self.exchange.swap(self.part, mine)?;
-                let mut values = vec![0.0; m.nrow * m.ncol];
-                for (rows, part) in self.split.parts.iter().zip(all.iter()) {
-                    for c in 0..m.ncol {
-                        values[c * m.nrow + rows.start..c * m.nrow + rows.end]
-                            .copy_from_slice(&part[c * rows.len()..(c + 1) * rows.len()]);
-                    }
-                }
+                let values = self.gathered(m)?;
                 self.make(m, &m.whole, m.nrow)?;
                 self.inner.write(&m.whole.get(), &values)?;
             }
         }
         m.whole.current.set(true);
         Ok(())
+    }
+
+    /// The values of `m`, whose rows the parts hold, gathered from every part (column-major).
+    fn gathered(&self, m: &PartMatrix<'a, M::Buffer>) -> Result<Vec<f64>> {
+        let mine = self.inner.read(&m.rows.get())?;
+        let all = self.exchange.swap(self.part, mine)?;
+        let mut values = vec![0.0; m.nrow * m.ncol];
+        for (rows, part) in self.split.parts.iter().zip(all.iter()) {
+            for c in 0..m.ncol {
+                values[c * m.nrow + rows.start..c * m.nrow + rows.end]
+                    .copy_from_slice(&part[c * rows.len()..(c + 1) * rows.len()]);
+            }
+        }
+        Ok(values)
     }
 
     /// This part's rows of `m`, up to date (copied out of the whole matrix if it holds its values).
@@ -182,6 +188,11 @@ impl<'a, M: Buffers<'a>> Buffers<'a> for PartMemory<'_, M> {
     }
 
     fn read(&self, b: &Self::Buffer) -> Result<Vec<f64>> {
+        // (a result of the split rows, the labels of 1e8 points, comes back without a whole copy
+        // on the device)
+        if !b.whole.current.get() && b.rows.current.get() && b.initial.get().is_none() {
+            return self.gathered(b);
+        }
         self.whole(b)?;
         self.inner.read(&b.whole.get())
     }
