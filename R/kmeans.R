@@ -72,7 +72,8 @@ keops_kmeans <- function(x, centers, iter.max = 10, nstart = 1, algorithm = "Llo
   # centres move back at the end. In float64, the points as they are (as stats::kmeans() sees them:
   # no copy of 'x').
   n <- nrow(x)
-  means <- if (get_rkeops_options("precision") == "float64") numeric(ncol(x)) else kmeans_shift(x)
+  col_means <- if (get_rkeops_options("precision") != "float64") colMeans(x)
+  means <- if (is.null(col_means)) numeric(ncol(x)) else kmeans_shift(x, col_means)
   xc <- if (any(means != 0)) x - rep(means, each = n) else x
   if (is.numeric(centers) && length(centers) == 1L) {
     k <- check_whole(centers, "centers", fun, min = 1)
@@ -100,30 +101,29 @@ keops_kmeans <- function(x, centers, iter.max = 10, nstart = 1, algorithm = "Llo
     rkeops_warn("did not converge in ", iter.max, if (iter.max == 1L) " iteration" else " iterations",
                 kind = "convergence")
   }
-  kmeans_result(best, xc, means, rownames(x), colnames(x))
+  kmeans_result(best, xc, means, if (!is.null(col_means)) col_means - means, rownames(x), colnames(x))
 }
 
-# How far the points `x` move before float32 or float16 sees them: their columns' means (in
+# How far the points `x` move before float32 or float16 sees them: their columns' means `means` (in
 # float64), or nothing when every mean is within its column's spread (the standard deviation of
 # 1000 evenly spaced rows: no random draw, which would change the session's stream), where centring
 # keeps no digit worth its copy of 'x' (~10 ns a value: 10 s for 1e8 x 10 points).
-kmeans_shift <- function(x) {
-  means <- colMeans(x)
+kmeans_shift <- function(x, means) {
   rows <- x[unique(round(seq(1, nrow(x), length.out = 1000L))), , drop = FALSE]
   spread <- apply(rows, 2, stats::sd)
   if (nrow(rows) > 1L && all(abs(means) <= spread)) numeric(ncol(x)) else means
 }
 
 # The object of stats::kmeans() from the fit `fit` of the centred points `xc` (`means` the columns'
-# means subtracted): the centres moved back, the total sum of squares from the centred points in
-# float64 (as stats::kmeans() computes it).
-kmeans_result <- function(fit, xc, means, row_names, col_names) {
+# means subtracted; `xc_mean` the mean of `xc` when known): the centres moved back, the total sum
+# of squares from the centred points in float64 (as stats::kmeans() computes it).
+kmeans_result <- function(fit, xc, means, xc_mean, row_names, col_names) {
   k <- nrow(fit$centers)
   centers <- fit$centers + rep(means, each = k)
   dimnames(centers) <- list(seq_len(k), col_names)
   cluster <- fit$cluster
   names(cluster) <- row_names
-  totss <- kmeans_totss(xc)
+  totss <- kmeans_totss(xc, xc_mean)
   tot.withinss <- sum(fit$withinss)
   structure(list(cluster = cluster, centers = centers, totss = totss, withinss = fit$withinss,
                  tot.withinss = tot.withinss, betweenss = totss - tot.withinss, size = fit$size,
@@ -132,9 +132,10 @@ kmeans_result <- function(fit, xc, means, row_names, col_names) {
 }
 
 # The total sum of squares of the points `xc` (centred or not), in float64 as stats::kmeans()
-# computes it: their squared distances to their mean, both sums by the engine on every core (no
-# N x D temporary; colMeans() alone took 4.6 ms for 10^6 x 2 on one core, the two sums 3.5 ms).
-kmeans_totss <- function(xc) {
+# computes it: their squared distances to their mean `mean` (NULL: computed), both sums by the
+# engine on every core (no N x D temporary; colMeans() alone took 4.6 ms for 10^6 x 2 on one core,
+# the two sums 3.5 ms; a mean already known saves a pass over the points).
+kmeans_totss <- function(xc, mean = NULL) {
   d <- ncol(xc)
   ops <- memoised(kmeans_cache, c("totss", d), function() {
     list(sum = keops_kernel("Sum_Reduction(x, 1)", sprintf("x = Vi(%d)", d)),
@@ -143,7 +144,8 @@ kmeans_totss <- function(xc) {
   old <- get_rkeops_options("precision")
   on.exit(set_rkeops_options(precision = old))
   set_rkeops_options(precision = "float64")
-  sum(ops$ss(list(xc, as.vector(ops$sum(list(xc))) / nrow(xc))))
+  if (is.null(mean)) mean <- as.vector(ops$sum(list(xc))) / nrow(xc)
+  sum(ops$ss(list(xc, mean)))
 }
 
 # k-means++ seeding (Arthur and Vassilvitskii, 2007): the indices of K rows of `x`, the first drawn

@@ -274,8 +274,8 @@ test_that("the finiteness check of points sees every NA, NaN and infinite value,
 
 test_that("float32 sees the points centred only when their means are beyond their spread", {
   near <- cbind(rnorm(5003), rnorm(5003, 0.5))
-  expect_identical(rkeops:::kmeans_shift(near), c(0, 0))
+  expect_identical(rkeops:::kmeans_shift(near, colMeans(near)), c(0, 0))
   far <- near + rep(c(0, 3), each = 5003)
-  expect_identical(rkeops:::kmeans_shift(far), colMeans(far))
-  expect_identical(rkeops:::kmeans_shift(far[1, , drop = FALSE]), colMeans(far[1, , drop = FALSE]))
+  expect_identical(rkeops:::kmeans_shift(far, colMeans(far)), colMeans(far))
+  expect_identical(rkeops:::kmeans_shift(far[1, , drop = FALSE], colMeans(far[1, , drop = FALSE])), colMeans(far[1, , drop = FALSE]))
 })
