@@ -175,15 +175,17 @@ impl DeviceMatrix {
                 unsafe { result::memcpy_dtoh_sync(&mut host, ptr) }?;
                 Ok(host)
             }
+            // (converted on every core: the labels of 1e8 points took 0.65 s on one)
+            fn widened<S: Copy + Sync>(values: &[S], f: impl Fn(S) -> f64 + Sync) -> Vec<f64> {
+                let mut wide = vec![0.0; values.len()];
+                crate::parallel::map(values, &mut wide, f);
+                wide
+            }
             Ok(match self.precision {
-                Precision::F16 => download::<u16>(self.ptr, len)
-                    .map_err(failed)?
-                    .into_iter()
-                    .map(|h| half::f16::from_bits(h).to_f64())
-                    .collect(),
-                Precision::F32 => {
-                    download::<f32>(self.ptr, len).map_err(failed)?.into_iter().map(|x| x as f64).collect()
+                Precision::F16 => {
+                    widened(&download::<u16>(self.ptr, len).map_err(failed)?, |h| half::f16::from_bits(h).to_f64())
                 }
+                Precision::F32 => widened(&download::<f32>(self.ptr, len).map_err(failed)?, f64::from),
                 Precision::F64 => download::<f64>(self.ptr, len).map_err(failed)?,
             })
         })

@@ -188,10 +188,13 @@ impl<'a, M: Buffers<'a>> Buffers<'a> for PartMemory<'_, M> {
     }
 
     fn read(&self, b: &Self::Buffer) -> Result<Vec<f64>> {
-        // (a result of the split rows, the labels of 1e8 points, comes back without a whole copy
-        // on the device)
+        // A result of the split rows (the labels of 1e8 points) comes back without a whole copy on
+        // the device, put together by the first part only: `spread::run` returns its results.
         if !b.whole.current.get() && b.rows.current.get() && b.initial.get().is_none() {
-            return self.gathered(b);
+            return match self.part {
+                0 => self.gathered(b),
+                _ => self.exchange.swap(self.part, self.inner.read(&b.rows.get())?).map(|_| Vec::new()),
+            };
         }
         self.whole(b)?;
         self.inner.read(&b.whole.get())
