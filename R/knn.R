@@ -11,7 +11,9 @@
 #' `k`-th neighbour of a query is no farther than the largest distance from
 #' its cell to a cell of at least `k` data points. The engine plans the
 #' searches and runs them on the CPU or the GPU in one call, the results written
-#' once in the order of the queries. The result is the
+#' once in the order of the queries (with several GPUs, a pruned search runs on
+#' the first: its kernel is shorter than putting their results together; the
+#' brute-force reduction is shared). The result is the
 #' brute-force result: the same neighbours whatever the data (ties between
 #' equal distances aside). Where pruning would not pay (more than 8
 #' dimensions, few points, or cells that keep most pairs), the search is the
