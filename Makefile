@@ -255,7 +255,8 @@ bench-future: install
 
 # make bench-gpus: several GPUs sharing each reduction against one (bench/several_gpus.R; needs
 # GPUs: GPUS=0,1,2,3 the list, COUNTS=1,2,4 how many of them share a call, N=1e7 the goals' size,
-# N=2e6 a quick run, CASES=gauss,knn,short,wide, REPS=3). Issue 20 on 8 GPUs, in two device calls
+# N=2e6 a quick run, CASES=gauss,knn,short,wide or the algorithm functions kmeans,gmm,sinkhorn,
+# knnfun,krige (their programs spread: KM_N, GMM_N, SK_N, KNN_N, KR_N their sizes), REPS=3). Issue 20 on 8 GPUs, in two device calls
 # of under 10 minutes: COUNTS=1,2,4,8 REPS=1 CASES=gauss,knn,short M_SHORT=1e9, then CASES=wide.
 GPUS_N ?= 1e7
 GPUS_REPS ?= 3
