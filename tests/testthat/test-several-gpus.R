@@ -9,6 +9,13 @@
 
 gpu <- rkeops:::gpu_status(0L)
 
+# The GPUs the tests share: RKEOPS_TEST_GPUS, else every GPU found, or GPU 0 twice where there is one.
+test_gpus <- function() {
+  count <- rkeops:::rust_result(.Call(rkeops:::wrap__gpu_count))$count
+  listed <- Sys.getenv("RKEOPS_TEST_GPUS")
+  if (nzchar(listed)) as.integer(strsplit(listed, ",")[[1]]) else if (count >= 2L) seq_len(count) - 1L else c(0L, 0L)
+}
+
 test_that("the device option takes one or several GPUs and refuses anything else", {
   old <- get_rkeops_options()
   on.exit(do.call(set_rkeops_options, old))
@@ -42,10 +49,7 @@ test_that("reductions shared by several GPUs equal plain R (rows split, reduced 
     expect_false(gpu$available)
     return(invisible())
   }
-  count <- rkeops:::rust_result(.Call(rkeops:::wrap__gpu_count))$count
-  listed <- Sys.getenv("RKEOPS_TEST_GPUS")
-  gpus <- if (nzchar(listed)) as.integer(strsplit(listed, ",")[[1]]) else
-    if (count >= 2L) seq_len(count) - 1L else c(0L, 0L)
+  gpus <- test_gpus()
   old <- get_rkeops_options()
   on.exit(do.call(set_rkeops_options, old))
   set_rkeops_options(backend = "GPU", precision = "float64", device = gpus)
@@ -127,10 +131,7 @@ test_that("programs and the algorithm functions spread over several GPUs equal p
     expect_false(gpu$available)
     return(invisible())
   }
-  count <- rkeops:::rust_result(.Call(rkeops:::wrap__gpu_count))$count
-  listed <- Sys.getenv("RKEOPS_TEST_GPUS")
-  gpus <- if (nzchar(listed)) as.integer(strsplit(listed, ",")[[1]]) else
-    if (count >= 2L) seq_len(count) - 1L else c(0L, 0L)
+  gpus <- test_gpus()
   old <- get_rkeops_options()
   on.exit(do.call(set_rkeops_options, old))
   Sys.setenv(RKEOPS_SPREAD_ROWS = "1000")   # (spread at these sizes)

@@ -24,4 +24,5 @@ mod progress;
 mod ranges;
 mod reductions;
 mod sifted_selections;
+mod spread;
 mod tensor_cores;

@@ -9,16 +9,16 @@ use engine::{Backend, Input, Operator, Precision, RunOptions, SumScheme, Tuning}
 
 use crate::common::random;
 
-fn op(formula: &str, args: &[&str]) -> Operator {
+pub(crate) fn op(formula: &str, args: &[&str]) -> Operator {
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     Operator::new(formula, &args).unwrap_or_else(|e| panic!("{formula}: {e}"))
 }
 
-fn buffer<'a>(name: &str, initial: Option<Input<'a>>) -> Buffer<'a> {
+pub(crate) fn buffer<'a>(name: &str, initial: Option<Input<'a>>) -> Buffer<'a> {
     Buffer { name: name.into(), initial, schedule: None }
 }
 
-fn step<'a>(name: &str, operator: &'a Operator, inputs: &[usize], output: usize) -> Step<'a> {
+pub(crate) fn step<'a>(name: &str, operator: &'a Operator, inputs: &[usize], output: usize) -> Step<'a> {
     Step {
         name: name.into(),
         operator,
@@ -33,7 +33,7 @@ fn options(backend: Backend) -> RunOptions {
     RunOptions { precision: Precision::F64, backend, ..Default::default() }
 }
 
-fn max_diff(a: &[f64], b: &[f64]) -> f64 {
+pub(crate) fn max_diff(a: &[f64], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len());
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
 }

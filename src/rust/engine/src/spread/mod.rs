@@ -15,18 +15,16 @@
 
 mod exchange;
 mod memory;
-#[cfg(test)]
-mod tests;
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use crate::api::{RunOptions, Values};
-use crate::buffers::Buffers;
+use crate::buffers::{Buffers, HostMemory};
 use crate::error::{Error, Result};
 use crate::formula::Category;
-use crate::program::{CheckedRun, Program, ProgramResult};
+use crate::program::{self, CheckedRun, Program, ProgramResult};
 use crate::schedule::devices::proportional;
 use exchange::Exchange;
 use memory::PartMemory;
@@ -123,4 +121,18 @@ pub(crate) fn run<'a, M: Buffers<'a>>(
         }
         (None, None) => Err(Error::Invalid("no device ran the program".into())),
     }
+}
+
+/// `p` spread over parts of these `weights` in host memory, each part a thread computing on the CPU
+/// as each GPU computes on its own: how the tests check the spreading where there is no GPU. None
+/// where `p` does not spread (`split_rows`, with `options.tuning.spread_rows`).
+pub fn run_on_host_parts(p: &Program, options: &RunOptions, weights: &[f64]) -> Result<Option<ProgramResult>> {
+    let shapes = program::check(p)?;
+    let Some(split) = split_rows(p, &shapes, weights, options.tuning.spread_rows) else { return Ok(None) };
+    let step_options = p.step_options(options);
+    let run = CheckedRun { program: p, shapes: &shapes, step_options: &step_options, options, passes: 1 };
+    let part_options = part_options(options);
+    let part_steps = p.step_options(&part_options);
+    let quiet = CheckedRun { options: &part_options, step_options: &part_steps, ..run };
+    self::run((&run, &quiet), &split, "CPU parts", &|_| Ok(HostMemory::default())).map(Some)
 }
