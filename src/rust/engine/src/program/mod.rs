@@ -9,7 +9,8 @@
 //! The loop (`forward`) is written once for wherever the buffers are kept (`crate::buffers`): on a
 //! GPU every buffer stays on the device for the whole program, and each step's launches are recorded
 //! and issued again; elsewhere (the CPU; float16, whose results are float32; a program of one
-//! iteration) each step is a plain run on host data, with no R in the loop. Before it runs (or is
+//! iteration) each step is a plain run on host data, with no R in the loop; on several GPUs
+//! (`RunOptions::gpus`) the rows of its points are shared out (`crate::spread`). Before it runs (or is
 //! differentiated), a program's consecutive sums over the same pairs become one reduction (`fuse`).
 
 use std::sync::Arc;
