@@ -29,7 +29,7 @@ pub trait Buffers<'a> {
     fn put(&self, data: &'a [f64], nrow: usize, ncol: usize) -> Result<Self::Buffer>;
     fn zeros(&self, nrow: usize, ncol: usize) -> Result<Self::Buffer>;
     /// The rows `rows` of the column-major `nrow x ncol` matrix `data`, as a matrix of their own
-    /// (a device's part of a program spread over several: `crate::spread`).
+    /// (a device's part of a program spread over several: `program::spread`).
     fn put_rows(&self, (data, nrow, ncol): (&[f64], usize, usize), rows: Range<usize>) -> Result<Self::Buffer> {
         let mut values = Vec::with_capacity(rows.len() * ncol);
         for c in 0..ncol {

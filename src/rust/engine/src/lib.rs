@@ -33,7 +33,6 @@ pub mod real;
 pub mod reduction;
 pub mod seeding;
 pub mod schedule;
-pub mod spread;
 pub mod tuning;
 pub mod two_scale;
 

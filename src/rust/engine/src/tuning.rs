@@ -74,7 +74,7 @@ pub struct Tuning {
     /// (`RKEOPS_LATE_CHECKS=0`: the host waits for each iteration it checks).
     pub late_checks: Option<bool>,
     /// The fewest rows each GPU gets when a program's rows are spread over the GPUs of
-    /// `RunOptions::gpus` (`crate::spread`; `RKEOPS_SPREAD_ROWS=n`): fewer, and it runs on the
+    /// `RunOptions::gpus` (`program::spread`; `RKEOPS_SPREAD_ROWS=n`): fewer, and it runs on the
     /// first GPU, where one exchange between the devices per iteration would cost more than it
     /// saves.
     pub spread_rows: usize,

@@ -266,7 +266,7 @@ fn gpu_long_reductions_stop_when_interrupted() {
     }
 }
 
-/// A program spread over several GPUs (`engine::spread`: the points' rows shared out, the sums over
+/// A program spread over several GPUs (`engine::program::spread`: the points' rows shared out, the sums over
 /// them merged) equals the same on one GPU: K-means (labels on each GPU's rows, sums and counts
 /// merged, the centres' map on each) and Sinkhorn (log-sum-exps over the split rows merged), in
 /// float64 and float32, the same bits from run to run.

@@ -1,11 +1,11 @@
-//! Programs spread over parts (`engine::spread`) in host memory, each part a thread computing on the
+//! Programs spread over parts (`engine::program::spread`) in host memory, each part a thread computing on the
 //! CPU as each GPU does on its own (`spread::run_on_host_parts`), against the same programs run
 //! whole: K-means (rows, merged sums, a map), Sinkhorn with a schedule (log-sum-exps merged), a
 //! split result read as a j-variable (gathered), a stopping rule; and the programs that do not
 //! spread. On several GPUs: `gpu_steps.rs`.
 
 use engine::program::{self, Buffer, Program, Schedule, Step, Stop};
-use engine::spread::run_on_host_parts;
+use engine::program::spread::run_on_host_parts;
 use engine::{Backend, Input, Precision, Ranges, RunOptions, Tuning};
 
 use super::program::{buffer, max_diff, op, step};

@@ -10,7 +10,7 @@
 //! GPU every buffer stays on the device for the whole program, and each step's launches are recorded
 //! and issued again; elsewhere (the CPU; float16, whose results are float32; a program of one
 //! iteration) each step is a plain run on host data, with no R in the loop; on several GPUs
-//! (`RunOptions::gpus`) the rows of its points are shared out (`crate::spread`). Before it runs (or is
+//! (`RunOptions::gpus`) the rows of its points are shared out (`spread`). Before it runs (or is
 //! differentiated), a program's consecutive sums over the same pairs become one reduction (`fuse`).
 
 use std::sync::Arc;
@@ -25,10 +25,10 @@ use crate::operator::Operator;
 use crate::precision::Precision;
 use crate::ranges::Ranges;
 use crate::reduction::SumScheme;
-use crate::spread;
 
 mod forward;
 mod fuse;
+pub mod spread;
 pub(crate) use forward::{run as forward_run, Forward, State};
 use fuse::Fusion;
 
@@ -170,7 +170,7 @@ impl<'a> ForBuffers<'a> for Looped<'_, 'a> {
     }
 }
 
-/// A checked program, spread over several devices where it can be (`crate::spread`), and the same
+/// A checked program, spread over several devices where it can be (`spread`), and the same
 /// with the options of the devices' threads.
 struct Spread<'r, 'a>(&'r CheckedRun<'a>, &'r CheckedRun<'a>);
 

@@ -145,18 +145,19 @@ impl ReductionKind {
     }
 }
 
-impl crate::formula::Reduction {
+impl ReductionKind {
     /// How the finished results of two parts of the reduced range make the result of both, where
-    /// they can (a program spread over devices, `crate::spread`, adds its parts' sums so): a sum's
-    /// sum, a minimum's or maximum's, log-sum-exp's log of the sum of the exponentials. None for
-    /// the others: an index is a part's own, a weighted log-sum-exp may be the log of a negative
-    /// part, a soft-max weight has lost its normalisation, a K-selection its K best of the other.
-    pub fn merges_results(&self) -> Option<fn(f64, f64) -> f64> {
-        match (self.kind, self.g) {
+    /// they can (a program spread over devices, `program::spread`, merges its parts' sums so): a
+    /// sum's sum, a minimum's or maximum's, log-sum-exp's log of the sum of the exponentials. None
+    /// for the others: an index is a part's own, a `weighted` log-sum-exp may be the log of a
+    /// negative part, a soft-max weight has lost its normalisation, a K-selection its K best of the
+    /// other.
+    pub fn merges_results(self, weighted: bool) -> Option<fn(f64, f64) -> f64> {
+        match (self, weighted) {
             (ReductionKind::Sum, _) => Some(|a, b| a + b),
             (ReductionKind::Min, _) => Some(|a, b| if b < a { b } else { a }),
             (ReductionKind::Max, _) => Some(|a, b| if b > a { b } else { a }),
-            (ReductionKind::LogSumExp, None) => Some(log_add_exp),
+            (ReductionKind::LogSumExp, false) => Some(log_add_exp),
             _ => None,
         }
     }

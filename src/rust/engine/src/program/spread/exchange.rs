@@ -1,4 +1,4 @@
-//! What the parts of a spread program (`crate::spread`) hand each other between steps: each part,
+//! What the parts of a spread program (`program::spread`) hand each other between steps: each part,
 //! one host thread, gives its values and receives every part's, in the parts' order, once all have
 //! given theirs. A part that fails ends the exchange: the others' waits return an error at once
 //! (none is left waiting for it).

@@ -10,7 +10,7 @@
 //!
 //! A program spreads when it can and it pays: every device gets at least `Tuning::spread_rows` rows,
 //! no step reduces over the split rows with a reduction whose parts cannot be merged
-//! (`Reduction::merges_results`: indices, soft-max weights, K-selections) or over block-sparse
+//! (`ReductionKind::merges_results`: indices, soft-max weights, K-selections) or over block-sparse
 //! ranges, and no initial value is kept on a device. Elsewhere it runs on the first device.
 
 mod exchange;
@@ -24,7 +24,7 @@ use crate::api::{RunOptions, Values};
 use crate::buffers::{Buffers, HostMemory};
 use crate::error::{Error, Result};
 use crate::formula::Category;
-use crate::program::{self, CheckedRun, Program, ProgramResult};
+use super::{CheckedRun, Program, ProgramResult};
 use crate::schedule::devices::proportional;
 use exchange::Exchange;
 use memory::PartMemory;
@@ -56,7 +56,7 @@ pub fn split_rows(p: &Program, shapes: &[(usize, usize)], weights: &[f64], min_r
     let rows = (0..p.steps.len()).filter_map(n_i).max()?;
     for (s, step) in p.steps.iter().enumerate() {
         let reduction = &step.operator.formula.reduction;
-        let unmerged = reduction.axis == 1 && reduction.merges_results().is_none();
+        let unmerged = reduction.axis == 1 && reduction.kind.merges_results(reduction.g.is_some()).is_none();
         if n_i(s) == Some(rows) && (step.ranges.is_some() || unmerged) {
             return None;
         }
@@ -88,7 +88,7 @@ pub(crate) fn run<'a, M: Buffers<'a>>(
     let work = |part: usize| {
         let done = open(part).and_then(|inner| {
             let memory = PartMemory { inner, part, split, exchange: &exchange, stop: &stop, description };
-            crate::program::forward_run(quiet, memory)
+            super::forward_run(quiet, memory)
         });
         if done.is_err() {
             // (the others leave at their next step or exchange)
@@ -127,7 +127,7 @@ pub(crate) fn run<'a, M: Buffers<'a>>(
 /// as each GPU computes on its own: how the tests check the spreading where there is no GPU. None
 /// where `p` does not spread (`split_rows`, with `options.tuning.spread_rows`).
 pub fn run_on_host_parts(p: &Program, options: &RunOptions, weights: &[f64]) -> Result<Option<ProgramResult>> {
-    let shapes = program::check(p)?;
+    let shapes = super::check(p)?;
     let Some(split) = split_rows(p, &shapes, weights, options.tuning.spread_rows) else { return Ok(None) };
     let step_options = p.step_options(options);
     let run = CheckedRun { program: p, shapes: &shapes, step_options: &step_options, options, passes: 1 };

@@ -1,10 +1,10 @@
-//! One part's matrices of a program spread over devices (`crate::spread`), on top of that device's
+//! One part's matrices of a program spread over devices (`program::spread`), on top of that device's
 //! own memory (`M`: one GPU's, or host memory). A matrix of the split rows may be held whole, or
 //! as this part's rows only, or both: each step asks for the form it reads (its i-variables' rows
 //! when its i-axis is the split one, whole matrices otherwise) and the other form is made when
 //! needed: rows copied out of the whole matrix on the device, a whole matrix gathered from every
 //! part's rows. A step that reduces over the split rows gives a part's result for all its output
-//! rows: the parts' results are merged (`Reduction::merges_results`) in the parts' order, the same
+//! rows: the parts' results are merged (`ReductionKind::merges_results`) in the parts' order, the same
 //! on every part. Every part runs the same steps on matrices of the same shapes, so all take part
 //! in each exchange together.
 
@@ -153,7 +153,8 @@ impl<'a, M: Buffers<'a>> PartMemory<'_, M> {
         if n_i != Some(self.split.rows) {
             return Ok(Role::Whole);
         }
-        match (formula.reduction.axis, formula.reduction.merges_results()) {
+        let reduction = &formula.reduction;
+        match (reduction.axis, reduction.kind.merges_results(reduction.g.is_some())) {
             (0, _) => Ok(Role::Rows),
             (_, Some(merge)) => Ok(Role::Merged(merge)),
             // (`spread::split_rows` lets no such program spread)
