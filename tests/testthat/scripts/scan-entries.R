@@ -91,6 +91,7 @@ corpus <- list(
   quote(wait_for_kernel_builds()),
   quote(suppressMessages(rkeops_precompile("Sum_Reduction(SqDist(x, y), 0)", c("x = Vi(3)", "y = Vj(3)")))),
   quote(shard_unpack(shard_pack(x, 1L, 3L, 4L))),
+  quote(column_sums(x)),
   quote(rkeops_use_gpu())
 )
 # (evaluated in the namespace: the attached package holds the functions as they were)

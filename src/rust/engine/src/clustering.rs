@@ -193,6 +193,12 @@ impl<'a> Grid<'a> {
     }
 }
 
+/// The sum of each column of `x`, on every core (R's `sum()` and `colMeans()` take one: 1 s each
+/// for 1e9 values); not finite where a value is not (or the sum overflows).
+pub fn column_sums(x: Points) -> Vec<f64> {
+    (0..x.d).map(|k| parallel::fold(x.column(k), || 0.0, |sum, &v| sum + v, |a, b| a + b)).collect()
+}
+
 /// The smallest and largest value of each column of `x` (on every core), or an error naming the
 /// input (`name`) if a value is not finite.
 pub fn column_bounds(x: Points, name: &str) -> Result<Vec<(f64, f64)>> {

@@ -260,3 +260,22 @@ fn sorted_cells_summarise_as_cluster_summary_does() {
     nan[3] = f64::NAN;
     assert!(sorted_cells(points, &size, &nan).is_err());
 }
+
+/// Column sums on every core (1e6 rows: several threads) against a sum in order, to the rounding of
+/// the parts' order; a value that is not finite makes its column's sum not finite.
+#[test]
+fn column_sums_are_the_columns_sums() {
+    use engine::clustering::column_sums;
+    let (n, d) = (1_000_003, 3);
+    let x: Vec<f64> = (0..n * d).map(|k| ((k * 7919) % 1000) as f64 / 7.0 - 50.0).collect();
+    let got = column_sums(Points::new(&x, n, d).unwrap());
+    for (c, sum) in got.iter().enumerate() {
+        let want: f64 = x[c * n..(c + 1) * n].iter().sum();
+        assert!((sum - want).abs() <= 1e-9 * x[c * n..(c + 1) * n].iter().map(|v| v.abs()).sum::<f64>(), "column {c}");
+    }
+    let mut y = x.clone();
+    y[n + 17] = f64::NAN;
+    y[2 * n + 5] = f64::INFINITY;
+    let got = column_sums(Points::new(&y, n, d).unwrap());
+    assert!(got[0].is_finite() && got[1].is_nan() && got[2] == f64::INFINITY, "{got:?}");
+}

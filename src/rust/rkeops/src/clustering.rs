@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use engine::clustering::{cluster_summary, grid_cells, Points};
+use engine::clustering::{cluster_summary, column_sums, grid_cells, Points};
 use engine::two_scale::{cell_pair_ranges, sorted_cells, CellSide};
 use engine::{BlockRanges, Ranges};
 use extendr_api::prelude::*;
@@ -47,6 +47,12 @@ fn keops_grid_labels(x: Robj, size: Robj) -> Robj {
         let cells = grid_cells(points(&x, "x")?, size)?;
         Ok(Robj::from(cells.labels.iter().map(|&l| l as i32 + 1).collect::<Vec<i32>>()))
     })
+}
+
+/// The sums of the columns of the double matrix (or vector) `x`, on every core.
+#[extendr]
+fn keops_column_sums(x: Robj) -> Robj {
+    guarded(|| Ok(Robj::from(column_sums(points(&x, "x")?))))
 }
 
 /// `cluster_ranges_centroids()`: counts, centroids, total weights and radii of the clusters
@@ -173,6 +179,7 @@ fn keops_cell_pair_ranges(x: Robj, y: Robj, slack: f64) -> Robj {
 extendr_module! {
     mod clustering;
     fn keops_grid_labels;
+    fn keops_column_sums;
     fn keops_cluster_summary;
     fn keops_ranges_of_pairs;
     fn keops_two_scale_cells;
