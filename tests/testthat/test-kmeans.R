@@ -268,6 +268,16 @@ test_that("the finiteness check of points sees every NA, NaN and infinite value,
                 matrix(c(.Machine$integer.max, .Machine$integer.max, 1L, 1L), 2), matrix(c(TRUE, NA), 1),
                 matrix(numeric(0), 0, 2))
   for (x in cases) expect_identical(rkeops:::all_finite(x), all(is.finite(x)), info = deparse(x))
+  # from 1e6 doubles, the engine's column sums (on every core) say it
+  big <- matrix(runif(3 * 400009), ncol = 3)
+  expect_equal(rkeops:::column_sums(big), colSums(big), tolerance = 1e-12)
+  for (bad in list(NA, NaN, Inf, -Inf)) {
+    worse <- big
+    worse[400001, 2] <- bad
+    expect_false(rkeops:::all_finite(worse), info = format(bad))
+  }
+  big[1:2, 3] <- 1e308   # (a sum that overflows: finite values)
+  expect_true(rkeops:::all_finite(big))
   expect_no_warning(keops_kmeans(matrix(c(.Machine$integer.max, 1L, 2L, 3L), 2), 1))
   expect_identical(keops_kmeans(matrix(1e308, 3, 1), 1)$size, 3L)  # (its sum overflows)
 })
