@@ -391,8 +391,8 @@ rkeops_use_cpu <- function(ncore = NULL) {
 #' sums. Every GPU receives its part of the inputs at each call.
 #'
 #' A program ([keops_program()], and the functions that run one:
-#' [keops_kmeans()], [keops_gmm()] with `model = "VVI"`, [keops_sinkhorn()])
-#' is spread over the GPUs: the
+#' [keops_kmeans()], [keops_gmm()] with `modelName = "VVI"`,
+#' [keops_sinkhorn()] without `scaling` ranges) is spread over the GPUs: the
 #' rows of its points (its largest i-axis) are shared out once, each GPU
 #' keeping its part for the whole program, with one host thread per GPU; each
 #' computes the steps over its rows, and the sums over all the rows (a
@@ -400,9 +400,9 @@ rkeops_use_cpu <- function(ncore = NULL) {
 #' in the GPUs' order: the results equal one GPU's up to the order of those
 #' sums, the same from run to run. A program stays on the first GPU when each
 #' GPU would get fewer than 65536 rows (the environment variable
-#' `RKEOPS_SPREAD_ROWS` sets that number), when a step reduces those rows to
-#' indices, soft-max weights or K best, or when an input is kept on a GPU (a
-#' block-sparse step over them reduces each GPU's rows over its ranges). Program gradients, loops
+#' `RKEOPS_SPREAD_ROWS` sets that number), when a step over those rows is
+#' block-sparse or reduces them to indices, soft-max weights or K best, or
+#' when an input is kept on a GPU. Program gradients, loops
 #' ([keops_iterate()]) and matrices kept on a GPU ([keops_device()]) use the
 #' first GPU of the list. Ctrl-C stops a long computation within a second on
 #' every GPU.

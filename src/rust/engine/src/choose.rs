@@ -23,11 +23,17 @@ pub(crate) trait ForBuffers<'a> {
     fn run<B: Buffers<'a>>(self, buffers: B) -> Self::Output;
 }
 
-/// Work that runs with a loop's rows spread over several devices (`Chosen::with_spread`), given
-/// `open(t)`: device t's memory, for the thread that calls it.
+/// Work that runs with a loop's rows spread over several devices (`Chosen::with_spread`): given
+/// the devices' relative speeds, what computes, and `open(t)`, device t's memory for the thread
+/// that calls it.
 pub(crate) trait ForSpread<'a> {
     type Output;
-    fn run<B: Buffers<'a>>(self, open: &(dyn Fn(usize) -> Result<B> + Sync)) -> Self::Output;
+    fn run<B: Buffers<'a>>(
+        self,
+        weights: &[f64],
+        description: &str,
+        open: &(dyn Fn(usize) -> Result<B> + Sync),
+    ) -> Self::Output;
 }
 
 /// The backend `options` choose: the GPU asked for, or an error saying why it cannot be used;
@@ -58,20 +64,14 @@ impl Chosen {
         }
     }
 
-    /// The GPUs of `options.gpus` (this one first) that a loop's rows may be spread over: their
-    /// relative speeds and what they are; None where the options name one device.
-    pub(crate) fn spread_devices(&self, options: &RunOptions) -> Result<Option<(Vec<f64>, String)>> {
-        let Chosen::Gpu(gpu) = self else { return Ok(None) };
-        Ok(gpu.several(&options.gpus)?.map(|several| (several.weights(), several.describe())))
-    }
-
     /// `work` over the GPUs of `options.gpus` (this one first) in the precision's storage; None
-    /// where the options name one device.
+    /// where the options name one device (the CPU, or one GPU).
     pub(crate) fn with_spread<'a, W: ForSpread<'a>>(&self, options: &RunOptions, work: W) -> Result<Option<W::Output>> {
         let Chosen::Gpu(gpu) = self else { return Ok(None) };
         let Some(several) = gpu.several(&options.gpus)? else { return Ok(None) };
         let precision = options.precision;
-        Ok(Some(work.run(&|t: usize| several.buffers(t, precision))))
+        let open = |t: usize| several.buffers(t, precision);
+        Ok(Some(work.run(&several.weights(), &several.describe(), &open)))
     }
 
     /// `work` with a loop's matrices on this GPU when `on_device` (in `precision`'s storage),

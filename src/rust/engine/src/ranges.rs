@@ -43,28 +43,6 @@ impl Ranges {
         })
     }
 
-    /// The same pairs for the rows `rows` of i alone, numbered from `rows.start` (a GPU's part of a
-    /// spread program, `program::spread`): the blocks of i cut to `rows`, and the ranges of i that
-    /// each block of j reduces over likewise.
-    pub fn within_rows_of_i(&self, rows: &Range<usize>) -> Ranges {
-        let cut = |r: &Range<usize>| r.start.clamp(rows.start, rows.end) - rows.start..r.end.clamp(rows.start, rows.end) - rows.start;
-        let mut i = BlockRanges::default();
-        for (b, block) in self.i.blocks.iter().enumerate() {
-            let mine = cut(block);
-            if !mine.is_empty() {
-                i.blocks.push(mine);
-                i.reduced.extend_from_slice(&self.i.reduced[self.i.first(b)..self.i.slices[b]]);
-                i.slices.push(i.reduced.len());
-            }
-        }
-        let mut j = BlockRanges { blocks: self.j.blocks.clone(), ..BlockRanges::default() };
-        for b in 0..self.j.blocks.len() {
-            j.reduced.extend(self.j.reduced[self.j.first(b)..self.j.slices[b]].iter().map(cut).filter(|r| !r.is_empty()));
-            j.slices.push(j.reduced.len());
-        }
-        Ranges { i, j }
-    }
-
     /// Checks both parts against the sizes of i and j; the error names the part and what is wrong.
     pub fn validate(&self, n_i: usize, n_j: usize) -> Result<()> {
         self.validate_in_order(n_i, n_j, true)
@@ -79,15 +57,6 @@ impl Ranges {
 }
 
 impl BlockRanges {
-    /// Where block `b`'s reduced ranges start in `reduced`.
-    fn first(&self, b: usize) -> usize {
-        if b == 0 {
-            0
-        } else {
-            self.slices[b - 1]
-        }
-    }
-
     /// The mean number of reduced rows that an output row in a block reduces over.
     pub fn mean_reduced(&self) -> f64 {
         let (mut rows, mut pairs) = (0usize, 0usize);

@@ -1,8 +1,8 @@
 //! Programs spread over parts (`engine::program::spread`) in host memory, each part a thread computing on the
 //! CPU as each GPU does on its own (`spread::run_on_host_parts`), against the same programs run
 //! whole: K-means (rows, merged sums, a map), Sinkhorn with a schedule (log-sum-exps merged), a
-//! split result read as a j-variable (gathered), a stopping rule, block-sparse steps; and the
-//! programs that do not spread. On several GPUs: `gpu_steps.rs`.
+//! split result read as a j-variable (gathered), a stopping rule; and the programs that do not
+//! spread. On several GPUs: `gpu_steps.rs`.
 
 use engine::program::{self, Buffer, Program, Schedule, Step, Stop};
 use engine::program::spread::run_on_host_parts;
@@ -124,42 +124,6 @@ fn programs_that_cannot_be_spread_run_whole() {
     assert!(!spreads(&make(&k, None), &[1.0], 1), "one device");
     assert!(!spreads(&make(&k, None), &[1.0, 1.0], 1001), "too few rows for each device");
     assert!(!spreads(&make(&nearest, None), &[1.0, 1.0], 1), "indices over the split rows");
-}
-
-/// Block-sparse steps over the split rows: each part reduces its rows over the ranges cut to them
-/// (`Ranges::within_rows_of_i`), its blocks of rows cut at the parts' ends; log-sum-exps over j (each
-/// part's rows) and over i (merged), against the program run whole.
-#[test]
-fn block_sparse_steps_spread_over_parts_with_their_ranges_cut() {
-    let (n, m) = (1301, 577);
-    let x: Vec<f64> = (0..n).map(|i| i as f64 / n as f64).collect();
-    let y: Vec<f64> = (0..m).map(|j| j as f64 / m as f64).collect();
-    // blocks of 100 rows of x (the last shorter) and 50 of y, each x block against the y blocks near it
-    let blocks = |len: usize, step: usize| (0..len.div_ceil(step)).map(|b| b * step..((b + 1) * step).min(len)).collect::<Vec<_>>();
-    let (bx, by) = (blocks(n, 100), blocks(m, 50));
-    let near = |k: usize, l: usize| ((bx[k].start as f64 / n as f64) - (by[l].start as f64 / m as f64)).abs() < 0.2;
-    let pairs: Vec<(usize, usize)> =
-        (0..bx.len()).flat_map(|k| (0..by.len()).map(move |l| (k, l))).filter(|&(k, l)| near(k, l)).collect();
-    let ranges = Ranges::from_block_pairs(&bx, &by, &pairs).unwrap();
-    let f_op = op("LogSumExp_Reduction(g - SqDist(x, y) * 30, 0)", &["x = Vi(1)", "y = Vj(1)", "g = Vj(1)"]);
-    let g_op = op("LogSumExp_Reduction(f - SqDist(x, y) * 30, 1)", &["x = Vi(1)", "y = Vj(1)", "f = Vi(1)"]);
-    let (f0, g0) = (vec![0.0; n], vec![0.0; m]);
-    let buffers = vec![
-        buffer("x", Some(Input::host(&x, n, 1))),
-        buffer("y", Some(Input::host(&y, m, 1))),
-        buffer("f", Some(Input::host(&f0, n, 1))),
-        buffer("g", Some(Input::host(&g0, m, 1))),
-    ];
-    let mut steps = vec![step("g", &g_op, &[0, 1, 2], 3), step("f", &f_op, &[0, 1, 3], 2)];
-    steps.iter_mut().for_each(|s| s.ranges = Some(ranges.clone()));
-    let p = Program { buffers, steps, iterations: 4, stop: None, trace: vec![], outputs: vec![2, 3] };
-    for weights in [vec![1.0, 1.0], vec![1.0, 2.0, 1.0]] {
-        let (whole, spread) = whole_and_spread(&p, &weights);
-        for (o, name) in ["f", "g"].iter().enumerate() {
-            let diff = max_diff(&spread.outputs[o], &whole.outputs[o]);
-            assert!(diff < 1e-10, "{name} differs by {diff}, {weights:?}");
-        }
-        // (rows far from every kept block: no term, -inf, in both)
-        assert_eq!(spread.outputs[0].iter().filter(|v| v.is_infinite()).count(), whole.outputs[0].iter().filter(|v| v.is_infinite()).count());
-    }
+    let ranges = Ranges::from_block_pairs(&[0..n], &[0..n], &[(0, 0)]).unwrap();
+    assert!(!spreads(&make(&k, Some(ranges)), &[1.0, 1.0], 1), "block-sparse");
 }

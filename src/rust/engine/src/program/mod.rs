@@ -116,13 +116,12 @@ fn run_checked(program: &Program, shapes: &[(usize, usize)], options: &RunOption
     // to the next (its steps are plain calls, which reuse the device's buffers).
     let on_device = options.precision != Precision::F16 && program.iterations > 1;
     let chosen = choose(options)?;
-    if let Some((weights, description)) = chosen.spread_devices(options)?.filter(|_| on_device) {
-        if let Some(split) = spread::split_rows(program, shapes, &weights, options.tuning.spread_rows) {
-            let runs = spread::PartRuns::new(&run, &split);
-            let spread = Spread { run: &run, split: &split, runs: &runs, description: &description };
-            if let Some(result) = chosen.with_spread(options, spread)? {
-                return result;
-            }
+    if on_device && options.gpus.len() > 1 {
+        let part_options = spread::part_options(options);
+        let part_steps = program.step_options(&part_options);
+        let quiet = CheckedRun { options: &part_options, step_options: &part_steps, ..run };
+        if let Some(result) = chosen.with_spread(options, Spread(&run, &quiet))?.transpose()?.flatten() {
+            return Ok(result);
         }
     }
     chosen.with_buffers(options.precision, on_device, Looped(&run))
@@ -171,20 +170,25 @@ impl<'a> ForBuffers<'a> for Looped<'_, 'a> {
     }
 }
 
-/// A checked program spread over several devices (`spread`): its split, what each part runs, and
-/// what computes.
-struct Spread<'r, 'a> {
-    run: &'r CheckedRun<'a>,
-    split: &'r spread::Split,
-    runs: &'a spread::PartRuns,
-    description: &'r str,
-}
+/// A checked program, spread over several devices where it can be (`spread`), and the same
+/// with the options of the devices' threads.
+struct Spread<'r, 'a>(&'r CheckedRun<'a>, &'r CheckedRun<'a>);
 
 impl<'a> ForSpread<'a> for Spread<'_, 'a> {
-    type Output = Result<ProgramResult>;
+    type Output = Result<Option<ProgramResult>>;
 
-    fn run<B: Buffers<'a>>(self, open: &(dyn Fn(usize) -> Result<B> + Sync)) -> Result<ProgramResult> {
-        spread::run(self.run, (self.split, self.runs), self.description, open)
+    fn run<B: Buffers<'a>>(
+        self,
+        weights: &[f64],
+        description: &str,
+        open: &(dyn Fn(usize) -> Result<B> + Sync),
+    ) -> Result<Option<ProgramResult>> {
+        let run = self.0;
+        let min_rows = run.options.tuning.spread_rows;
+        match spread::split_rows(run.program, run.shapes, weights, min_rows) {
+            Some(split) => spread::run((run, self.1), &split, description, open).map(Some),
+            None => Ok(None),
+        }
     }
 }
 

@@ -8,11 +8,10 @@
 //! i-axes) are computed whole by every device. A matrix of the split rows that a step reads whole
 //! (as a j-variable, or as a result) is gathered from the parts, once per value.
 //!
-//! A block-sparse step over the split rows reduces each device's rows over its ranges cut to them
-//! (`Ranges::within_rows_of_i`). A program spreads when it can and it pays: every device gets at
-//! least `Tuning::spread_rows` rows, no step reduces over the split rows with a reduction whose
-//! parts cannot be merged (`ReductionKind::merges_results`: indices, soft-max weights,
-//! K-selections), and no initial value is kept on a device. Elsewhere it runs on the first device.
+//! A program spreads when it can and it pays: every device gets at least `Tuning::spread_rows` rows,
+//! no step reduces over the split rows with a reduction whose parts cannot be merged
+//! (`ReductionKind::merges_results`: indices, soft-max weights, K-selections) or over block-sparse
+//! ranges, and no initial value is kept on a device. Elsewhere it runs on the first device.
 
 mod exchange;
 mod memory;
@@ -48,11 +47,17 @@ pub fn split_rows(p: &Program, shapes: &[(usize, usize)], weights: &[f64], min_r
     if weights.len() < 2 || kept {
         return None;
     }
-    let rows = (0..p.steps.len()).filter_map(|s| step_rows(p, shapes, s)).max()?;
+    // Each step's i-axis: the rows of its i-variables.
+    let n_i = |s: usize| {
+        let step = &p.steps[s];
+        let vars = &step.operator.formula.variables;
+        vars.iter().zip(&step.inputs).find(|(v, _)| v.category == Category::I).map(|(_, &b)| shapes[b].0)
+    };
+    let rows = (0..p.steps.len()).filter_map(n_i).max()?;
     for (s, step) in p.steps.iter().enumerate() {
         let reduction = &step.operator.formula.reduction;
         let unmerged = reduction.axis == 1 && reduction.kind.merges_results(reduction.g.is_some()).is_none();
-        if step_rows(p, shapes, s) == Some(rows) && unmerged {
+        if n_i(s) == Some(rows) && (step.ranges.is_some() || unmerged) {
             return None;
         }
     }
@@ -60,46 +65,19 @@ pub fn split_rows(p: &Program, shapes: &[(usize, usize)], weights: &[f64], min_r
     parts.iter().all(|r| r.len() >= min_rows.max(1)).then_some(Split { rows, parts })
 }
 
-/// Step `s`'s i-axis: the rows of its i-variables (None where it has none).
-fn step_rows(p: &Program, shapes: &[(usize, usize)], s: usize) -> Option<usize> {
-    let step = &p.steps[s];
-    let vars = &step.operator.formula.variables;
-    vars.iter().zip(&step.inputs).find(|(v, _)| v.category == Category::I).map(|(_, &b)| shapes[b].0)
-}
-
-/// What the parts run: the options of their threads (`part_options`), and each part's options of
-/// the steps, with the block-sparse ranges of the steps over the split rows cut to its rows.
-pub(crate) struct PartRuns {
-    options: RunOptions,
-    steps: Vec<Vec<RunOptions>>,
-}
-
-impl PartRuns {
-    pub(crate) fn new(run: &CheckedRun, split: &Split) -> PartRuns {
-        let options = part_options(run.options);
-        let quiet = run.program.step_options(&options);
-        let on_rows = |s: usize| step_rows(run.program, run.shapes, s) == Some(split.rows);
-        let mine = |rows: &Range<usize>, s: usize, options: &RunOptions| match &options.ranges {
-            Some(ranges) if on_rows(s) => RunOptions { ranges: Some(ranges.within_rows_of_i(rows)), ..options.clone() },
-            _ => options.clone(),
-        };
-        let part = |rows: &Range<usize>| quiet.iter().enumerate().map(|(s, o)| mine(rows, s, o)).collect();
-        PartRuns { steps: split.parts.iter().map(part).collect(), options }
-    }
-}
-
 /// The options of the parts' threads: `options` without what only R's thread may call (the
 /// user's interruptions, the progress report), and one device each.
-fn part_options(options: &RunOptions) -> RunOptions {
+pub fn part_options(options: &RunOptions) -> RunOptions {
     RunOptions { interrupt: None, progress: None, gpus: Vec::new(), ..options.clone() }
 }
 
 /// Runs the checked program of `run` over `split`'s parts, part p on the memory `open(p)` (made on
-/// the part's own thread) with `runs`' options, `description` saying what computes. The user's
-/// interruptions and the progress report are asked on this thread (R's) only.
+/// the part's own thread), `description` saying what computes; the parts run `quiet`, `run` with
+/// `part_options`. The user's interruptions and the progress report are asked on this thread
+/// (R's) only.
 pub(crate) fn run<'a, M: Buffers<'a>>(
-    run: &CheckedRun<'a>,
-    (split, runs): (&Split, &'a PartRuns),
+    (run, quiet): (&CheckedRun<'a>, &CheckedRun<'a>),
+    split: &Split,
     description: &str,
     open: &(dyn Fn(usize) -> Result<M> + Sync),
 ) -> Result<ProgramResult> {
@@ -110,8 +88,7 @@ pub(crate) fn run<'a, M: Buffers<'a>>(
     let work = |part: usize| {
         let done = open(part).and_then(|inner| {
             let memory = PartMemory { inner, part, split, exchange: &exchange, stop: &stop, description };
-            let mine = CheckedRun { options: &runs.options, step_options: &runs.steps[part], ..*run };
-            super::forward_run(&mine, memory)
+            super::forward_run(quiet, memory)
         });
         if done.is_err() {
             // (the others leave at their next step or exchange)
@@ -154,6 +131,8 @@ pub fn run_on_host_parts(p: &Program, options: &RunOptions, weights: &[f64]) -> 
     let Some(split) = split_rows(p, &shapes, weights, options.tuning.spread_rows) else { return Ok(None) };
     let step_options = p.step_options(options);
     let run = CheckedRun { program: p, shapes: &shapes, step_options: &step_options, options, passes: 1 };
-    let runs = PartRuns::new(&run, &split);
-    self::run(&run, (&split, &runs), "CPU parts", &|_| Ok(HostMemory::default())).map(Some)
+    let part_options = part_options(options);
+    let part_steps = p.step_options(&part_options);
+    let quiet = CheckedRun { options: &part_options, step_options: &part_steps, ..run };
+    self::run((&run, &quiet), &split, "CPU parts", &|_| Ok(HostMemory::default())).map(Some)
 }
