@@ -133,7 +133,7 @@ keops_gmm <- function(x, G, model = "VVI", iter.max = 100, tol = 1e-6, init = NU
 # The standardisation of the columns of `x`: each centred on its mean and divided by its standard
 # deviation (1 for a constant column: it stays 0, and its variances are then at the floor).
 gmm_scaling <- function(x) {
-  center <- colMeans(x)
+  center <- column_means(x)
   ops <- gmm_scaling_operators(ncol(x))
   scale <- sqrt(as.vector(in_float64(ops$ss(list(x, center)))) / (nrow(x) - 1))
   scale[!(scale > 0)] <- 1
@@ -154,14 +154,6 @@ gmm_scaling_operators <- function(d) {
     list(ss = keops_kernel("Sum_Reduction(Square(x - m), 1)", vars),
          standardise = keops_map("(x - m) * s", c(vars, sprintf("s = Pm(%d)", d))))
   })
-}
-
-# `expr` evaluated with the precision option float64 (restored after).
-in_float64 <- function(expr) {
-  old <- get_rkeops_options("precision")
-  on.exit(set_rkeops_options(precision = old))
-  set_rkeops_options(precision = "float64")
-  expr
 }
 
 # Parameters (pro, mu G x D, var G x D, and sigma D x D x G) of the data as given, in the

@@ -148,11 +148,10 @@ kmeans_totss <- function(xc, mean = NULL) {
     list(sum = keops_kernel("Sum_Reduction(x, 1)", sprintf("x = Vi(%d)", d)),
          ss = keops_kernel("Sum_Reduction(SqDist(x, m), 1)", c(sprintf("x = Vi(%d)", d), sprintf("m = Pm(%d)", d))))
   })
-  old <- get_rkeops_options("precision")
-  on.exit(set_rkeops_options(precision = old))
-  set_rkeops_options(precision = "float64")
-  if (is.null(mean)) mean <- as.vector(ops$sum(list(xc))) / nrow(xc)
-  sum(ops$ss(list(xc, mean)))
+  in_float64({
+    if (is.null(mean)) mean <- as.vector(ops$sum(list(xc))) / nrow(xc)
+    sum(ops$ss(list(xc, mean)))
+  })
 }
 
 # k-means++ seeding (Arthur and Vassilvitskii, 2007): the indices of K rows of `x`, the first drawn

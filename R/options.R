@@ -502,3 +502,12 @@ rkeops_use_float16 <- function() {
 rkeops_use_float64 <- function() {
   set_rkeops_options(precision = "float64")
 }
+
+# `expr` evaluated with the precision option float64, restored after (the sums that float64 keeps
+# exact enough: K-means' total sum of squares, GMM's standardisation).
+in_float64 <- function(expr) {
+  old <- get_rkeops_options("precision")
+  on.exit(set_rkeops_options(precision = old))
+  set_rkeops_options(precision = "float64")
+  expr
+}
