@@ -81,6 +81,12 @@ test_that("keops_kmeans() on plan(sequential) with unequal shards, float32 and u
                  class = "rkeops_warning_convergence")
   expect_identical(split$ifault, 2L)
   expect_same_fit(split, one, kmeans_same, kmeans_close, 1e-5)
+  # more than 255 clusters: their labels come back as integers, not bytes
+  many <- kmf_x[seq(1, 3001, by = 10), ]
+  one <- suppressWarnings(keops_kmeans(kmf_x, many, iter.max = 2))
+  split <- suppressWarnings(on_workers(keops_kmeans, kmf_x, many, iter.max = 2, blocks = 3))
+  expect_gt(max(split$cluster), 255L)
+  expect_same_fit(split, one, kmeans_same, kmeans_close, 1e-5)
   # the shards dropped from this process (the "worker" here) after the loop
   expect_length(ls(rkeops:::.rkeops_shards), 0L)
 })
