@@ -391,8 +391,8 @@ rkeops_use_cpu <- function(ncore = NULL) {
 #' sums. Every GPU receives its part of the inputs at each call.
 #'
 #' A program ([keops_program()], and the functions that run one:
-#' [keops_kmeans()], [keops_gmm()] with `modelName = "VVI"`,
-#' [keops_sinkhorn()] without `scaling` ranges) is spread over the GPUs: the
+#' [keops_kmeans()], [keops_gmm()] with `model = "VVI"`, [keops_sinkhorn()]
+#' with `multiscale = FALSE`) is spread over the GPUs: the
 #' rows of its points (its largest i-axis) are shared out once, each GPU
 #' keeping its part for the whole program, with one host thread per GPU; each
 #' computes the steps over its rows, and the sums over all the rows (a
