@@ -25,6 +25,13 @@ pub struct OnDevice {
     pub spare: RefCell<Vec<Staging>>,
 }
 
+impl OnDevice {
+    /// A loop's matrices on `device` in `precision`'s storage.
+    pub fn new(device: Arc<Device>, precision: Precision) -> OnDevice {
+        OnDevice { device, precision, spare: RefCell::new(Vec::new()) }
+    }
+}
+
 impl<'a> Buffers<'a> for OnDevice {
     type Buffer = DeviceMatrix;
     type Record = Recorded;

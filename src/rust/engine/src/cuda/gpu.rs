@@ -2,7 +2,6 @@
 //! ordinal, the GPUs a call may share with it (`RunOptions::gpus`), and a loop's matrices kept in
 //! its memory. What a device is and how several share a call stay behind this type.
 
-use std::cell::RefCell;
 use std::sync::Arc;
 
 use super::device::{self, Device};
@@ -47,7 +46,7 @@ impl Gpu {
 
     /// A loop's matrices kept on this GPU in `precision`'s storage (`crate::buffers::Buffers`).
     pub fn buffers(&self, precision: Precision) -> OnDevice {
-        OnDevice { device: self.0.clone(), precision, spare: RefCell::new(Vec::new()) }
+        OnDevice::new(self.0.clone(), precision)
     }
 
     /// The GPUs of `RunOptions::gpus` (this one first) when they can share `call`: its inputs

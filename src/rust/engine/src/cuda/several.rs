@@ -5,7 +5,6 @@
 //! merges its chunks, with the reduction's own merge (`Accumulator`).
 //! Ctrl-C is asked on the calling thread (R's) and passed to the devices, which stop between steps.
 
-use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -44,7 +43,7 @@ impl Several {
     pub fn buffers(&self, t: usize, precision: Precision) -> Result<OnDevice> {
         let device = &self.devices[t];
         device.ctx.bind_to_thread().map_err(|e| Error::Gpu(format!("binding the CUDA context: {e:?}")))?;
-        Ok(OnDevice { device: device.clone(), precision, spare: RefCell::new(Vec::new()) })
+        Ok(OnDevice::new(device.clone(), precision))
     }
 }
 
