@@ -117,10 +117,8 @@ fn run_checked(program: &Program, shapes: &[(usize, usize)], options: &RunOption
     let on_device = options.precision != Precision::F16 && program.iterations > 1;
     let chosen = choose(options)?;
     if on_device && options.gpus.len() > 1 {
-        let part_options = spread::part_options(options);
-        let part_steps = program.step_options(&part_options);
-        let quiet = CheckedRun { options: &part_options, step_options: &part_steps, ..run };
-        if let Some(result) = chosen.with_spread(options, Spread(&run, &quiet))?.transpose()?.flatten() {
+        let parts_options = spread::PartOptions::new(program, options);
+        if let Some(result) = chosen.with_spread(options, Spread(&run, &parts_options))?.transpose()?.flatten() {
             return Ok(result);
         }
     }
@@ -170,9 +168,9 @@ impl<'a> ForBuffers<'a> for Looped<'_, 'a> {
     }
 }
 
-/// A checked program, spread over several devices where it can be (`spread`), and the same
-/// with the options of the devices' threads.
-struct Spread<'r, 'a>(&'r CheckedRun<'a>, &'r CheckedRun<'a>);
+/// A checked program, spread over several devices where it can be (`spread`), and the options of
+/// the devices' threads.
+struct Spread<'r, 'a>(&'r CheckedRun<'a>, &'a spread::PartOptions);
 
 impl<'a> ForSpread<'a> for Spread<'_, 'a> {
     type Output = Result<Option<ProgramResult>>;

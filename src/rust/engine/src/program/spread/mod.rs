@@ -65,30 +65,38 @@ pub fn split_rows(p: &Program, shapes: &[(usize, usize)], weights: &[f64], min_r
     parts.iter().all(|r| r.len() >= min_rows.max(1)).then_some(Split { rows, parts })
 }
 
-/// The options of the parts' threads: `options` without what only R's thread may call (the
-/// user's interruptions, the progress report), and one device each.
-pub fn part_options(options: &RunOptions) -> RunOptions {
-    RunOptions { interrupt: None, progress: None, gpus: Vec::new(), ..options.clone() }
+/// The options of the parts' threads, and of their steps: the program's without what only R's
+/// thread may call (the user's interruptions, the progress report), and one device each.
+pub(crate) struct PartOptions {
+    options: RunOptions,
+    steps: Vec<RunOptions>,
+}
+
+impl PartOptions {
+    pub(crate) fn new(p: &Program, options: &RunOptions) -> PartOptions {
+        let options = RunOptions { interrupt: None, progress: None, gpus: Vec::new(), ..options.clone() };
+        PartOptions { steps: p.step_options(&options), options }
+    }
 }
 
 /// Runs the checked program of `run` over `split`'s parts, part p on the memory `open(p)` (made on
-/// the part's own thread), `description` saying what computes; the parts run `quiet`, `run` with
-/// `part_options`. The user's interruptions and the progress report are asked on this thread
-/// (R's) only.
+/// the part's own thread) with the options `parts`, `description` saying what computes. The user's
+/// interruptions and the progress report are asked on this thread (R's) only.
 pub(crate) fn run<'a, M: Buffers<'a>>(
-    (run, quiet): (&CheckedRun<'a>, &CheckedRun<'a>),
+    (run, parts_options): (&CheckedRun<'a>, &'a PartOptions),
     split: &Split,
     description: &str,
     open: &(dyn Fn(usize) -> Result<M> + Sync),
 ) -> Result<ProgramResult> {
     let parts = split.parts.len();
+    let quiet = CheckedRun { options: &parts_options.options, step_options: &parts_options.steps, ..*run };
     let exchange = Exchange::new(parts);
     let stop = AtomicBool::new(false);
     let results: Vec<Mutex<Option<Result<ProgramResult>>>> = (0..parts).map(|_| Mutex::new(None)).collect();
     let work = |part: usize| {
         let done = open(part).and_then(|inner| {
             let memory = PartMemory { inner, part, split, exchange: &exchange, stop: &stop, description };
-            super::forward_run(quiet, memory)
+            super::forward_run(&quiet, memory)
         });
         if done.is_err() {
             // (the others leave at their next step or exchange)
@@ -131,8 +139,6 @@ pub fn run_on_host_parts(p: &Program, options: &RunOptions, weights: &[f64]) -> 
     let Some(split) = split_rows(p, &shapes, weights, options.tuning.spread_rows) else { return Ok(None) };
     let step_options = p.step_options(options);
     let run = CheckedRun { program: p, shapes: &shapes, step_options: &step_options, options, passes: 1 };
-    let part_options = part_options(options);
-    let part_steps = p.step_options(&part_options);
-    let quiet = CheckedRun { options: &part_options, step_options: &part_steps, ..run };
-    self::run((&run, &quiet), &split, "CPU parts", &|_| Ok(HostMemory::default())).map(Some)
+    let parts_options = PartOptions::new(p, options);
+    self::run((&run, &parts_options), &split, "CPU parts", &|_| Ok(HostMemory::default())).map(Some)
 }
