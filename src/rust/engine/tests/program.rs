@@ -134,6 +134,20 @@ fn kmeans_program_equals_a_plain_lloyd_loop() {
     }
 }
 
+/// Log-domain Sinkhorn's updates of f (over j) and g (over i) on a line, at the temperature 1 / s:
+/// their inputs x, y, lnu (log b), g, s and x, y, lmu (log a), f, s.
+pub(crate) fn sinkhorn_operators() -> (Operator, Operator) {
+    let f_op = op(
+        "LogSumExp_Reduction(lnu - g - SqDist(x, y) * s, 0)",
+        &["x = Vi(1)", "y = Vj(1)", "lnu = Vj(1)", "g = Vj(1)", "s = Pm(1)"],
+    );
+    let g_op = op(
+        "LogSumExp_Reduction(lmu - f - SqDist(x, y) * s, 1)",
+        &["x = Vi(1)", "y = Vj(1)", "lmu = Vi(1)", "f = Vi(1)", "s = Pm(1)"],
+    );
+    (f_op, g_op)
+}
+
 /// Log-domain Sinkhorn between two point clouds on a line whose temperature follows a schedule (one
 /// value per iteration, the last repeated), traced, against the same loop in float64.
 #[test]
@@ -143,14 +157,7 @@ fn sinkhorn_with_a_schedule_equals_a_plain_loop() {
     let y = random(m, 2);
     let (lmu, lnu) = (vec![-(n as f64).ln(); n], vec![-(m as f64).ln(); m]);
     let schedule = [2.0, 5.0, 10.0, 20.0, 40.0];
-    let f_op = op(
-        "LogSumExp_Reduction(lnu - g - SqDist(x, y) * s, 0)",
-        &["x = Vi(1)", "y = Vj(1)", "lnu = Vj(1)", "g = Vj(1)", "s = Pm(1)"],
-    );
-    let g_op = op(
-        "LogSumExp_Reduction(lmu - f - SqDist(x, y) * s, 1)",
-        &["x = Vi(1)", "y = Vj(1)", "lmu = Vi(1)", "f = Vi(1)", "s = Pm(1)"],
-    );
+    let (f_op, g_op) = sinkhorn_operators();
     let (f0, g0, s0) = (vec![0.0; n], vec![0.0; m], [schedule[0]]);
     let col = |v: &[f64]| v.len();
     let buffers = vec![

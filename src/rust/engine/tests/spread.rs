@@ -8,7 +8,7 @@ use engine::program::{self, Buffer, Program, Schedule, Step, Stop};
 use engine::program::spread::run_on_host_parts;
 use engine::{Backend, Input, Precision, Ranges, RunOptions, Tuning};
 
-use super::program::{buffer, max_diff, op, step};
+use super::program::{buffer, max_diff, op, sinkhorn_operators, step};
 use crate::common::random;
 
 fn options() -> RunOptions {
@@ -62,14 +62,7 @@ fn sinkhorn_spread_over_parts_equals_sinkhorn_whole() {
     let y = random(m, 2);
     let (lmu, lnu) = (vec![-(n as f64).ln(); n], vec![-(m as f64).ln(); m]);
     let schedule = [2.0, 5.0, 10.0, 20.0];
-    let f_op = op(
-        "LogSumExp_Reduction(lnu - g - SqDist(x, y) * s, 0)",
-        &["x = Vi(1)", "y = Vj(1)", "lnu = Vj(1)", "g = Vj(1)", "s = Pm(1)"],
-    );
-    let g_op = op(
-        "LogSumExp_Reduction(lmu - f - SqDist(x, y) * s, 1)",
-        &["x = Vi(1)", "y = Vj(1)", "lmu = Vi(1)", "f = Vi(1)", "s = Pm(1)"],
-    );
+    let (f_op, g_op) = sinkhorn_operators();
     let h_op = op("Sum_Reduction(Exp(-SqDist(x, xj)) * f, 0)", &["x = Vi(1)", "xj = Vj(1)", "f = Vj(1)"]);
     let copy = op("Sum_Reduction(g, 0)", &["g = Vi(1)"]);
     let change_op = op("Max_Reduction(Abs(g - h), 0)", &["g = Vj(1)", "h = Vj(1)"]);
