@@ -155,11 +155,12 @@ lazy_solve <- function(a, b, alpha = 0, eps = 1e-6, maxiter = 10 * NROW(b), rang
 
 # The seconds of one iteration of plain conjugate gradients (the unit of the preconditioner's time
 # budget): a product by K, timed on a random eighth of its rows (at least 2500: the engine's time
-# is proportional to the rows; block-sparse products and data kept on the GPU are timed whole),
-# and the vector operations in R, which weigh when the product is fast (on a GPU).
+# is proportional to the rows; at most 1e12 pairs: an eighth of 1e7 rows is 2.8 s on two H200s;
+# block-sparse products and data kept on the GPU are timed whole), and the vector operations in R,
+# which weigh when the product is fast (on a GPU).
 iteration_time <- function(K, b, op, ranges) {
   N <- nrow(b)
-  n <- min(N, max(2500L, ceiling(N / 8)))
+  n <- min(N, max(2500L, min(ceiling(N / 8), ceiling(1e12 / N))))
   on_gpu <- any(vapply(K$vars, inherits, TRUE, "keops_device_matrix"))
   t0 <- proc.time()[["elapsed"]]
   if (n == N || on_gpu || !is.null(ranges)) {
@@ -411,20 +412,51 @@ nystrom_columns <- function(K, landmarks, keep) {
 }
 
 # The products K[S, ] %*% K[, new] (length(S) x length(new)) and the rows K[landmarks, new], by
-# pieces of `piece` columns, each made by one reduction (one-hot weights) and used at once as the
-# weight of the product: one output of N x piece values comes back per piece, none is kept.
+# pieces of `piece` columns. Each piece is one program (nystrom_piece_program()) whose N x piece
+# columns stay on the device: at N = 1e7 they are 5 GB of doubles, which once came back to R and
+# went again as the weight of the products, twice per piece.
 nystrom_pieces <- function(K, S, new, landmarks, piece = 64L) {
   products <- matrix(0, length(S), length(new))
   rows <- matrix(0, length(landmarks), length(new))
   onehot <- diag(piece)
+  program <- nystrom_piece_program(K, piece)
+  input <- K$vars
+  names(input) <- sprintf("V%d", seq_along(input) - 1L)
+  at_S <- restrict_vars(K, "Vi", S)[K$cats == "Vi"]
+  names(at_S) <- paste0(names(input)[K$cats == "Vi"], "_S")
   for (first in seq.int(1L, length(new), by = piece)) {
     cols <- first:min(length(new), first + piece - 1L)
     idx <- c(new[cols], rep(new[first], piece - length(cols)))   # the last piece padded
-    Cp <- kernel_columns_times(K, idx, onehot)
-    products[, cols] <- kernel_rows_times(K, S, Cp)[, seq_along(cols)]
-    rows[, cols] <- Cp[landmarks, seq_along(cols)]
+    K_new <- K
+    K_new$vars <- restrict_vars(K, "Vj", idx)
+    at_new <- K_new$vars[K$cats == "Vj"]
+    names(at_new) <- paste0(names(input)[K$cats == "Vj"], "_new")
+    products[, cols] <- program(c(input, at_S, at_new, list(onehot = onehot)))$products[, seq_along(cols)]
+    rows[, cols] <- kernel_rows_times(K_new, landmarks, onehot)[, seq_along(cols)]
   }
   list(products = products, rows = rows)
+}
+
+# The program of a piece of nystrom_pieces() for the square LazyTensor K: the columns Cp = K[, new]
+# (K's j-variables at the rows `new` (buffers V<k>_new), times the identity `onehot`), then the
+# products K[S, ] %*% Cp, written as a sum over the N rows of Cp as i (K's variables change index:
+# its i-variables at the rows S (V<k>_S) follow j, its j-variables i), so that over several GPUs
+# each sums its own rows of Cp and the sums are merged: no device needs all of Cp.
+nystrom_piece_program <- function(K, piece) {
+  memoised(.lazy_ops, c("nystrom piece", K$formula, K$args, piece), function() {
+    nb <- length(K$vars)
+    vars <- sprintf("V%d", seq_len(nb) - 1L)
+    weight <- sprintf("V%d", nb)
+    swapped <- ifelse(K$cats == "Vi", sub("= Vi\\(", "= Vj(", K$args), sub("= Vj\\(", "= Vi(", K$args))
+    body <- sprintf("(%s) * %s", gsub("@([0-9]+)@", "V\\1", K$formula), weight)
+    by_rows <- keops_kernel(sprintf("Sum_Reduction(%s, 1)", body), c(swapped, sprintf("%s = Vi(%d)", weight, piece)))
+    columns <- c(ifelse(K$cats == "Vj", paste0(vars, "_new"), vars), "onehot")
+    products <- c(ifelse(K$cats == "Vi", paste0(vars, "_S"), vars), "Cp")
+    names(columns) <- names(products) <- c(vars, weight)
+    keops_program(list(Cp = keops_step(weighted_sum_operator(K, piece), reads = columns),
+                       products = keops_step(by_rows, reads = products)),
+                  output = "products")
+  })
 }
 
 # Products in float64 until the calling function returns, the precision in force restored then.

@@ -95,6 +95,24 @@ test_that("the preconditioner applies the same operator with its columns kept (C
   expect_lt(res$iterations, 40)
 })
 
+test_that("the preconditioner's pieces (GPU's way) are K[S, ] K[, new] and K[landmarks, new], K not symmetric", {
+  local_precision("float64")
+  set.seed(2)
+  N <- 517
+  x <- matrix(runif(2 * N), N)
+  y <- matrix(runif(2 * N), N)
+  w <- runif(N)
+  K <- exp(-rkeops::sqdist(Vi(x), Vj(y)) * 3) * Vj(matrix(w))
+  Kd <- exp(-3 * (outer(x[, 1], y[, 1], "-")^2 + outer(x[, 2], y[, 2], "-")^2)) * rep(w, each = N)
+  S <- sample.int(N, 90)
+  new <- S[41:90]
+  landmarks <- sample.int(N, 120)
+  # pieces of 16 columns: three whole and a padded one
+  got <- rkeops:::nystrom_pieces(K, S, new, landmarks, piece = 16L)
+  expect_equal(got$products, Kd[S, ] %*% Kd[, new], tolerance = 1e-12)
+  expect_equal(got$rows, Kd[landmarks, new], tolerance = 1e-14)
+})
+
 test_that("the automatic rank stops when the spectrum above alpha is captured", {
   local_precision("float64")
   # A smooth 1-D kernel with a large nugget: only a handful of eigenvalues above alpha.
