@@ -181,6 +181,14 @@ all_finite <- function(x) {
 # finite where a value is not).
 column_sums <- function(x) rust_result(.Call(wrap__keops_column_sums, x))
 
+# The points `x` (N x D doubles) moved by -m and scaled by s (D values each), (x - m) * s, a new
+# matrix written by the engine on every core: R's x - rep(m, each = N) makes two N x D temporaries
+# (12 s of a 17.7 s K-means of 1e8 x 10 points on an H200 host; an engine map took 1.6 s for 2e7 x
+# 5 on this 2-core box, R 1.1 s).
+columns_moved <- function(x, m, s = rep(1, ncol(x))) {
+  rust_result(.Call(wrap__keops_columns_moved, x, as.double(m), as.double(s)))
+}
+
 # Warns with a condition of classes c("rkeops_warning_<kind>", "rkeops_warning", "warning",
 # "condition"), the pieces `...` pasted together as in rkeops_abort(), so that code can muffle or
 # catch one kind (e.g. `convergence`, `degenerate`, `empty_cluster`) without reading the message.

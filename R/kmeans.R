@@ -74,7 +74,7 @@ keops_kmeans <- function(x, centers, iter.max = 10, nstart = 1, algorithm = "Llo
   n <- nrow(x)
   col_means <- if (get_rkeops_options("precision") != "float64") column_means(x)
   means <- if (is.null(col_means)) numeric(ncol(x)) else kmeans_shift(x, col_means)
-  xc <- if (any(means != 0)) x - rep(means, each = n) else x
+  xc <- if (any(means != 0)) columns_moved(x, means) else x
   if (is.numeric(centers) && length(centers) == 1L) {
     k <- check_whole(centers, "centers", fun, min = 1)
     if (k > n) {

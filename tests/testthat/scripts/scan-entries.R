@@ -92,6 +92,7 @@ corpus <- list(
   quote(suppressMessages(rkeops_precompile("Sum_Reduction(SqDist(x, y), 0)", c("x = Vi(3)", "y = Vj(3)")))),
   quote(shard_unpack(shard_pack(x, 1L, 3L, 4L))),
   quote(column_sums(x)),
+  quote(columns_moved(x, c(1, 2, 3), c(1, 0.5, 2))),
   quote(rkeops_use_gpu())
 )
 # (evaluated in the namespace: the attached package holds the functions as they were)

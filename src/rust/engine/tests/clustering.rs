@@ -279,3 +279,19 @@ fn column_sums_are_the_columns_sums() {
     let got = column_sums(Points::new(&y, n, d).unwrap());
     assert!(got[0].is_finite() && got[1].is_nan() && got[2] == f64::INFINITY, "{got:?}");
 }
+
+/// Points moved and scaled on every core (1e6 rows: several threads) against the arithmetic done
+/// value by value, to the bit.
+#[test]
+fn moved_columns_are_the_points_moved_and_scaled() {
+    use engine::clustering::moved_columns;
+    let (n, d) = (1_000_003, 3);
+    let x: Vec<f64> = (0..n * d).map(|k| ((k * 7919) % 1000) as f64 / 7.0 - 50.0).collect();
+    let (shift, scale) = ([1.5, -2.25, 1e3], [1.0, 0.3, -7.0]);
+    let mut out = vec![0.0; n * d];
+    moved_columns(Points::new(&x, n, d).unwrap(), &shift, &scale, &mut out);
+    for (e, (&got, &v)) in out.iter().zip(&x).enumerate() {
+        let k = e / n;
+        assert_eq!(got.to_bits(), ((v - shift[k]) * scale[k]).to_bits(), "row {} column {k}", e % n);
+    }
+}

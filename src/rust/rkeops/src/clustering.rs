@@ -3,12 +3,13 @@
 
 use std::ops::Range;
 
-use engine::clustering::{cluster_summary, column_sums, grid_cells, Points};
+use engine::clustering::{cluster_summary, column_sums, grid_cells, moved_columns, Points};
 use engine::two_scale::{cell_pair_ranges, sorted_cells, CellSide};
 use engine::{BlockRanges, Ranges};
 use extendr_api::prelude::*;
 
-use crate::{element, guarded, Fallible, OrInput};
+use crate::results::r_vector_with;
+use crate::{element, guarded, Fallible, OrInput, RError};
 
 /// A double matrix (or vector: one column) named `name` as points.
 pub(crate) fn points<'a>(x: &'a Robj, name: &str) -> Fallible<Points<'a>> {
@@ -53,6 +54,22 @@ fn keops_grid_labels(x: Robj, size: Robj) -> Robj {
 #[extendr]
 fn keops_column_sums(x: Robj) -> Robj {
     guarded(|| Ok(Robj::from(column_sums(points(&x, "x")?))))
+}
+
+/// `columns_moved()`: the double matrix `x` moved by `-shift` and scaled by `scale` (a value of
+/// each per column), a new matrix, on every core.
+#[extendr]
+fn keops_columns_moved(x: Robj, shift: Robj, scale: Robj) -> Robj {
+    guarded(|| {
+        let p = points(&x, "x")?;
+        let per_column = |r: &Robj, name: &str| match r.as_real_slice() {
+            Some(v) if v.len() == p.d => Ok(v.to_vec()),
+            _ => Err(RError::input(name, format!("'{name}' must be {} doubles, one per column of 'x'", p.d))),
+        };
+        let (shift, scale) = (per_column(&shift, "m")?, per_column(&scale, "s")?);
+        let moved = r_vector_with(p.values.len(), |out: &mut [f64]| moved_columns(p, &shift, &scale, out))?;
+        matrix(moved, p.n, p.d)
+    })
 }
 
 /// `cluster_ranges_centroids()`: counts, centroids, total weights and radii of the clusters
@@ -180,6 +197,7 @@ extendr_module! {
     mod clustering;
     fn keops_grid_labels;
     fn keops_column_sums;
+    fn keops_columns_moved;
     fn keops_cluster_summary;
     fn keops_ranges_of_pairs;
     fn keops_two_scale_cells;
