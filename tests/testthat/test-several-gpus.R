@@ -179,4 +179,26 @@ test_that("programs and the algorithm functions spread over several GPUs equal p
   expect_equal(em$spread$parameters$mean, em$one$parameters$mean, tolerance = 1e-10)
   ot <- both(function() keops_sinkhorn(xs[1:3001, ], xs[3002:7000, ] + 1, multiscale = FALSE, tol = NULL))
   expect_equal(as.vector(ot$spread), as.vector(ot$one), tolerance = 1e-10)
+  # solve()'s preconditioner: its pieces (a program over the N rows, spread, the products merged)
+  # against dense R, and a solve of fixed rank (the same landmarks) against one GPU
+  N <- 2503L
+  u <- matrix(runif(2 * N), N) * 8
+  K <- exp(-rkeops::sqdist(Vi(u), Vj(u)) / 2)
+  Kd <- exp(-(outer(u[, 1], u[, 1], "-")^2 + outer(u[, 2], u[, 2], "-")^2) / 2)
+  S <- sample.int(N, 70)
+  set_rkeops_options(device = gpus)
+  piece <- rkeops:::nystrom_piece_program(K, 16L)(list(V0 = u, V1 = u, V0_S = u[S, ], V1_new = u[S[31:46], ],
+                                                       onehot = diag(16)))
+  expect_match(rkeops:::last_run()$backend, paste0("^GPUs ", paste(gpus, collapse = ", "), " "))
+  expect_equal(piece$products, Kd[S, ] %*% Kd[, S[31:46]], tolerance = 1e-10)
+  pieces <- rkeops:::nystrom_pieces(K, S, S[31:70], sample.int(N, 90), piece = 16L)
+  expect_equal(pieces$products, Kd[S, ] %*% Kd[, S[31:70]], tolerance = 1e-10)
+  b <- sin(u[, 1]) + cos(u[, 2])
+  solved <- both(function() {
+    set.seed(8)
+    solve(K, b, alpha = 0.1, rank = 120L)
+  })
+  expect_equal(solved$spread, solved$one, tolerance = 1e-9)
+  # (the system solved: conjugate gradients to eps = 1e-6)
+  expect_lt(sqrt(sum((Kd %*% solved$spread + 0.1 * solved$spread - b)^2) / sum(b^2)), 1e-5)
 })
