@@ -337,12 +337,13 @@ pub(crate) fn with_program<R>(program: &Robj, work: impl FnOnce(&Program) -> Fal
     plan.with_values(program, &list("initial")?, &list("schedule")?, work)
 }
 
-/// An R list of column-major matrices of these shapes.
+/// An R list of column-major matrices of these shapes (written on every core: 1e8 K-means labels
+/// took ~0.35 s on one).
 fn matrices(values: Vec<Vec<f64>>, shapes: &[(usize, usize)]) -> Fallible<Robj> {
     let matrices = values
-        .into_iter()
+        .iter()
         .zip(shapes)
-        .map(|(v, &(nrow, ncol))| results::with_dim(Robj::from(v), &results::dims(nrow, ncol)?))
+        .map(|(v, &(nrow, ncol))| results::r_array(v, &[nrow, ncol], None, |v, _| v))
         .collect::<Fallible<Vec<Robj>>>()?;
     Ok(Robj::from(List::from_values(matrices)))
 }

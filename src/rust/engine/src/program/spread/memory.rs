@@ -9,6 +9,7 @@
 //! in each exchange together.
 
 use std::cell::{Cell, Ref, RefCell};
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Instant;
 
@@ -19,6 +20,7 @@ use crate::backend::{Operation, Timings};
 use crate::buffers::{Buffers, Sum};
 use crate::error::{Error, Result};
 use crate::formula::Category;
+use crate::parallel;
 
 /// Part `part`'s memory: `inner`, the device's own.
 pub struct PartMemory<'e, M> {
@@ -107,14 +109,7 @@ impl<'a, M: Buffers<'a>> PartMemory<'_, M> {
     fn gathered(&self, m: &PartMatrix<'a, M::Buffer>) -> Result<Vec<f64>> {
         let mine = self.inner.read(&m.rows.get())?;
         let all = self.exchange.swap(self.part, mine)?;
-        let mut values = vec![0.0; m.nrow * m.ncol];
-        for (rows, part) in self.split.parts.iter().zip(all.iter()) {
-            for c in 0..m.ncol {
-                values[c * m.nrow + rows.start..c * m.nrow + rows.end]
-                    .copy_from_slice(&part[c * rows.len()..(c + 1) * rows.len()]);
-            }
-        }
-        Ok(values)
+        Ok(stack_rows(&all, &self.split.parts, m.nrow, m.ncol))
     }
 
     /// This part's rows of `m`, up to date (copied out of the whole matrix if it holds its values).
@@ -284,5 +279,45 @@ impl<'a, M: Buffers<'a>> Buffers<'a> for PartMemory<'_, M> {
 
     fn synchronize(&self) -> Result<()> {
         self.inner.synchronize()
+    }
+}
+
+/// The column-major `nrow x ncol` matrix whose rows `parts[p]` are the matrix `blocks[p]`, copied on
+/// every core (1e8 labels: ~0.3 s on one).
+fn stack_rows(blocks: &[Vec<f64>], parts: &[Range<usize>], nrow: usize, ncol: usize) -> Vec<f64> {
+    const BLOCK: usize = 1 << 18;
+    let mut values = vec![0.0; nrow * ncol];
+    parallel::for_each_block(&mut values, BLOCK, |b, out| {
+        // (runs within one column and one part's rows, copied as slices)
+        let (first, mut done) = (b * BLOCK, 0);
+        while done < out.len() {
+            let (c, r) = ((first + done) / nrow, (first + done) % nrow);
+            let p = parts.partition_point(|rows| rows.end <= r);
+            let rows = &parts[p];
+            let run = (rows.end - r).min(out.len() - done);
+            let from = c * rows.len() + (r - rows.start);
+            out[done..done + run].copy_from_slice(&blocks[p][from..from + run]);
+            done += run;
+        }
+    });
+    values
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stack_rows;
+
+    /// Three parts' rows of a 3-column matrix (runs crossing the copy's blocks and the columns)
+    /// stacked as the whole matrix.
+    #[test]
+    fn stacked_rows_are_the_whole_matrix() {
+        let (nrow, ncol) = (300_001, 3);
+        let whole: Vec<f64> = (0..nrow * ncol).map(|e| e as f64 * 0.5 - 7.0).collect();
+        let parts = [0..100_352, 100_352..100_608, 100_608..nrow];
+        let blocks: Vec<Vec<f64>> = parts
+            .iter()
+            .map(|rows| (0..ncol).flat_map(|c| whole[c * nrow + rows.start..c * nrow + rows.end].to_vec()).collect())
+            .collect();
+        assert!(stack_rows(&blocks, &parts, nrow, ncol) == whole);
     }
 }
