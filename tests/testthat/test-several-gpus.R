@@ -198,7 +198,9 @@ test_that("programs and the algorithm functions spread over several GPUs equal p
     set.seed(8)
     solve(K, b, alpha = 0.1, rank = 120L)
   })
-  expect_equal(solved$spread, solved$one, tolerance = 1e-9)
+  # (the same to the conjugate gradients' tolerance: their iterates follow the sums' rounding, which
+  # the GPUs' parts change; measured 1e-7 relative on two H200s)
+  expect_equal(solved$spread, solved$one, tolerance = 1e-5)
   # (the system solved: conjugate gradients to eps = 1e-6)
   expect_lt(sqrt(sum((Kd %*% solved$spread + 0.1 * solved$spread - b)^2) / sum(b^2)), 1e-5)
 })
