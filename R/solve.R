@@ -32,8 +32,11 @@
 #' number of eigenvalues above \eqn{\alpha}{alpha}, which makes the iterations
 #' collapse, a tenth of the time that plain conjugate gradients would take
 #' (their iterations estimated from the largest eigenvalue, each timed with a
-#' product by `K` on an eighth of its rows: the rank adapts to the problem and
-#' to the machine); past it, the time of 4 iterations. The rank is at most 2000
+#' product by `K` on an eighth of its rows, at most \eqn{10^{12}}{10^12} pairs:
+#' the rank adapts to the problem and to the machine); past it, the time of 4
+#' iterations. On a GPU the columns are not kept: each block of 64 landmarks'
+#' columns is made and used on the device (one program, spread over several
+#' GPUs as [keops_program()]'s). The rank is at most 2000
 #' (and `2^27 / N`, which bounds the memory of the columns to 1 GB).
 #' The landmarks are drawn with R's random number generator: call
 #' [set.seed()] first for reproducible iteration counts (the solution does
