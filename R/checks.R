@@ -181,6 +181,11 @@ all_finite <- function(x) {
 # finite where a value is not).
 column_sums <- function(x) rust_result(.Call(wrap__keops_column_sums, x))
 
+# The sums of the squared deviations of the columns of the double matrix `x` from `m` (a value per
+# column), sum((x - m)^2) in float64, by the engine on every core (as a reduction, the points went to
+# the GPU again: 0.37 s of a K-means of 1e8 x 10 points on an H200 host).
+column_squares <- function(x, m) rust_result(.Call(wrap__keops_column_squares, x, as.double(m)))
+
 # The points `x` (N x D doubles) moved by -m and scaled by s (D values each), (x - m) * s, a new
 # matrix written by the engine on every core: R's x - rep(m, each = N) makes two N x D temporaries
 # (12 s of a 17.7 s K-means of 1e8 x 10 points on an H200 host; an engine map took 1.6 s for 2e7 x

@@ -290,7 +290,7 @@ test_that("float32 sees the points centred only when their means are beyond thei
   expect_identical(rkeops:::kmeans_shift(far[1, , drop = FALSE], colMeans(far[1, , drop = FALSE])), colMeans(far[1, , drop = FALSE]))
 })
 
-test_that("the points moved by the engine (K-means' centring, GMM's standardisation) are R's arithmetic", {
+test_that("the points moved by the engine (K-means' centring, GMM's standardisation) and their spreads are R's arithmetic", {
   set.seed(4)
   x <- matrix(rnorm(3 * 300007, 1e6), ncol = 3)   # (several threads' blocks)
   m <- colMeans(x)
@@ -298,4 +298,7 @@ test_that("the points moved by the engine (K-means' centring, GMM's standardisat
   expect_identical(rkeops:::columns_moved(x, m), x - rep(m, each = nrow(x)), ignore_attr = TRUE)
   expect_identical(rkeops:::columns_moved(x, m, s), (x - rep(m, each = nrow(x))) * rep(s, each = nrow(x)))
   expect_error(rkeops:::columns_moved(x, 1:2), "'m' must be 3 doubles")
+  # the sums of squared deviations (K-means' total, GMM's spreads) against R's, to the sums' order
+  expect_equal(rkeops:::column_squares(x, m), colSums((x - rep(m, each = nrow(x)))^2), tolerance = 1e-13)
+  expect_error(rkeops:::column_squares(x, 1), "'m' must be 3 doubles")
 })

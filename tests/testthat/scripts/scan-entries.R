@@ -93,6 +93,7 @@ corpus <- list(
   quote(shard_unpack(shard_pack(x, 1L, 3L, 4L))),
   quote(column_sums(x)),
   quote(columns_moved(x, c(1, 2, 3), c(1, 0.5, 2))),
+  quote(column_squares(x, c(1, 2, 3))),
   quote(rkeops_use_gpu())
 )
 # (evaluated in the namespace: the attached package holds the functions as they were)

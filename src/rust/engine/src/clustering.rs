@@ -196,7 +196,14 @@ impl<'a> Grid<'a> {
 /// The sum of each column of `x`, on every core (R's `sum()` and `colMeans()` take one: 1 s each
 /// for 1e9 values); not finite where a value is not (or the sum overflows).
 pub fn column_sums(x: Points) -> Vec<f64> {
-    (0..x.d).map(|k| parallel::fold(x.column(k), || 0.0, |sum, &v| sum + v, |a, b| a + b)).collect()
+    (0..x.d).map(|k| parallel::sum_by(x.column(k), |v| v)).collect()
+}
+
+/// The sums of the squared deviations of each column of `x` from its value in `m`, sum((x - m)^2),
+/// on every core (the total sum of squares of K-means, the spread of GMM's standardisation).
+pub fn column_squares(x: Points, m: &[f64]) -> Vec<f64> {
+    assert_eq!(m.len(), x.d, "column_squares: a value of m per column");
+    (0..x.d).map(|k| parallel::sum_by(x.column(k), |v| (v - m[k]) * (v - m[k]))).collect()
 }
 
 /// `(x - shift) * scale` (a value of each per column of `x`), written column-major into `out` (as

@@ -101,6 +101,25 @@ pub fn map<X: Copy + Sync, Y: Send>(src: &[X], dst: &mut [Y], f: impl Fn(X) -> Y
     });
 }
 
+/// The sum of `f(v)` over `values`, on every core when they are many, in an order that does not
+/// depend on the cores: sums of blocks of 4096 values, each kept in 8 running sums (one running sum
+/// waits on each addition: 4 x slower), then added in the blocks' order.
+pub fn sum_by(values: &[f64], f: impl Fn(f64) -> f64 + Sync) -> f64 {
+    const BLOCK: usize = 4096;
+    const LANES: usize = 8;
+    let mut sums = vec![0.0; values.len().div_ceil(BLOCK)];
+    for_each_block_of_work(&mut sums, 1, values.len(), |b, sum| {
+        let block = &values[b * BLOCK..((b + 1) * BLOCK).min(values.len())];
+        let mut lanes = [0.0; LANES];
+        let mut chunks = block.chunks_exact(LANES);
+        for chunk in &mut chunks {
+            lanes.iter_mut().zip(chunk).for_each(|(lane, &v)| *lane += f(v));
+        }
+        sum[0] = lanes.iter().sum::<f64>() + chunks.remainder().iter().map(|&v| f(v)).sum::<f64>();
+    });
+    sums.iter().sum()
+}
+
 /// `src` folded by `fold` from `init()`, in parts on every core when it is long, the parts'
 /// results then combined by `combine` in order.
 pub fn fold<X: Sync, A: Send>(

@@ -280,6 +280,21 @@ fn column_sums_are_the_columns_sums() {
     assert!(got[0].is_finite() && got[1].is_nan() && got[2] == f64::INFINITY, "{got:?}");
 }
 
+/// Sums of squared deviations on every core against a sum in order, to the rounding of the parts'
+/// order.
+#[test]
+fn column_squares_are_the_sums_of_squared_deviations() {
+    use engine::clustering::column_squares;
+    let (n, d) = (1_000_003, 3);
+    let x: Vec<f64> = (0..n * d).map(|k| ((k * 7919) % 1000) as f64 / 7.0 - 50.0).collect();
+    let m = [3.0, -1.0, 1e3];
+    let got = column_squares(Points::new(&x, n, d).unwrap(), &m);
+    for (c, sum) in got.iter().enumerate() {
+        let want: f64 = x[c * n..(c + 1) * n].iter().map(|v| (v - m[c]) * (v - m[c])).sum();
+        assert!((sum - want).abs() <= 1e-12 * want, "column {c}: {sum} against {want}");
+    }
+}
+
 /// Points moved and scaled on every core (1e6 rows: several threads) against the arithmetic done
 /// value by value, to the bit.
 #[test]

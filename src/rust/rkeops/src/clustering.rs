@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use engine::clustering::{cluster_summary, column_sums, grid_cells, moved_columns, Points};
+use engine::clustering::{cluster_summary, column_squares, column_sums, grid_cells, moved_columns, Points};
 use engine::two_scale::{cell_pair_ranges, sorted_cells, CellSide};
 use engine::{BlockRanges, Ranges};
 use extendr_api::prelude::*;
@@ -56,18 +56,32 @@ fn keops_column_sums(x: Robj) -> Robj {
     guarded(|| Ok(Robj::from(column_sums(points(&x, "x")?))))
 }
 
+/// The doubles `r` (named `name`), one per column of the points `p`.
+fn per_column<'a>(r: &'a Robj, name: &str, p: Points) -> Fallible<&'a [f64]> {
+    match r.as_real_slice() {
+        Some(v) if v.len() == p.d => Ok(v),
+        _ => Err(RError::input(name, format!("'{name}' must be {} doubles, one per column of 'x'", p.d))),
+    }
+}
+
+/// `column_squares()`: the sums of the squared deviations of the columns of the double matrix `x`
+/// from `m` (a value per column), on every core.
+#[extendr]
+fn keops_column_squares(x: Robj, m: Robj) -> Robj {
+    guarded(|| {
+        let p = points(&x, "x")?;
+        Ok(Robj::from(column_squares(p, per_column(&m, "m", p)?)))
+    })
+}
+
 /// `columns_moved()`: the double matrix `x` moved by `-shift` and scaled by `scale` (a value of
 /// each per column), a new matrix, on every core.
 #[extendr]
 fn keops_columns_moved(x: Robj, shift: Robj, scale: Robj) -> Robj {
     guarded(|| {
         let p = points(&x, "x")?;
-        let per_column = |r: &Robj, name: &str| match r.as_real_slice() {
-            Some(v) if v.len() == p.d => Ok(v.to_vec()),
-            _ => Err(RError::input(name, format!("'{name}' must be {} doubles, one per column of 'x'", p.d))),
-        };
-        let (shift, scale) = (per_column(&shift, "m")?, per_column(&scale, "s")?);
-        let moved = r_vector_with(p.values.len(), |out: &mut [f64]| moved_columns(p, &shift, &scale, out))?;
+        let (shift, scale) = (per_column(&shift, "m", p)?, per_column(&scale, "s", p)?);
+        let moved = r_vector_with(p.values.len(), |out: &mut [f64]| moved_columns(p, shift, scale, out))?;
         matrix(moved, p.n, p.d)
     })
 }
@@ -197,6 +211,7 @@ extendr_module! {
     mod clustering;
     fn keops_grid_labels;
     fn keops_column_sums;
+    fn keops_column_squares;
     fn keops_columns_moved;
     fn keops_cluster_summary;
     fn keops_ranges_of_pairs;
