@@ -27,7 +27,7 @@ kmeans_lloyd <- function(x, start, iter.max) {
   }
   # The sums of squares once, after the loop: in the loop they would cost one more pass over the
   # N x K pairs per iteration (a fifth of an iteration on the CPU) for a value only the last one needs.
-  withinss <- kmeans_withinss(x, res$labels, res$c, converged)
+  withinss <- kmeans_withinss(x, res$labels, res$c)
   list(cluster = as.integer(res$labels), centers = res$c, withinss = withinss,
        size = as.integer(round(res$sc[, d + 1L])), iter = if (converged) passes else passes + 1L,
        ifault = if (!converged) 2L)
@@ -70,8 +70,7 @@ kmeans_lloyd_shards <- function(shards, start, iter.max, drop) {
     }
   }
   ends <- shards_map(shards, "kmeans_shard_end",
-                     list(centres = centres, previous = previous, j = j, pass = pass, converged = converged,
-                          drop = drop))
+                     list(centres = centres, previous = previous, j = j, pass = pass, drop = drop))
   list(cluster = as.integer(unlist(lapply(ends, `[[`, "labels"))), centers = centres,
        withinss = shards_total(ends, "withinss"), size = as.integer(round(sc[, d + 1L])),
        iter = if (converged) pass else pass + 1L, ifault = if (!converged) 2L)
@@ -101,20 +100,15 @@ kmeans_shard_end <- function(shard, args) {
   if (args$drop) shard_drop(shard)
   # (labels of at most 255 clusters travel as bytes: a quarter of the integers' 16 MB for 4e6 points)
   back <- if (nrow(args$centres) <= 255L) as.raw(labels) else as.integer(labels)
-  list(labels = back, withinss = kmeans_withinss(x, labels, args$centres, args$converged))
+  list(labels = back, withinss = kmeans_withinss(x, labels, args$centres))
 }
 
-# The clusters' sums of squares of the points `x` labelled `labels` around the centres `centers`.
-# Once converged, each point's label is its nearest centre: its squared distance is the nearest
-# one's (the engine's nearest-centre path, O(N K) at a few instructions per pair), added by cluster
-# (a grouped sum, O(N)); 1e6 points, K = 50: 7 ms. Otherwise each point's squared distance to its
-# own centre, added by cluster: on the CPU a grouped sum that gathers each point's centre (O(N), was
-# 24-31 ms as a sum over the N x K pairs).
-kmeans_withinss <- function(x, labels, centers, converged) {
-  ops <- kmeans_operators(ncol(x))
-  j <- seq_len(nrow(centers))
-  if (!converged) return(as.vector(ops$withinss(list(labels, x, j, centers))))
-  as.vector(ops$by_cluster(list(labels, ops$nearest(list(x, centers)), j)))
+# The clusters' sums of squares of the points `x` labelled `labels` (1 to K, as numbers) around the
+# centres `centers` (K x D): each point's squared distance to its own centre, added by cluster, in
+# float64 by the engine on every core (as a reduction it sent the points to the GPU again: 0.33 s of
+# a K-means of 1e8 x 10 points on an H200 host).
+kmeans_withinss <- function(x, labels, centers) {
+  rust_result(.Call(wrap__keops_cluster_squares, x, as.double(labels), centers))
 }
 
 # The operators of K-means in dimension `d`, made once per dimension and process.
@@ -142,11 +136,6 @@ kmeans_operators <- function(d) {
       # a centre with no point stays where it is
       c = keops_map(sprintf("IfElse(Elem(sc, %d) - 0.5, Extract(sc, 0, %d) / Elem(sc, %d), c)", d, d, d),
                     c(vj("sc", d + 1), vj("c"))),
-      withinss = keops_kernel("Sum_Reduction(Equal(labels, j) * SqDist(x, c), 1)",
-                              c(vi("labels", 1), vi("x"), vj("j", 1), vj("c"))),
-      # per centre j: the sum of its points' values v (a grouped sum: O(N) on the CPU)
-      by_cluster = keops_kernel("Sum_Reduction(Equal(labels, j) * v, 1)",
-                                c(vi("labels", 1), vi("v", 1), vj("j", 1))),
       # k-means++: each point's squared distance to the nearest centre
       nearest = keops_kernel("Min_Reduction(SqDist(x, c), 0)", c(vi("x"), vj("c"))))
   })

@@ -301,4 +301,10 @@ test_that("the points moved by the engine (K-means' centring, GMM's standardisat
   # the sums of squared deviations (K-means' total, GMM's spreads) against R's, to the sums' order
   expect_equal(rkeops:::column_squares(x, m), colSums((x - rep(m, each = nrow(x)))^2), tolerance = 1e-13)
   expect_error(rkeops:::column_squares(x, 1), "'m' must be 3 doubles")
+  # the clusters' sums of squares around their centres (cluster 4 empty)
+  labels <- rep_len(c(1, 2, 3, 5, 2), nrow(x))
+  centers <- matrix(rnorm(15, 1e6), 5, 3)
+  want <- vapply(1:5, function(l) sum((x[labels == l, , drop = FALSE] - rep(centers[l, ], each = sum(labels == l)))^2), 0)
+  expect_equal(rkeops:::kmeans_withinss(x, labels, centers), want, tolerance = 1e-12)
+  expect_error(rkeops:::kmeans_withinss(x, replace(labels, 7, 6), centers), "whole numbers from 1 to 5")
 })

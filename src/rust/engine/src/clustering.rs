@@ -206,6 +206,35 @@ pub fn column_squares(x: Points, m: &[f64]) -> Vec<f64> {
     (0..x.d).map(|k| parallel::sum_by(x.column(k), |v| (v - m[k]) * (v - m[k]))).collect()
 }
 
+/// The sums, cluster by cluster, of the squared distances of the points `x` to their cluster's
+/// centre: `labels[r]` the cluster (1 to K) of row r, `centers` the K x D centres (column-major);
+/// on every core, in an order that does not depend on the cores (blocks of rows, their sums added
+/// in order). An error where a label is not a whole number from 1 to K.
+pub fn cluster_squares(x: Points, labels: &[f64], centers: &[f64]) -> Result<Vec<f64>> {
+    let k = centers.len().checked_div(x.d).unwrap_or(0);
+    if labels.len() != x.n || k * x.d != centers.len() {
+        return Err(Error::Invalid(format!("cluster_squares: {} labels and {} centre values for {} x {} points", labels.len(), centers.len(), x.n, x.d)));
+    }
+    const ROWS: usize = 1 << 16;
+    let mut blocks = vec![0.0; x.n.div_ceil(ROWS) * k];
+    let unlabelled = std::sync::atomic::AtomicBool::new(false);
+    parallel::for_each_block_of_work(&mut blocks, k.max(1), x.values.len(), |b, sums| {
+        let first = b * ROWS;
+        for (r, &l) in labels.iter().enumerate().take(((b + 1) * ROWS).min(x.n)).skip(first) {
+            if !(l >= 1.0 && l <= k as f64 && l.fract() == 0.0) {
+                unlabelled.store(true, std::sync::atomic::Ordering::Relaxed);
+                continue;
+            }
+            let l = l as usize - 1;
+            sums[l] += (0..x.d).map(|c| x.values[c * x.n + r] - centers[c * k + l]).map(|v| v * v).sum::<f64>();
+        }
+    });
+    if unlabelled.into_inner() {
+        return Err(Error::Invalid(format!("cluster_squares: the labels must be whole numbers from 1 to {k}")));
+    }
+    Ok((0..k).map(|l| blocks.iter().skip(l).step_by(k).sum()).collect())
+}
+
 /// `(x - shift) * scale` (a value of each per column of `x`), written column-major into `out` (as
 /// many values as `x`) on every core: points centred or standardised in float64 with no temporary.
 pub fn moved_columns(x: Points, shift: &[f64], scale: &[f64], out: &mut [f64]) {

@@ -310,3 +310,30 @@ fn moved_columns_are_the_points_moved_and_scaled() {
         assert_eq!(got.to_bits(), ((v - shift[k]) * scale[k]).to_bits(), "row {} column {k}", e % n);
     }
 }
+
+/// The clusters' sums of squares on every core (several blocks of rows, a cluster with no point)
+/// against a loop over the points; labels that are not clusters are an error.
+#[test]
+fn cluster_squares_are_the_clusters_sums_of_squares() {
+    use engine::clustering::cluster_squares;
+    let (n, d, k) = (200_003, 2, 5);
+    let x: Vec<f64> = (0..n * d).map(|e| ((e * 7919) % 1000) as f64 / 9.0).collect();
+    let labels: Vec<f64> = (0..n).map(|r| [1.0, 2.0, 4.0, 5.0][(r * 31) % 4]).collect();   // (3: empty)
+    let centers: Vec<f64> = (0..k * d).map(|e| e as f64 * 10.0).collect();
+    let mut want = vec![0.0; k];
+    for r in 0..n {
+        let l = labels[r] as usize - 1;
+        want[l] += (0..d).map(|c| (x[c * n + r] - centers[c * k + l]).powi(2)).sum::<f64>();
+    }
+    let got = cluster_squares(Points::new(&x, n, d).unwrap(), &labels, &centers).unwrap();
+    assert_eq!(got[2], 0.0);
+    for l in 0..k {
+        assert!((got[l] - want[l]).abs() <= 1e-12 * want[l], "cluster {l}: {} against {}", got[l], want[l]);
+    }
+    for bad in [0.0, 6.0, 1.5, f64::NAN] {
+        let mut wrong = labels.clone();
+        wrong[n - 1] = bad;
+        assert!(cluster_squares(Points::new(&x, n, d).unwrap(), &wrong, &centers).is_err(), "label {bad}");
+    }
+    assert!(cluster_squares(Points::new(&x, n, d).unwrap(), &labels[1..], &centers).is_err());
+}

@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use engine::clustering::{cluster_summary, column_squares, column_sums, grid_cells, moved_columns, Points};
+use engine::clustering::{cluster_squares, cluster_summary, column_squares, column_sums, grid_cells, moved_columns, Points};
 use engine::two_scale::{cell_pair_ranges, sorted_cells, CellSide};
 use engine::{BlockRanges, Ranges};
 use extendr_api::prelude::*;
@@ -71,6 +71,18 @@ fn keops_column_squares(x: Robj, m: Robj) -> Robj {
     guarded(|| {
         let p = points(&x, "x")?;
         Ok(Robj::from(column_squares(p, per_column(&m, "m", p)?)))
+    })
+}
+
+/// `kmeans_withinss()`: the clusters' sums of squared distances of the points `x` to their centre
+/// (`labels` 1 to K, `centers` K x D), on every core.
+#[extendr]
+fn keops_cluster_squares(x: Robj, labels: Robj, centers: Robj) -> Robj {
+    guarded(|| {
+        let p = points(&x, "x")?;
+        let labels = labels.as_real_slice().or_input("labels", "'labels' must be doubles")?;
+        let centers = centers.as_real_slice().or_input("centers", "'centers' must be a double matrix")?;
+        Ok(Robj::from(cluster_squares(p, labels, centers)?))
     })
 }
 
@@ -212,6 +224,7 @@ extendr_module! {
     fn keops_grid_labels;
     fn keops_column_sums;
     fn keops_column_squares;
+    fn keops_cluster_squares;
     fn keops_columns_moved;
     fn keops_cluster_summary;
     fn keops_ranges_of_pairs;
