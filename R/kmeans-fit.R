@@ -183,6 +183,6 @@ predict.keops_kmeans <- function(object, newdata, ...) {
   # Distances do not change when points and centres move together: moved near the origin (by the
   # centres' mean), they keep their digits in float32 for data far from it.
   shift <- colMeans(centers)
-  as.integer(kmeans_operators(ncol(centers))$labels(list(newdata - rep(shift, each = nrow(newdata)),
+  as.integer(kmeans_operators(ncol(centers))$labels(list(columns_moved(newdata, shift),
                                                          centers - rep(shift, each = nrow(centers)))))
 }
