@@ -108,7 +108,9 @@ kmeans_shard_end <- function(shard, args) {
 # float64 by the engine on every core (as a reduction it sent the points to the GPU again: 0.33 s of
 # a K-means of 1e8 x 10 points on an H200 host).
 kmeans_withinss <- function(x, labels, centers) {
-  rust_result(.Call(wrap__keops_cluster_squares, x, as.double(labels), centers))
+  # (as.double() would copy a program's N x 1 labels to drop their dimensions)
+  if (!is.double(labels)) labels <- as.double(labels)
+  rust_result(.Call(wrap__keops_cluster_squares, x, labels, centers))
 }
 
 # The operators of K-means in dimension `d`, made once per dimension and process.
