@@ -10,7 +10,7 @@
 #' Costs: each iteration is one reduction over N x K pairs of dimension D (the labels: on the CPU,
 #' a path of its own for a few centres, at a few instructions per pair) and the centres' sums (on the
 #' CPU a grouped sum, O(N)); memory O(N + K) beyond `x`. The clusters' sums of squares `withinss` come
-#' once after the last iteration. k-means++ seeding (`centers` a number) draws each centre by rejection from squared
+#' once after the last iteration, in float64 on the host's cores. k-means++ seeding (`centers` a number) draws each centre by rejection from squared
 #' distances brought up to date only when they have become too stale: the distances to each centre
 #' are computed once, by the engine (N x K pairs in all, in a few reductions), not in K passes in R. In float32 (and float16) the points are centred (their column means subtracted, in
 #' float64) before the engine sees them, so that data far from the origin keep their digits:
@@ -18,6 +18,12 @@
 #' `totss` is computed in float64 (two passes over each column, as [stats::var()]). Same clusters as `stats::kmeans()` (Lloyd) from the same start, up to ties between
 #' equally near centres (in float32, distances that differ by less than its precision may break a tie
 #' differently; `rkeops_use_float64()` to match exactly).
+#'
+#' **On several GPUs.** With several GPUs set ([rkeops_use_gpu()] with `device = c(0, 1)` or
+#' `"all"`) and at least 65536 points per GPU, the program shares out the points' rows: each GPU
+#' keeps its rows, labels them and sums its clusters, and the sums are added between the GPUs after
+#' each pass, in their order (the same result from run to run; against one GPU, only the order of the
+#' float sums differs).
 #'
 #' **On the workers of a `future` plan.** After [rkeops_use_future()], the points are cut into one
 #' shard of rows per worker of the plan (or `blocks`), each sent once to a worker, which keeps it
