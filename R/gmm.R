@@ -5,8 +5,10 @@
 #' the coordinates) or full ones (`"VVV"`). Each iteration is an E-step (a log-sum-exp over the N x G
 #' pairs) and an M-step (one sum over the same pairs gives each component's weight, mean and
 #' (co)variances). For `"VVI"` the whole loop is in the engine (one program, [keops_program()]; on a
-#' GPU the data and the parameters stay on the device); for `"VVV"` each iteration is two reductions
-#' and the inversion of the G covariance matrices in R (D x D each).
+#' GPU the data and the parameters stay on the device; with several GPUs set and 65536 points per
+#' GPU or more, each GPU keeps its share of the rows and the M-step's sums and the log-likelihood are
+#' added between them, in their order); for `"VVV"` each iteration is two reductions and the
+#' inversion of the G covariance matrices in R (D x D each).
 #'
 #' The iterations stop after `iter.max`, or when the relative change of the log-likelihood from one
 #' iteration to the next, `|L_t - L_{t-1}| / (1 + |L_t|)`, is below `tol` (tested one iteration
@@ -15,7 +17,7 @@
 #' n))` counts them, to the same parameters and log-likelihood.
 #'
 #' **Accuracy.** The fit runs on the standardised data: each column centred on its mean and divided
-#' by its standard deviation, in float64 in R, once. Both models are unchanged by such a map of each
+#' by its standard deviation, in float64 on the host's cores, once. Both models are unchanged by such a map of each
 #' coordinate (a diagonal covariance stays diagonal), so the maximum-likelihood fit maps back
 #' exactly: the means, (co)variances, log-likelihood (minus `N * sum(log(sd))`, the Jacobian) and
 #' BIC are returned for `x` as given, and [predict()][predict.keops_gmm] standardises `newdata` the
