@@ -36,6 +36,7 @@ pub fn zeros<T: Clone + Default + Send>(len: usize, what: &str) -> Result<Vec<T>
     }
     let mut v = Vec::new();
     v.try_reserve_exact(len).map_err(|_| too_big(bytes, available, what))?;
+    huge_pages(&mut v.spare_capacity_mut()[..len]);
     // Written on every core: zeroing (and first touching) 120 MB of results on one thread took
     // ~50 ms of a 10-NN search of 10^6 points on an H200 host whose kernel took 4 ms.
     parallel::for_each_block(&mut v.spare_capacity_mut()[..len], 1 << 20, |_, block| {
@@ -47,6 +48,28 @@ pub fn zeros<T: Clone + Default + Send>(len: usize, what: &str) -> Result<Vec<T>
     unsafe { v.set_len(len) };
     Ok(v)
 }
+
+/// Asks Linux to back the new memory `elements` (32 MB or more, not written yet) with huge pages,
+/// where its policy waits to be asked (`transparent_hugepage` "madvise"): the first writes then
+/// fault 2 MB at a time, not 4 KB (an 800 MB R vector written on two cores: 0.26 -> 0.155 s).
+#[cfg(target_os = "linux")]
+pub fn huge_pages<T>(elements: &mut [T]) {
+    const HUGE: usize = 2 << 20;
+    const MADV_HUGEPAGE: i32 = 14;
+    extern "C" {
+        fn madvise(addr: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
+    }
+    let (start, bytes) = (elements.as_mut_ptr() as usize, std::mem::size_of_val(elements));
+    let (first, end) = (start.next_multiple_of(HUGE), (start + bytes) / HUGE * HUGE);
+    if bytes >= 16 * HUGE && end > first {
+        // SAFETY: the range lies within `elements`' own memory; the advice changes no value (and
+        // its failure changes nothing).
+        unsafe { madvise(first as *mut std::ffi::c_void, end - first, MADV_HUGEPAGE) };
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn huge_pages<T>(_: &mut [T]) {}
 
 fn gigabytes(bytes: usize) -> String {
     format!("{:.2} GB", bytes as f64 / 1e9)

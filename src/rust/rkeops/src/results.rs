@@ -48,32 +48,10 @@ impl RElement for i32 {
 pub fn r_vector_with<T: RElement>(len: usize, fill: impl FnOnce(&mut [T])) -> Fallible {
     let mut x = T::r_vector(len);
     let elements = T::elements(&mut x).ok_or_else(|| RError::of_kind("internal", "R did not allocate the result"))?;
-    huge_pages(elements);
+    engine::memory::huge_pages(elements);
     fill(elements);
     Ok(x)
 }
-
-/// Asks Linux to back the new memory of a large result with huge pages, where its policy waits to be
-/// asked (`transparent_hugepage` "madvise"): its first writes then fault 2 MB at a time, not 4 KB.
-#[cfg(target_os = "linux")]
-fn huge_pages<T>(elements: &mut [T]) {
-    const HUGE: usize = 2 << 20;
-    const MADV_HUGEPAGE: i32 = 14;
-    extern "C" {
-        fn madvise(addr: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
-    }
-    let (start, bytes) = (elements.as_mut_ptr() as usize, std::mem::size_of_val(elements));
-    let first = start.next_multiple_of(HUGE);
-    let end = (start + bytes) / HUGE * HUGE;
-    if bytes >= 16 * HUGE && end > first {
-        // SAFETY: the range lies within the vector's own memory; advice changes no value (a failure
-        // changes nothing either).
-        unsafe { madvise(first as *mut std::ffi::c_void, end - first, MADV_HUGEPAGE) };
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn huge_pages<T>(_: &mut [T]) {}
 
 /// `res` (`rows` rows, column-major) as an R array of dimensions `shape` (`shape[0] = rows`). With
 /// `members`, the rows are B members of `n = rows / B` rows laid end to end (a batch), and the

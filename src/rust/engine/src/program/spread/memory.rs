@@ -287,6 +287,7 @@ impl<'a, M: Buffers<'a>> Buffers<'a> for PartMemory<'_, M> {
 fn stack_rows(blocks: &[Vec<f64>], parts: &[Range<usize>], nrow: usize, ncol: usize) -> Vec<f64> {
     const BLOCK: usize = 1 << 18;
     let mut values = vec![0.0; nrow * ncol];
+    crate::memory::huge_pages(&mut values);
     parallel::for_each_block(&mut values, BLOCK, |b, out| {
         // (runs within one column and one part's rows, copied as slices)
         let (first, mut done) = (b * BLOCK, 0);
