@@ -188,7 +188,7 @@ predict.keops_gmm <- function(object, newdata, z = FALSE, ...) {
     inputs <- list(matrix(gmm_vvi_constant(p$pro, p$var, shift)), 1 / p$var, zn, p$mu)
   }
   logdensity <- as.vector(ops$lse(inputs))
-  out <- list(classification = as.integer(ops$best(inputs)), logdensity = logdensity)
+  out <- list(classification = labels_as_integers(ops$best(inputs)), logdensity = logdensity)
   if (isTRUE(z)) {
     # each component's log-term, dense (the N x G matrix asked for): from the constant and precision
     cst <- inputs[[1L]]

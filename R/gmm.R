@@ -227,7 +227,7 @@ gmm_moments <- function(inputs, model, shards = NULL) {
 gmm_final <- function(inputs, model, shards = NULL) {
   if (is.null(shards)) {
     ops <- gmm_model_operators(model, ncol(inputs[[4L]]))
-    return(list(loglik = sum(ops$lse(inputs)), classification = as.integer(ops$best(inputs))))
+    return(list(loglik = sum(ops$lse(inputs)), classification = labels_as_integers(ops$best(inputs))))
   }
   inputs[3L] <- list(NULL)
   parts <- shards_map(shards, "gmm_shard_step", list(inputs = inputs, model = model, last = TRUE))
@@ -338,7 +338,7 @@ gmm_from_kmeans <- function(z, G, full = FALSE, nstart = 1L, on_workers = NULL) 
 gmm_estep <- function(x, mu, is2, cst) {
   ops <- gmm_operators(ncol(mu))
   inputs <- list(cst, is2, x, mu)
-  list(loglik = sum(ops$lse(inputs)), classification = as.integer(ops$best(inputs)))
+  list(loglik = sum(ops$lse(inputs)), classification = labels_as_integers(ops$best(inputs)))
 }
 
 # The operators of EM in dimension `d` (made once per dimension). The M-step sums the responsibility,

@@ -8,7 +8,7 @@ kmeans_lloyd <- function(x, start, iter.max) {
   j <- as.double(seq_len(nrow(start)))
   pairs <- iter.max %/% 2L
   # (labels as a one-column matrix: the program takes it as it is, with no copy)
-  res <- list(labels = matrix(0, nrow(x), 1L), c = start)
+  res <- list(labels = zero_matrix(nrow(x), 1L), c = start)
   passes <- 0L
   converged <- FALSE
   if (pairs > 0L) {
@@ -28,7 +28,7 @@ kmeans_lloyd <- function(x, start, iter.max) {
   # The sums of squares once, after the loop: in the loop they would cost one more pass over the
   # N x K pairs per iteration (a fifth of an iteration on the CPU) for a value only the last one needs.
   withinss <- kmeans_withinss(x, res$labels, res$c)
-  list(cluster = as.integer(res$labels), centers = res$c, withinss = withinss,
+  list(cluster = labels_as_integers(res$labels), centers = res$c, withinss = withinss,
        size = as.integer(round(res$sc[, d + 1L])), iter = if (converged) passes else passes + 1L,
        ifault = if (!converged) 2L)
 }

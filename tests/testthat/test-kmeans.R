@@ -307,4 +307,11 @@ test_that("the points moved by the engine (K-means' centring, GMM's standardisat
   want <- vapply(1:5, function(l) sum((x[labels == l, , drop = FALSE] - rep(centers[l, ], each = sum(labels == l)))^2), 0)
   expect_equal(rkeops:::kmeans_withinss(x, labels, centers), want, tolerance = 1e-12)
   expect_error(rkeops:::kmeans_withinss(x, replace(labels, 7, 6), centers), "whole numbers from 1 to 5")
+  # labels (doubles) as integers: as.integer() for whole numbers, NA for anything else; zeros
+  expect_identical(rkeops:::labels_as_integers(matrix(as.double(labels))), as.integer(labels))
+  expect_identical(rkeops:::labels_as_integers(c(1, -4, 3.5, NA, NaN, Inf, 3e9, -2^31)),
+                   c(1L, -4L, NA, NA, NA, NA, NA, NA))
+  expect_identical(rkeops:::labels_as_integers(5:7), 5:7)
+  expect_identical(rkeops:::zero_matrix(300007, 2), matrix(0, 300007, 2))
+  expect_identical(rkeops:::zero_matrix(0, 1), matrix(0, 0, 1))
 })

@@ -94,6 +94,8 @@ corpus <- list(
   quote(column_sums(x)),
   quote(columns_moved(x, c(1, 2, 3), c(1, 0.5, 2))),
   quote(column_squares(x, c(1, 2, 3))),
+  quote(labels_as_integers(c(1, 2.5, NA, 3e9))),
+  quote(zero_matrix(3, 2)),
   quote(rkeops_use_gpu())
 )
 # (evaluated in the namespace: the attached package holds the functions as they were)

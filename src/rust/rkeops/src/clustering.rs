@@ -86,6 +86,35 @@ fn keops_cluster_squares(x: Robj, labels: Robj, centers: Robj) -> Robj {
     })
 }
 
+/// `labels_as_integers()`: the doubles `x` (labels, indices) as R integers, on every core; NA where
+/// a value is not a whole number within R's integers.
+#[extendr]
+fn keops_labels_as_integers(x: Robj) -> Robj {
+    guarded(|| {
+        let values = x.as_real_slice().or_input("x", "'x' must be doubles")?;
+        // (`as` saturates and takes NaN to 0: a value that does not come back is not a whole number
+        // in range; i32::MIN is R's NA_integer_)
+        let whole = |v: f64| match v as i32 {
+            i if i as f64 == v => i,
+            _ => i32::MIN,
+        };
+        r_vector_with(values.len(), |out: &mut [i32]| engine::parallel::map(values, out, whole))
+    })
+}
+
+/// `zero_matrix()`: an `nrow x ncol` matrix of zeros, written on every core.
+#[extendr]
+fn keops_zero_matrix(nrow: f64, ncol: f64) -> Robj {
+    guarded(|| {
+        let (n, d) = (nrow.max(0.0) as usize, ncol.max(0.0) as usize);
+        engine::memory::check_fits(n.saturating_mul(d).saturating_mul(8), "a matrix of zeros")?;
+        let zeros = r_vector_with(n.saturating_mul(d), |out: &mut [f64]| {
+            engine::parallel::for_each_block(out, 1 << 20, |_, block| block.fill(0.0))
+        })?;
+        matrix(zeros, n, d)
+    })
+}
+
 /// `columns_moved()`: the double matrix `x` moved by `-shift` and scaled by `scale` (a value of
 /// each per column), a new matrix, on every core.
 #[extendr]
@@ -226,6 +255,8 @@ extendr_module! {
     fn keops_column_squares;
     fn keops_cluster_squares;
     fn keops_columns_moved;
+    fn keops_labels_as_integers;
+    fn keops_zero_matrix;
     fn keops_cluster_summary;
     fn keops_ranges_of_pairs;
     fn keops_two_scale_cells;
