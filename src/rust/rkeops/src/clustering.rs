@@ -107,7 +107,9 @@ fn keops_labels_as_integers(x: Robj) -> Robj {
 fn keops_zero_matrix(nrow: f64, ncol: f64) -> Robj {
     guarded(|| {
         let (n, d) = (nrow.max(0.0) as usize, ncol.max(0.0) as usize);
-        engine::memory::check_fits(n.saturating_mul(d).saturating_mul(8), "a matrix of zeros")?;
+        // (room for twice the matrix: what R cannot allocate would be an R error here, which must
+        // never be raised inside the binding)
+        engine::memory::check_fits(n.saturating_mul(d).saturating_mul(16), "a matrix of zeros")?;
         let zeros = r_vector_with(n.saturating_mul(d), |out: &mut [f64]| {
             engine::parallel::for_each_block(out, 1 << 20, |_, block| block.fill(0.0))
         })?;

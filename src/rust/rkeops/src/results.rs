@@ -46,6 +46,8 @@ impl RElement for i32 {
 
 /// A new R vector of `len` elements written by `fill` (once: R does not fill it first).
 pub fn r_vector_with<T: RElement>(len: usize, fill: impl FnOnce(&mut [T])) -> Fallible {
+    // (R's allocation failing would be an R error raised inside the binding: an error first)
+    engine::memory::check_fits(len.saturating_mul(std::mem::size_of::<T>()), "the result")?;
     let mut x = T::r_vector(len);
     let elements = T::elements(&mut x).ok_or_else(|| RError::of_kind("internal", "R did not allocate the result"))?;
     engine::memory::huge_pages(elements);
