@@ -3,17 +3,6 @@
 
 testthat::local_edition(3)
 
-# Log-domain Sinkhorn written with the raw log-sum-exps f and g as the iterated variables.
-sinkhorn_ops <- function(d = 1L) {
-  decl <- function(...) c(sprintf("x = Vi(%d)", d), sprintf("y = Vj(%d)", d), ...)
-  list(
-    g = keops_kernel("LogSumExp_Reduction(lmu - f - SqDist(x, y) * s, 1)",
-                     decl("lmu = Vi(1)", "f = Vi(1)", "s = Pm(1)")),
-    f = keops_kernel("LogSumExp_Reduction(lnu - g - SqDist(x, y) * s, 0)",
-                     decl("lnu = Vj(1)", "g = Vj(1)", "s = Pm(1)"))
-  )
-}
-
 lse_rows <- function(A) {   # log-sum-exp of each row
   m <- apply(A, 1L, max)
   m + log(rowSums(exp(A - m)))
@@ -39,7 +28,7 @@ test_that("a Sinkhorn loop equals dense R in float64, and the loop of calls in f
   N <- 37; M <- 29
   x <- rmat(N, 2, 0, 1); y <- rmat(M, 2, 0, 1)
   lmu <- log_hist(N); lnu <- log_hist(M)
-  ops <- sinkhorn_ops(2L)
+  ops <- sinkhorn_steps(2L)
   input <- list(x = x, y = y, lmu = lmu, lnu = lnu, s = 7, f = rep(0, N), g = rep(0, M))
   local_precision("float64")
   got <- keops_iterate(ops, input, iterations = 25)
@@ -66,7 +55,7 @@ test_that("zero iterations give the initial values back; other reductions and a 
   set.seed(1802)
   N <- 11; M <- 9
   x <- rmat(N, 1); y <- rmat(M, 1)
-  ops <- sinkhorn_ops()
+  ops <- sinkhorn_steps()
   input <- list(x = x, y = y, lmu = log_hist(N), lnu = log_hist(M), s = 2,
                 f = seq_len(N) / 7, g = seq_len(M) / 5)
   got <- keops_iterate(ops, input, iterations = 0)
@@ -105,7 +94,7 @@ test_that("a batch of Sinkhorn problems equals each member run alone; shared val
   lmu <- array(replicate(B, log_hist(N)), c(N, 1, B))
   lnu <- log_hist(M)                                          # shared by every member
   s <- array(c(3, 5, 7, 9, 11, 13), c(1, 1, B))                # a parameter per member
-  ops <- sinkhorn_ops()
+  ops <- sinkhorn_steps()
   got <- keops_iterate(ops, list(x = x, y = y, lmu = lmu, lnu = lnu, s = s,
                                  f = rep(0, N), g = rep(0, M)), iterations = 15)
   expect_equal(dim(got$f), c(N, 1L, B))
@@ -128,7 +117,7 @@ test_that("a ragged batch (lists of members of different sizes) gives lists", {
   xs <- lapply(Ns, function(n) rmat(n, 3)); ys <- lapply(Ms, function(m) rmat(m, 3))
   lmus <- lapply(Ns, log_hist); lnus <- lapply(Ms, log_hist)
   f0 <- lapply(Ns, function(n) rep(0, n)); g0 <- lapply(Ms, function(m) rep(0, m))
-  got <- keops_iterate(sinkhorn_ops(3L), list(x = xs, y = ys, lmu = lmus, lnu = lnus, s = 0.5,
+  got <- keops_iterate(sinkhorn_steps(3L), list(x = xs, y = ys, lmu = lmus, lnu = lnus, s = 0.5,
                                               f = f0, g = g0), iterations = 9)
   expect_type(got$f, "list")
   expect_length(got$f, 3L)
@@ -140,7 +129,7 @@ test_that("a ragged batch (lists of members of different sizes) gives lists", {
 })
 
 test_that("keops_iterate() says what is wrong with its arguments", {
-  ops <- sinkhorn_ops()
+  ops <- sinkhorn_steps()
   x <- rmat(5, 1); y <- rmat(4, 1)
   input <- list(x = x, y = y, lmu = rep(0, 5), lnu = rep(0, 4), s = 1, f = rep(0, 5), g = rep(0, 4))
   expect_error(keops_iterate(unname(ops), input, 2), "'ops' must be a named list",

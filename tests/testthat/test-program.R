@@ -55,12 +55,8 @@ test_that("Sinkhorn with a schedule of its temperature, traced, equals the R loo
   n <- 41; m <- 29
   x <- matrix(runif(n)); y <- matrix(runif(m))
   lmu <- matrix(log(rep(1 / n, n))); lnu <- matrix(log(rep(1 / m, m)))
-  f_op <- keops_kernel("LogSumExp_Reduction(lnu - g - SqDist(x, y) * s, 0)",
-                       c("x = Vi(1)", "y = Vj(1)", "lnu = Vj(1)", "g = Vj(1)", "s = Pm(1)"))
-  g_op <- keops_kernel("LogSumExp_Reduction(lmu - f - SqDist(x, y) * s, 1)",
-                       c("x = Vi(1)", "y = Vj(1)", "lmu = Vi(1)", "f = Vi(1)", "s = Pm(1)"))
   eps <- c(1, 0.5, 0.2, 0.1)
-  prog <- keops_program(list(g = g_op, f = f_op), iterations = 7, trace = c("s", "f"))
+  prog <- keops_program(sinkhorn_steps(), iterations = 7, trace = c("s", "f"))
   res <- prog(list(x = x, y = y, lmu = lmu, lnu = lnu, f = matrix(0, n), g = matrix(0, m), s = 1),
               schedule = list(s = 1 / eps))
   lse <- function(v) max(v) + log(sum(exp(v - max(v))))
@@ -81,9 +77,9 @@ test_that("Sinkhorn with a schedule of its temperature, traced, equals the R loo
   expect_identical(res2$f, res$f)
   expect_equal(attr(res, "trace")$f, unname(traced), tolerance = 1e-10)
   # keops_iterate() runs the same loop at a fixed temperature: the same as a program
-  it <- keops_iterate(list(g = g_op, f = f_op), list(x = x, y = y, lmu = lmu, lnu = lnu, s = 5,
-                                                      f = matrix(0, n), g = matrix(0, m)), 6)
-  pr <- keops_program(list(g = g_op, f = f_op), iterations = 6)(
+  it <- keops_iterate(sinkhorn_steps(), list(x = x, y = y, lmu = lmu, lnu = lnu, s = 5,
+                                             f = matrix(0, n), g = matrix(0, m)), 6)
+  pr <- keops_program(sinkhorn_steps(), iterations = 6)(
     list(x = x, y = y, lmu = lmu, lnu = lnu, s = 5, f = matrix(0, n), g = matrix(0, m)))
   expect_identical(it$f, pr$f)
   expect_identical(it$g, pr$g)
@@ -183,12 +179,8 @@ test_that("keops_program_grad() matches finite differences through the iteration
   set.seed(8)
   n <- 9; m <- 7
   x <- matrix(runif(2 * n), n, 2); y <- matrix(runif(2 * m), m, 2)
-  f_op <- keops_kernel("LogSumExp_Reduction(lnu - g - SqDist(x, y) * s, 0)",
-                       c("x = Vi(2)", "y = Vj(2)", "lnu = Vj(1)", "g = Vj(1)", "s = Pm(1)"))
-  g_op <- keops_kernel("LogSumExp_Reduction(lmu - f - SqDist(x, y) * s, 1)",
-                       c("x = Vi(2)", "y = Vj(2)", "lmu = Vi(1)", "f = Vi(1)", "s = Pm(1)"))
   loss <- keops_kernel("Sum_Reduction(f * f, 1)", "f = Vi(1)")
-  prog <- keops_program(list(g = g_op, f = f_op, loss = loss), iterations = 4)
+  prog <- keops_program(c(sinkhorn_steps(2L), list(loss = loss)), iterations = 4)
   input <- list(x = x, y = y, lmu = matrix(runif(n)), lnu = matrix(runif(m)), f = matrix(0, n),
                 g = matrix(rnorm(m)), s = 3)
   got <- keops_program_grad(prog, input, of = "loss", wrt = c("x", "y", "s", "g"))

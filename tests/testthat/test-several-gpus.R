@@ -143,11 +143,7 @@ test_that("programs and the algorithm functions spread over several GPUs equal p
   n <- 5003L; m <- 2999L
   x <- matrix(runif(n)); y <- matrix(runif(m))
   lmu <- matrix(log(rep(1 / n, n))); lnu <- matrix(log(rep(1 / m, m)))
-  f_op <- keops_kernel("LogSumExp_Reduction(lnu - g - SqDist(x, y) * s, 0)",
-                       c("x = Vi(1)", "y = Vj(1)", "lnu = Vj(1)", "g = Vj(1)", "s = Pm(1)"))
-  g_op <- keops_kernel("LogSumExp_Reduction(lmu - f - SqDist(x, y) * s, 1)",
-                       c("x = Vi(1)", "y = Vj(1)", "lmu = Vi(1)", "f = Vi(1)", "s = Pm(1)"))
-  prog <- keops_program(list(g = g_op, f = f_op), iterations = 4)
+  prog <- keops_program(sinkhorn_steps(), iterations = 4)
   input <- list(x = x, y = y, lmu = lmu, lnu = lnu, f = matrix(0, n), g = matrix(0, m), s = 20)
   res <- prog(input)
   expect_match(rkeops:::last_run()$backend, paste0("^GPUs ", paste(gpus, collapse = ", "), " "))
